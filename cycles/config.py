@@ -1,0 +1,261 @@
+"""Every setting of the crawler, with its default, its unit and why it has that value.
+
+This module is the single home of defaults: code reads ``config.fetch.delay_s`` and never
+repeats a fallback. Names carry their unit (``_s`` seconds, ``_bytes``, ``_pct``).
+The defaults are polite out of the box — the library is safe without a config file.
+
+A config file is TOML with one table per section, for example::
+
+    [fetch]
+    user_agent = "examplebot/1.0 (+https://example.org/bot)"
+    delay_s = 2.0
+
+    [generate]
+    top_n = 100000
+
+Load it with :func:`load_config`; unknown keys are an error, not silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cycles.errors import ConfigError
+
+
+@dataclass
+class DbConfig:
+    """Layout of the crawl DB and the tables beside it."""
+
+    buckets: int = 8
+    """Number of host-hash buckets the crawl DB is split into (one Parquet file each).
+    A host always lives in one bucket, so generate and update work bucket by bucket
+    with bounded memory. Changing it needs a rebucket of the crawl DB."""
+
+    keep_versions: int = 2
+    """How many crawl DB versions to keep on disk (the current one included)."""
+
+    duckdb_memory_limit: str = "4GB"
+    """DuckDB's memory limit for generate and update; past it DuckDB spills to disk."""
+
+    duckdb_threads: int = 2
+    """DuckDB worker threads."""
+
+
+@dataclass
+class GenerateConfig:
+    """Choosing the URLs of the next fetch list."""
+
+    top_n: int = 50_000
+    """At most this many URLs in one fetch list (one segment)."""
+
+    max_urls_per_host: int = 100
+    """At most this many URLs of one host in one fetch list. At the 1 request/s
+    politeness floor a host cannot be fetched faster than 3,600 pages an hour."""
+
+    partitions: int = 2
+    """Number of fetch-list partitions; a host is in exactly one (hash of host).
+    Each partition is fetched by one process."""
+
+    lease_s: int = 6 * 3600
+    """How long URLs handed to a segment stay leased. If the segment is never updated
+    (a fetcher died), its URLs become due again after this."""
+
+
+@dataclass
+class FetchConfig:
+    """Fetching: politeness, limits, identity."""
+
+    user_agent: str = "crawlbot/0.1 (+https://example.invalid/crawlbot)"
+    """User-Agent header sent with every request. Name the crawler and a contact URL."""
+
+    robots_agent: str = "crawlbot"
+    """Product token matched against robots.txt User-agent lines (RFC 9309 §2.2.1)."""
+
+    delay_s: float = 1.0
+    """Seconds between the end of one response and the start of the next request to the
+    same host. Never below 1.0: values under it are raised to it."""
+
+    max_crawl_delay_s: float = 30.0
+    """A robots.txt Crawl-delay above this makes us skip the host for the cycle
+    (counted as ``robots/crawl_delay_too_long``) rather than crawl it slower than useful."""
+
+    connect_timeout_s: float = 10.0
+    """TCP (and TLS) connect timeout."""
+
+    timeout_s: float = 30.0
+    """Total time allowed for one transfer, headers and body."""
+
+    low_speed_bytes_per_s: int = 1000
+    """A transfer slower than this for ``low_speed_time_s`` is aborted: a server that
+    drips a byte a second must not hold a slot for the full timeout."""
+
+    low_speed_time_s: int = 5
+    """See ``low_speed_bytes_per_s``."""
+
+    max_page_bytes: int = 2 * 1024 * 1024
+    """Largest body we download; a larger transfer is aborted, not truncated after the fact."""
+
+    max_robots_bytes: int = 500 * 1024
+    """Only this much of a robots.txt is parsed (RFC 9309 §2.5 asks for at least 500 KiB)."""
+
+    max_redirects: int = 5
+    """Redirect hops followed for robots.txt (RFC 9309 §2.3.1.2). Page redirects are not
+    followed inline: the target is recorded and becomes a URL of its own."""
+
+    max_in_flight: int = 256
+    """Transfers in flight in one fetch worker (each to a different host)."""
+
+    processes: int = 0
+    """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
+
+    html_only: bool = True
+    """Download bodies of HTML (and XHTML) only; other types are recorded, body skipped."""
+
+    resolve: dict[str, str] = field(default_factory=dict)
+    """Host name -> IP address overrides (like curl's --resolve), for test webs and
+    private deployments. Applies to every port."""
+
+    flush_s: float = 30.0
+    """Results are flushed to disk (Parquet + WARC, atomically) at least this often, so a
+    killed fetch loses at most this much work."""
+
+    flush_pages: int = 5000
+    """... or after this many results, whichever comes first."""
+
+    max_host_failures: int = 5
+    """After this many consecutive network errors a host is set aside for the rest of the
+    cycle; its remaining URLs go back unfetched, not failed."""
+
+    max_retry_after_s: float = 3600.0
+    """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside."""
+
+
+@dataclass
+class UrlConfig:
+    """URL normalisation and filtering (cycles/urls.py), applied to seeds and outlinks."""
+
+    drop_params: list[str] = field(default_factory=lambda: [
+        "utm_*", "gclid", "fbclid", "msclkid", "dclid", "yclid", "mc_cid", "mc_eid",
+        "_ga", "_hsenc", "_hsmi", "sessionid", "session_id", "sid", "phpsessid",
+        "jsessionid", "aspsessionid", "cfid", "cftoken",
+    ])
+    """Query parameters removed during normalisation (case-insensitive; ``*`` is a wildcard).
+    Tracking and session parameters make one page look like thousands."""
+
+    max_length: int = 2048
+    """Longer URLs are dropped (``filter/too_long``)."""
+
+    max_path_depth: int = 16
+    """URLs with more path segments are dropped (``filter/too_deep``)."""
+
+    max_segment_repeats: int = 2
+    """A path in which one segment occurs more often than this is a likely trap
+    (``/a/b/a/b/a/b``) and is dropped (``filter/repeating_segments``)."""
+
+    blocked_extensions: list[str] = field(default_factory=lambda: [
+        "jpg", "jpeg", "png", "gif", "webp", "svg", "ico", "bmp", "tif", "tiff",
+        "mp3", "mp4", "m4a", "avi", "mov", "mkv", "webm", "wav", "ogg", "flac",
+        "zip", "gz", "tgz", "bz2", "xz", "7z", "rar", "tar", "iso", "dmg", "exe", "msi",
+        "bin", "apk", "deb", "rpm", "woff", "woff2", "ttf", "eot", "css", "js",
+    ])
+    """Path extensions we never fetch (``filter/extension``): not HTML, large, or both."""
+
+    include: dict[str, list[str]] = field(default_factory=dict)
+    """Per-host allow list: host -> regular expressions; when a host has one, only URLs
+    matching one of them are kept (``filter/host_rule``)."""
+
+    exclude: dict[str, list[str]] = field(default_factory=dict)
+    """Per-host block list: host -> regular expressions (``filter/host_rule``). ``*`` as
+    host applies to every host."""
+
+
+@dataclass
+class UpdateConfig:
+    """Merging a segment into the crawl DB."""
+
+    max_retries: int = 3
+    """After this many consecutive transient failures a URL becomes ``dead``
+    and is retried only every ``dead_retry_s``."""
+
+    dead_retry_s: int = 90 * 86400
+    """How rarely a dead (dead-lettered) URL is tried again."""
+
+    retry_s: int = 86400
+    """Delay before a transient failure (5xx, timeout) is retried."""
+
+    default_interval_s: int = 14 * 86400
+    """Fetch interval of a newly fetched page (the design's `recrawl.default: 14d`)."""
+
+    min_interval_s: int = 2 * 3600
+    """Shortest refetch interval (the design's `recrawl.news_like: 2h`)."""
+
+    max_interval_s: int = 90 * 86400
+    """Longest refetch interval."""
+
+    gone_interval_s: int = 90 * 86400
+    """Refetch interval of a page that answered 404/410."""
+
+    max_depth: int = 20
+    """Links are not followed beyond this many hops from a seed."""
+
+
+@dataclass
+class Config:
+    """The whole configuration. ``Config()`` is the polite default."""
+
+    db: DbConfig = field(default_factory=DbConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    fetch: FetchConfig = field(default_factory=FetchConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    urls: UrlConfig = field(default_factory=UrlConfig)
+
+    def effective_delay_s(self) -> float:
+        """The per-host delay floor actually used: never under one second."""
+        return max(1.0, self.fetch.delay_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _apply(section: Any, values: dict[str, Any], where: str) -> None:
+    known = {f.name: f for f in dataclasses.fields(section)}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(known))}")
+        current = getattr(section, key)
+        if isinstance(current, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+        if isinstance(current, (int, float)) and not isinstance(current, bool):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+            value = type(current)(value)
+        setattr(section, key, value)
+
+
+def config_from_dict(values: dict[str, Any]) -> Config:
+    """Build a Config from nested dicts (the shape of the TOML file)."""
+    config = Config()
+    for name, section_values in values.items():
+        if not hasattr(config, name) or not isinstance(section_values, dict):
+            raise ConfigError(f"unknown config section [{name}]; known: db, generate, fetch, update, urls")
+        _apply(getattr(config, name), section_values, name)
+    return config
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a TOML config file; ``None`` gives the defaults."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    try:
+        values = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return config_from_dict(values)

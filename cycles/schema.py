@@ -1,0 +1,148 @@
+"""The tables of the crawler, column by column and status by status.
+
+Every Parquet file the crawler writes has one of the schemas below, and carries
+``crawl.schema`` and ``crawl.schema_version`` in its metadata. Timestamps are UTC,
+microseconds. A column's doc is kept in the field metadata too, so
+``pyarrow.parquet.read_schema(path)`` shows it.
+
+Tables and where they live (see ``cycles/store.py`` for paths):
+
+- crawl DB     ``crawldb/<version>/bucket-NNNNN.parquet``   one row per known URL
+- fetch list   ``segments/<id>/fetchlist/part-NNNNN.parquet`` written by generate
+- fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
+- outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
+- hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _field(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"doc": doc})
+
+
+def _schema(name: str, fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata={"crawl.schema": name, "crawl.schema_version": str(SCHEMA_VERSION)})
+
+
+# --- Crawl DB statuses (what we know of a URL) -------------------------------------------
+class DbStatus:
+    UNFETCHED = "unfetched"          # known, never fetched (new outlink or seed)
+    FETCHED = "fetched"              # fetched with 2xx; content stored
+    NOT_MODIFIED = "not_modified"    # last fetch answered 304; previous content still current
+    REDIRECTED = "redirected"        # answered 3xx; the target is in redirect_to (and in the DB)
+    GONE = "gone"                    # answered 404/410 (or other 4xx); retried rarely
+    ROBOTS_DENIED = "robots_denied"  # robots.txt disallows it for our agent
+    ERROR = "error"                  # transient failure (5xx, timeout, network); retried soon
+    DEAD = "dead"                    # failed max_retries times in a row; retried very rarely
+    DUPLICATE = "duplicate"          # content identical to duplicate_of; not indexed
+    SKIPPED = "skipped"              # fetched but not stored: not HTML or too large
+
+    ALL = (UNFETCHED, FETCHED, NOT_MODIFIED, REDIRECTED, GONE, ROBOTS_DENIED, ERROR, DEAD,
+           DUPLICATE, SKIPPED)
+
+
+# --- Fetch outcomes (what one fetch attempt gave) -----------------------------------------
+class FetchOutcome:
+    OK = "ok"                        # 2xx with an HTML body, stored in WARC and parsed
+    NOT_MODIFIED = "not_modified"    # 304 to a conditional GET; no body
+    REDIRECT = "redirect"            # 3xx with a Location; redirect_to holds the target
+    GONE = "gone"                    # 404 or 410
+    CLIENT_ERROR = "client_error"    # other 4xx (except 429)
+    SERVER_ERROR = "server_error"    # 5xx or 429
+    NETWORK_ERROR = "network_error"  # DNS, connect, reset, timeout, too slow
+    ROBOTS_DENIED = "robots_denied"  # disallowed by robots.txt; never requested
+    NOT_HTML = "not_html"            # not HTML; body not downloaded
+    TOO_LARGE = "too_large"          # body over fetch.max_page_bytes; transfer aborted
+    DEFERRED = "deferred"            # not attempted this cycle (host set aside, robots
+                                     # unavailable, out of time); goes back unfetched
+
+    ALL = (OK, NOT_MODIFIED, REDIRECT, GONE, CLIENT_ERROR, SERVER_ERROR, NETWORK_ERROR,
+           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, DEFERRED)
+
+
+CRAWLDB = _schema("crawldb", [
+    _field("url", pa.string(), "Normalised URL (cycles.urls.normalize_url); the primary key", False),
+    _field("host", pa.string(), "Lower-case host name of url", False),
+    _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); bucket = host_hash % db.buckets", False),
+    _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
+           "robots_denied, error, dead, duplicate, skipped", False),
+    _field("first_seen", TS, "When the URL was first added", False),
+    _field("last_fetched", TS, "Start of the last fetch attempt; null if never attempted"),
+    _field("next_fetch", TS, "When the URL is next due", False),
+    _field("fetch_interval_s", pa.int32(), "Current refetch interval in seconds", False),
+    _field("retries", pa.int16(), "Consecutive transient failures", False),
+    _field("fetch_count", pa.int32(), "Successful fetches (2xx or 304)", False),
+    _field("change_count", pa.int32(), "Fetches that found changed content", False),
+    _field("last_changed", TS, "When content was last seen to change"),
+    _field("http_status", pa.int16(), "HTTP status of the last attempt; null if none"),
+    _field("content_hash", pa.string(), "Hex digest of the normalised page text of the last 2xx"),
+    _field("simhash", pa.uint64(), "64-bit SimHash of the page text of the last 2xx"),
+    _field("etag", pa.string(), "ETag of the last 2xx, sent back as If-None-Match"),
+    _field("last_modified", pa.string(), "Last-Modified of the last 2xx, sent back as If-Modified-Since"),
+    _field("score", pa.float32(), "Priority; higher is fetched first", False),
+    _field("depth", pa.int16(), "Link hops from a seed (seeds are 0)", False),
+    _field("lease_until", TS, "Leased to a segment until then; null when free"),
+    _field("lease_segment", pa.string(), "Segment id holding the lease"),
+    _field("redirect_to", pa.string(), "Target of the last redirect (normalised)"),
+    _field("duplicate_of", pa.string(), "Canonical URL whose content this page duplicates"),
+    _field("error", pa.string(), "Reason of the last failure, for operators"),
+])
+
+FETCHLIST = _schema("fetchlist", [
+    _field("url", pa.string(), "URL to fetch", False),
+    _field("host", pa.string(), "Host of url", False),
+    _field("host_hash", pa.uint64(), "Host hash; partition = host_hash % generate.partitions", False),
+    _field("score", pa.float32(), "Priority at generate time", False),
+    _field("depth", pa.int16(), "Link hops from a seed", False),
+    _field("etag", pa.string(), "Validator for If-None-Match"),
+    _field("last_modified", pa.string(), "Validator for If-Modified-Since"),
+])
+
+FETCHED = _schema("fetched", [
+    _field("url", pa.string(), "URL from the fetch list", False),
+    _field("host", pa.string(), "Host of url", False),
+    _field("outcome", pa.string(), "FetchOutcome of the attempt", False),
+    _field("fetched_at", TS, "Start of the request (null if never requested)"),
+    _field("http_status", pa.int16(), "HTTP status; null if no response"),
+    _field("content_type", pa.string(), "Content-Type header"),
+    _field("body_bytes", pa.int64(), "Bytes of body downloaded"),
+    _field("etag", pa.string(), "ETag response header"),
+    _field("last_modified", pa.string(), "Last-Modified response header"),
+    _field("redirect_to", pa.string(), "Absolute Location of a 3xx"),
+    _field("error", pa.string(), "Why the attempt failed or was deferred"),
+    _field("title", pa.string(), "<title> text"),
+    _field("text", pa.string(), "Visible text of the page"),
+    _field("content_hash", pa.string(), "Hex digest of the normalised text"),
+    _field("simhash", pa.uint64(), "64-bit SimHash of the text"),
+    _field("canonical", pa.string(), "Absolute <link rel=canonical> target"),
+    _field("noindex", pa.bool_(), "Meta robots noindex"),
+    _field("warc_file", pa.string(), "WARC file (relative to the segment) holding the response"),
+    _field("warc_offset", pa.int64(), "Byte offset of the response record in warc_file"),
+    _field("warc_length", pa.int64(), "Compressed length of the response record"),
+    _field("duration_ms", pa.int32(), "Transfer time"),
+])
+
+OUTLINKS = _schema("outlinks", [
+    _field("from_url", pa.string(), "Page the link was found on", False),
+    _field("url", pa.string(), "Absolute link target as found (normalised by update)", False),
+    _field("anchor", pa.string(), "Anchor text, truncated"),
+    _field("nofollow", pa.bool_(), "rel=nofollow or meta robots nofollow", False),
+    _field("depth", pa.int16(), "Depth of the target (source depth + 1)", False),
+])
+
+HOSTS = _schema("hosts", [
+    _field("host", pa.string(), "Host name", False),
+    _field("last_request_end", TS, "Wall-clock end of the last response from the host; the next "
+           "request waits the host's delay after it, across cycles"),
+    _field("robots_status", pa.int16(), "HTTP status of robots.txt (null: network error)"),
+    _field("robots_fetched_at", TS, "When robots.txt was fetched"),
+    _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes)"),
+    _field("crawl_delay_s", pa.float32(), "Delay used for the host (max of floor and Crawl-delay)"),
+])
