@@ -131,6 +131,18 @@ class FetchConfig:
     """After this many consecutive network errors a host is set aside for the rest of the
     cycle; its remaining URLs go back unfetched, not failed."""
 
+    delay_factor: float = 2.0
+    """A slow host gets a proportionally longer delay: at least this many times its last
+    response time (capped at ``max_crawl_delay_s``). A server that takes 3 s to answer is
+    telling us it is busy."""
+
+    max_duration_s: float = 0.0
+    """Stop fetching a segment after this many seconds (0: no limit); URLs not reached go
+    back unfetched, so cron runs end on time."""
+
+    robots_cache_s: int = 24 * 3600
+    """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h)."""
+
     max_retry_after_s: float = 3600.0
     """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside."""
 
@@ -196,6 +208,10 @@ class UpdateConfig:
 
     max_interval_s: int = 90 * 86400
     """Longest refetch interval."""
+
+    deferred_retry_s: int = 3600
+    """A URL deferred by fetch (host's robots.txt unreachable, host set aside, out of
+    time) is due again after this."""
 
     gone_interval_s: int = 90 * 86400
     """Refetch interval of a page that answered 404/410."""

@@ -60,11 +60,12 @@ class FetchOutcome:
     ROBOTS_DENIED = "robots_denied"  # disallowed by robots.txt; never requested
     NOT_HTML = "not_html"            # not HTML; body not downloaded
     TOO_LARGE = "too_large"          # body over fetch.max_page_bytes; transfer aborted
+    PARSE_ERROR = "parse_error"      # 2xx stored in WARC, but the parser crashed on it
     DEFERRED = "deferred"            # not attempted this cycle (host set aside, robots
                                      # unavailable, out of time); goes back unfetched
 
     ALL = (OK, NOT_MODIFIED, REDIRECT, GONE, CLIENT_ERROR, SERVER_ERROR, NETWORK_ERROR,
-           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, DEFERRED)
+           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, PARSE_ERROR, DEFERRED)
 
 
 CRAWLDB = _schema("crawldb", [

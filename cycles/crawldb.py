@@ -1,0 +1,136 @@
+"""Reading and replacing the crawl DB, bucket by bucket.
+
+The crawl DB is split into ``db.buckets`` Parquet files by ``host_hash % buckets``; a host
+lives in exactly one. Every stage that changes it (inject, generate, update) goes through
+:func:`replace_crawldb`: under the lock, each new bucket is computed by DuckDB from the old
+bucket plus the stage's inputs for that bucket, streamed to a new version folder, and the
+version is installed by one atomic swap of ``CURRENT``. Memory stays bounded by one
+bucket's working set (and DuckDB spills past its memory limit).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+from cycles import schema
+from cycles.config import Config
+from cycles.store import Manifest, Store, check_parquet_files, utcnow
+
+CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
+
+
+def connect(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the configured memory limit, spilling into the store."""
+    con = duckdb.connect()
+    spill = store.path(".duckdb-tmp")
+    spill.mkdir(parents=True, exist_ok=True)
+    con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
+    con.execute(f"SET threads = {int(config.db.duckdb_threads)}")
+    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def bucket_of(host_hash_sql: str, buckets: int) -> str:
+    """SQL for the bucket of a host hash column."""
+    return f"({host_hash_sql} % {int(buckets)})"
+
+
+def current_bucket_files(store: Store) -> tuple[Manifest | None, list[Path]]:
+    """The installed manifest and its bucket files, each checked to be readable Parquet."""
+    manifest = store.manifest("crawldb")
+    if manifest is None:
+        return None, []
+    files = [store.bucket_file(store.path("crawldb", manifest.version), b) for b in range(manifest.buckets)]
+    check_parquet_files(files)
+    return manifest, files
+
+
+def crawldb_source_sql(files: list[Path]) -> str:
+    """SQL table expression over the whole crawl DB (all buckets)."""
+    if not files:
+        return "empty_crawldb"
+    quoted = ", ".join(f"'{f}'" for f in files)
+    return f"read_parquet([{quoted}])"
+
+
+def register_empty(con: duckdb.DuckDBPyConnection) -> None:
+    con.register("empty_crawldb", schema.CRAWLDB.empty_table())
+
+
+def new_url_rows_sql(source: str, config: Config) -> str:
+    """SQL turning rows (url, host, host_hash, score, depth) into fresh crawl DB rows.
+
+    ``$now`` must be bound to the current time.
+    """
+    return f"""
+        SELECT url, host, host_hash, 'unfetched' AS status, $now AS first_seen,
+               NULL::TIMESTAMPTZ AS last_fetched, $now AS next_fetch,
+               {int(config.update.default_interval_s)}::INTEGER AS fetch_interval_s,
+               0::SMALLINT AS retries, 0::INTEGER AS fetch_count, 0::INTEGER AS change_count,
+               NULL::TIMESTAMPTZ AS last_changed, NULL::SMALLINT AS http_status,
+               NULL::VARCHAR AS content_hash, NULL::UBIGINT AS simhash,
+               NULL::VARCHAR AS etag, NULL::VARCHAR AS last_modified,
+               score::FLOAT AS score, depth::SMALLINT AS depth,
+               NULL::TIMESTAMPTZ AS lease_until, NULL::VARCHAR AS lease_segment,
+               NULL::VARCHAR AS redirect_to, NULL::VARCHAR AS duplicate_of, NULL::VARCHAR AS error
+        FROM {source}"""
+
+
+BucketQuery = Callable[[duckdb.DuckDBPyConnection, str, int], str]
+"""Given a connection, the SQL source of the old bucket and the bucket number, return the
+SQL of the new bucket (all CRAWLDB columns). It may register per-bucket inputs on the
+connection first."""
+
+
+@dataclass
+class ReplaceResult:
+    version: str
+    rows: int
+    buckets: int
+
+
+def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, who: str,
+                    applied_segment: str | None = None, now: dt.datetime | None = None,
+                    con: duckdb.DuckDBPyConnection | None = None) -> ReplaceResult:
+    """Write a new crawl DB version bucket by bucket, then swap it in atomically.
+
+    The caller must hold ``store.lock('crawldb')``. If anything fails before the swap the
+    half-written version is deleted and the old one stays current.
+    """
+    manifest, files = current_bucket_files(store)
+    buckets = manifest.buckets if manifest else config.db.buckets
+    con = con or connect(store, config)
+    register_empty(con)
+    version, folder = store.new_version_dir("crawldb")
+    rows = 0
+    try:
+        for bucket in range(buckets):
+            old = f"read_parquet('{files[bucket]}')" if files else "empty_crawldb"
+            sql = build_bucket(con, old, bucket)
+            reader = con.execute(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
+                                 {"now": now or utcnow()} if "$now" in sql else None
+                                 ).fetch_record_batch(64 * 1024)
+            rows += store.write_batches(store.bucket_file(folder, bucket), reader, schema.CRAWLDB)
+            if not store.bucket_file(folder, bucket).exists():
+                store.write_table(store.bucket_file(folder, bucket), schema.CRAWLDB.empty_table(), schema.CRAWLDB)
+    except BaseException:
+        store.discard_version("crawldb", version)
+        raise
+    applied = tuple(manifest.applied_segments) if manifest else ()
+    if applied_segment:
+        applied = (applied + (applied_segment,))[-500:]
+    store.install("crawldb", Manifest(
+        version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+        written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",
+        applied_segments=applied), keep=config.db.keep_versions)
+    return ReplaceResult(version=version, rows=rows, buckets=buckets)

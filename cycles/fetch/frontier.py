@@ -1,0 +1,85 @@
+"""The Mercator frontier of one fetch worker: a queue per host and a heap of next-allowed times.
+
+Each host has a :class:`HostSlot` owned by this worker alone (generate put the host in
+exactly one partition). A slot holds at most one request in flight; when the response
+ends, the slot's next-allowed time becomes ``end + delay`` and it goes back on the heap.
+Times are on the monotonic clock, so a wall-clock jump cannot shorten a delay.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class HostSlot:
+    host: str
+    queue: deque = field(default_factory=deque)
+    next_allowed: float = 0.0
+    """Monotonic time before which no request may start."""
+    delay_s: float = 1.0
+    """Current spacing between the end of one response and the next request."""
+    in_flight: bool = False
+    robots: Any = None
+    """RobotsRules once known; None until robots.txt has been fetched or loaded."""
+    robots_url: str | None = None
+    """The robots.txt URL to request next (None once rules are known)."""
+    robots_hops: int = 0
+    robots_status: int | None = None
+    robots_body: bytes | None = None
+    robots_fetched_at: Any = None
+    robots_from_cache: bool = False
+    failures: int = 0
+    """Consecutive network errors or 5xx; past fetch.max_host_failures the host is set aside."""
+    backoffs: int = 0
+    """Consecutive 429/503 answers, for exponential backoff."""
+    set_aside: str | None = None
+    """Why the host is not fetched further this cycle (its URLs are deferred)."""
+    last_request_end_wall: float | None = None
+    """Wall-clock end of the last response, persisted so the next cycle keeps the spacing."""
+
+
+class Frontier:
+    """Hosts ordered by when they may next be asked."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, HostSlot] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+
+    def slot(self, host: str) -> HostSlot:
+        slot = self.slots.get(host)
+        if slot is None:
+            slot = self.slots[host] = HostSlot(host)
+        return slot
+
+    def schedule(self, slot: HostSlot) -> None:
+        """Put a host (back) on the heap at its next-allowed time, if it has work."""
+        if not slot.in_flight and slot.set_aside is None and (slot.queue or slot.robots_url):
+            heapq.heappush(self._heap, (slot.next_allowed, next(self._seq), slot.host))
+
+    def pop_ready(self, now: float) -> HostSlot | None:
+        """The host that has waited longest past its next-allowed time, or None."""
+        while self._heap and self._heap[0][0] <= now:
+            _, _, host = heapq.heappop(self._heap)
+            slot = self.slots[host]
+            # Stale heap entries (the slot was rescheduled or set aside) are skipped.
+            if slot.in_flight or slot.set_aside or not (slot.queue or slot.robots_url):
+                continue
+            if slot.next_allowed > now:
+                self.schedule(slot)
+                continue
+            return slot
+        return None
+
+    def seconds_to_next(self, now: float) -> float | None:
+        if not self._heap:
+            return None
+        return max(0.0, self._heap[0][0] - now)
+
+    def waiting_hosts(self) -> int:
+        return sum(1 for s in self.slots.values() if not s.in_flight and s.set_aside is None and (s.queue or s.robots_url))

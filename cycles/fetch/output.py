@@ -1,0 +1,147 @@
+"""Crash-safe output of one fetch partition: WARC, fetched rows and outlinks, chunk by chunk.
+
+Results are buffered and committed as a *chunk* every ``fetch.flush_s`` seconds or
+``fetch.flush_pages`` results. A chunk is three files sharing a name,
+``part-NNNNN-cNNNNNN``, committed in this order, each by an atomic rename:
+
+1. ``warc/<chunk>.warc.gz``   the raw requests and responses (gzip per record);
+2. ``outlinks/<chunk>.parquet``;
+3. ``fetched/<chunk>.parquet`` — the commit record: a result exists iff its row is here.
+
+After ``kill -9``, :func:`resume_state` deletes temporary files and any WARC or outlinks
+chunk without its fetched file (a chunk cut in the middle of committing), and returns the
+URLs already committed so the worker does not fetch them again. Every file left behind is
+complete.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from cycles import schema
+from cycles.store import Store
+
+
+def chunk_name(partition: int, chunk: int) -> str:
+    return f"part-{partition:05d}-c{chunk:06d}"
+
+
+def resume_state(store: Store, segment_dir: Path, partition: int) -> tuple[set[str], int]:
+    """Clean up after an interrupted run; return (URLs already committed, next chunk number)."""
+    prefix = f"part-{partition:05d}-c"
+    fetched_dir, outlinks_dir, warc_dir = (segment_dir / d for d in ("fetched", "outlinks", "warc"))
+    for folder in (fetched_dir, outlinks_dir, warc_dir, segment_dir / "hosts"):
+        store.remove_temporaries(folder)
+    committed = {p.name[: -len(".parquet")] for p in fetched_dir.glob(prefix + "*.parquet")} if fetched_dir.exists() else set()
+    for folder, suffix in ((warc_dir, ".warc.gz"), (outlinks_dir, ".parquet")):
+        if folder.exists():
+            for path in folder.glob(prefix + "*" + suffix):
+                if path.name[: -len(suffix)] not in committed:
+                    path.unlink()  # half-committed chunk: its results will be fetched again
+    done: set[str] = set()
+    for name in committed:
+        done.update(pq.read_table(fetched_dir / f"{name}.parquet", columns=["url"])["url"].to_pylist())
+    next_chunk = 1 + max((int(n.rsplit("-c", 1)[1]) for n in committed), default=0)
+    return done, next_chunk
+
+
+class PartitionOutput:
+    """Buffers results of one partition and commits them chunk by chunk."""
+
+    def __init__(self, store: Store, segment: str, segment_dir: Path, partition: int,
+                 first_chunk: int, user_agent: str):
+        self.store = store
+        self.segment = segment
+        self.dir = segment_dir
+        self.partition = partition
+        self.chunk = first_chunk
+        self.user_agent = user_agent
+        self.rows: list[dict] = []
+        self.links: list[dict] = []
+        self._warc_tmp: Path | None = None
+        self._warc_fh = None
+        self._writer: WARCWriter | None = None
+        self.last_flush = time.monotonic()
+        for sub in ("fetched", "outlinks", "warc"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+
+    # --- WARC -------------------------------------------------------------------------
+    def _open_warc(self) -> WARCWriter:
+        if self._writer is None:
+            name = chunk_name(self.partition, self.chunk) + ".warc.gz"
+            self._warc_tmp = self.dir / "warc" / f".{name}.tmp"
+            self._warc_fh = open(self._warc_tmp, "wb")
+            self._writer = WARCWriter(self._warc_fh, gzip=True, warc_version="1.1")
+            info = self._writer.create_warcinfo_record(name, {
+                "software": "crawl/0.1 (cycles)", "format": "WARC File Format 1.1",
+                "conformsTo": "https://iso.org/standard/68004", "isPartOf": self.segment,
+                "hostname": socket.gethostname(), "http-header-user-agent": self.user_agent})
+            self._writer.write_record(info)
+        return self._writer
+
+    def write_response(self, url: str, ip: str | None, request_headers: list[tuple[str, str]],
+                       request_line: str, status_line: str, response_headers: list[tuple[str, str]],
+                       raw_body: bytes, fetched_at: str) -> tuple[str, int, int]:
+        """Append a request/response pair; return (file, offset, length) of the response record."""
+        writer = self._open_warc()
+        common = {"WARC-Date": fetched_at}
+        if ip:
+            common["WARC-IP-Address"] = ip
+        http_headers = StatusAndHeaders(status_line.split(" ", 1)[1] if " " in status_line else status_line,
+                                        response_headers, protocol=status_line.split(" ", 1)[0])
+        response = writer.create_warc_record(url, "response", payload=io.BytesIO(raw_body),
+                                             http_headers=http_headers, warc_headers_dict=dict(common))
+        request = writer.create_warc_record(
+            url, "request", payload=io.BytesIO(b""),
+            http_headers=StatusAndHeaders(request_line, request_headers, is_http_request=True),
+            warc_headers_dict={**common, "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID")})
+        offset = self._warc_fh.tell()
+        writer.write_record(response)
+        length = self._warc_fh.tell() - offset
+        writer.write_record(request)
+        return f"warc/{chunk_name(self.partition, self.chunk)}.warc.gz", offset, length
+
+    # --- rows -------------------------------------------------------------------------
+    def add(self, row: dict, links: list[dict]) -> None:
+        self.rows.append(row)
+        self.links.extend(links)
+
+    def due(self, flush_s: float, flush_pages: int) -> bool:
+        return bool(self.rows) and (len(self.rows) >= flush_pages or time.monotonic() - self.last_flush >= flush_s)
+
+    def flush(self) -> int:
+        """Commit the buffered results as one chunk; returns rows committed."""
+        self.last_flush = time.monotonic()
+        if not self.rows:
+            return 0
+        name = chunk_name(self.partition, self.chunk)
+        if self._writer is not None:
+            self._warc_fh.flush()
+            os.fsync(self._warc_fh.fileno())
+            self._warc_fh.close()
+            os.replace(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
+            self._writer = self._warc_fh = self._warc_tmp = None
+        self.store.write_table(self.dir / "outlinks" / f"{name}.parquet",
+                               pa.Table.from_pylist(self.links, schema=schema.OUTLINKS), schema.OUTLINKS)
+        self.store.write_table(self.dir / "fetched" / f"{name}.parquet",
+                               pa.Table.from_pylist(self.rows, schema=schema.FETCHED), schema.FETCHED)
+        committed = len(self.rows)
+        self.rows, self.links = [], []
+        self.chunk += 1
+        return committed
+
+    def close(self) -> int:
+        committed = self.flush()
+        if self._warc_fh is not None:  # a WARC opened but no row to commit: discard it
+            self._warc_fh.close()
+            self._warc_tmp.unlink(missing_ok=True)
+        return committed

@@ -1,0 +1,177 @@
+"""One HTTP transfer on a pycurl easy handle: limits, early aborts, header capture.
+
+Limits are enforced by libcurl (connect timeout, total timeout, low-speed limit) and by
+our callbacks, which abort the transfer as soon as we know we do not want the body:
+a Content-Length over the size cap, a non-HTML type, or a body that grows past the cap.
+Aborting (rather than downloading and truncating) frees the slot and spares the server.
+Bodies are requested compressed and stored exactly as received (the WARC keeps the
+bytes on the wire); :func:`decoded_body` inflates them with the same size cap, so a
+compression bomb cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import pycurl
+
+from cycles.config import FetchConfig
+from cycles.fetch.parse import sniff_html
+
+# Why a transfer was aborted by us (libcurl then reports CURLE_WRITE_ERROR).
+ABORT_TOO_LARGE = "too_large"
+ABORT_NOT_HTML = "not_html"
+
+
+@dataclass
+class Request:
+    url: str
+    host: str
+    kind: str  # "robots" or "page"
+    item: dict | None = None  # the fetch list row of a page request
+    headers: list[str] = field(default_factory=list)
+
+
+class Transfer:
+    """Callbacks and collected state of one transfer."""
+
+    def __init__(self, request: Request, config: FetchConfig, max_bytes: int):
+        self.request = request
+        self.max_bytes = max_bytes
+        self.html_only = config.html_only and request.kind == "page"
+        self.status_line = b""
+        self.header_lines: list[bytes] = []
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.abort: str | None = None
+        self.started_wall = time.time()
+        self.started = time.monotonic()
+        self.ended = 0.0
+        self._checked_type = False
+
+    # --- callbacks --------------------------------------------------------------------
+    def on_header(self, line: bytes):
+        if line.startswith(b"HTTP/"):
+            # A new response (after 100 Continue, say): forget the previous headers.
+            self.status_line = line.rstrip(b"\r\n")
+            self.header_lines = []
+            self._checked_type = False
+            return None
+        if line in (b"\r\n", b"\n"):
+            return self._check_headers()
+        self.header_lines.append(line.rstrip(b"\r\n"))
+        return None
+
+    def _check_headers(self):
+        status = self.status_code()
+        if status is None or not 200 <= status < 300:
+            return None
+        length = self.header("content-length")
+        if length and length.isdigit() and int(length) > self.max_bytes:
+            self.abort = ABORT_TOO_LARGE
+            return 0  # abort now: not one byte of the body is read
+        ctype = self.header("content-type")
+        if self.html_only and ctype is not None:
+            self._checked_type = True
+            if not sniff_html(b"", ctype):
+                self.abort = ABORT_NOT_HTML
+                return 0
+        return None
+
+    def on_body(self, data: bytes):
+        if self.html_only and not self._checked_type:
+            status = self.status_code()
+            self._checked_type = True
+            if status is not None and 200 <= status < 300 and not sniff_html(data[:512], None):
+                self.abort = ABORT_NOT_HTML
+                return 0
+        self.size += len(data)
+        if self.size > self.max_bytes:
+            self.abort = ABORT_TOO_LARGE
+            return 0
+        self.chunks.append(data)
+        return None
+
+    # --- results ------------------------------------------------------------------------
+    def status_code(self) -> int | None:
+        parts = self.status_line.split(None, 2)
+        if len(parts) >= 2 and parts[1].isdigit():
+            return int(parts[1])
+        return None
+
+    def header(self, name: str) -> str | None:
+        """Value of the last header with this name (case-insensitive), decoded as Latin-1."""
+        prefix = name.lower().encode() + b":"
+        for line in reversed(self.header_lines):
+            if line[: len(prefix)].lower() == prefix:
+                return line[len(prefix):].strip().decode("latin-1")
+        return None
+
+    def headers_list(self) -> list[tuple[str, str]]:
+        out = []
+        for line in self.header_lines:
+            name, sep, value = line.partition(b":")
+            if sep:
+                out.append((name.decode("latin-1").strip(), value.decode("latin-1").strip()))
+        return out
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def decoded_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes | None:
+    """The body with gzip/deflate removed; None if it inflates past max_bytes or is corrupt."""
+    encoding = (content_encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return raw  # unknown coding: hand over as is; the parser copes with junk
+    # wbits 47 = zlib or gzip header auto-detected; raw deflate needs -15.
+    for wbits in ((47,) if encoding != "deflate" else (47, -15)):
+        try:
+            inflater = zlib.decompressobj(wbits)
+            out = inflater.decompress(raw, max_bytes + 1)
+            if len(out) > max_bytes:
+                return None
+            return out
+        except zlib.error:
+            continue
+    return None
+
+
+def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolve: list[str]) -> None:
+    """Set every option of one transfer on a (reset) easy handle."""
+    request = transfer.request
+    curl.setopt(pycurl.URL, request.url)
+    curl.setopt(pycurl.USERAGENT, config.user_agent)
+    curl.setopt(pycurl.HTTPHEADER, ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1",
+                                    "Accept-Language: en;q=1.0, *;q=0.5"] + request.headers)
+    curl.setopt(pycurl.ENCODING, "gzip, deflate")
+    # Keep the bytes as sent (for the WARC); we inflate ourselves, with a cap.
+    curl.setopt(pycurl.HTTP_CONTENT_DECODING, 0)
+    curl.setopt(pycurl.FOLLOWLOCATION, 0)
+    curl.setopt(pycurl.NOSIGNAL, 1)
+    curl.setopt(pycurl.CONNECTTIMEOUT_MS, int(config.connect_timeout_s * 1000))
+    curl.setopt(pycurl.TIMEOUT_MS, int(config.timeout_s * 1000))
+    curl.setopt(pycurl.LOW_SPEED_LIMIT, int(config.low_speed_bytes_per_s))
+    curl.setopt(pycurl.LOW_SPEED_TIME, int(config.low_speed_time_s))
+    curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    curl.setopt(pycurl.HEADERFUNCTION, transfer.on_header)
+    curl.setopt(pycurl.WRITEFUNCTION, transfer.on_body)
+    if resolve:
+        curl.setopt(pycurl.RESOLVE, resolve)
+
+
+def resolve_entries(url: str, resolve: dict[str, str]) -> list[str]:
+    """curl RESOLVE entry pinning the URL's host and port to its override address."""
+    if not resolve:
+        return []
+    parts = urlsplit(url)
+    ip = resolve.get(parts.hostname or "")
+    if not ip:
+        return []
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return [f"{parts.hostname}:{port}:{ip}"]

@@ -1,0 +1,430 @@
+"""The fetch worker: one partition of a segment, one process, one pycurl multi loop.
+
+The worker owns every host of its partition (generate put each host in exactly one), so
+politeness needs no coordination: a :class:`~cycles.fetch.frontier.HostSlot` per host,
+one request in flight at most, and ``delay`` seconds between the end of a response and
+the next request — robots.txt requests included, and across cycles (the host's last
+request end is persisted in the host DB).
+
+Per host the first request is for robots.txt unless a copy younger than
+``fetch.robots_cache_s`` is known. RFC 9309 §2.3.1: 2xx → obey; 4xx (not 429) → allow
+all; 5xx, 429 or a network error → assume complete disallow, so the host's URLs are
+deferred to a later cycle (never fetched, never marked failed).
+
+:func:`fetch_partition` is a module-level function taking plain data so that it can run
+in a pool process (spawned, inheriting nothing) or in-process with the same interface.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import json
+import time
+from collections import Counter
+from urllib.parse import urljoin, urlsplit
+
+import pycurl
+import pyarrow.parquet as pq
+
+from cycles import schema
+from cycles.config import Config, config_from_dict
+from cycles.fetch.frontier import Frontier, HostSlot
+from cycles.fetch.hoststate import load_host_state
+from cycles.fetch.output import PartitionOutput, resume_state
+from cycles.fetch.parse import parse_html
+from cycles.fetch.robots import RobotsRules, robots_redirect_ok
+from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body, resolve_entries
+from cycles.schema import FetchOutcome as O
+from cycles.store import Store
+
+CURLE_OPERATION_TIMEDOUT = 28
+
+
+def _wall(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+
+
+def retry_after_s(value: str | None, now_wall: float) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return max(0.0, when.timestamp() - now_wall)
+
+
+def robots_url_for(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/robots.txt"
+
+
+class PartitionFetcher:
+    """State of one partition's fetch loop."""
+
+    def __init__(self, store: Store, segment: str, partition: int, config: Config):
+        self.store = store
+        self.segment = segment
+        self.partition = partition
+        self.config = config
+        self.fc = config.fetch
+        self.floor_s = config.effective_delay_s()
+        self.stats: Counter = Counter()
+        self.frontier = Frontier()
+        self.seg_dir = store.segment_dir(segment)
+        self.multi = pycurl.CurlMulti()
+        self.free: list[pycurl.Curl] = []
+        self.active: dict[pycurl.Curl, tuple[Transfer, HostSlot]] = {}
+        self.output: PartitionOutput | None = None
+
+    # --- set-up -----------------------------------------------------------------------
+    def load(self) -> None:
+        items = pq.read_table(self.seg_dir / "fetchlist" / f"part-{self.partition:05d}.parquet").to_pylist()
+        done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
+        resumed = bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
+        self.stats["fetch/resumed_skipped"] += len(done)
+        self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
+                                      next_chunk, self.fc.user_agent)
+        items = [i for i in items if i["url"] not in done]
+        states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
+        now_mono, now_wall = time.monotonic(), time.time()
+        for item in items:
+            slot = self.frontier.slots.get(item["host"])
+            if slot is None:
+                slot = self.frontier.slot(item["host"])
+                self._init_slot(slot, item["url"], states.get(item["host"]), now_mono, now_wall, resumed)
+            slot.queue.append(item)
+        for slot in self.frontier.slots.values():
+            self.frontier.schedule(slot)
+
+    def _init_slot(self, slot: HostSlot, first_url: str, state: dict | None, now_mono: float,
+                   now_wall: float, resumed: bool) -> None:
+        slot.delay_s = self.floor_s
+        if state is not None:
+            if state["crawl_delay_s"]:
+                slot.delay_s = max(self.floor_s, float(state["crawl_delay_s"]))
+            fetched_at = state["robots_fetched_at"]
+            if fetched_at is not None and now_wall - fetched_at.timestamp() < self.fc.robots_cache_s:
+                slot.robots_status = state["robots_status"]
+                slot.robots_body = state["robots_body"]
+                slot.robots_fetched_at = fetched_at
+                slot.robots_from_cache = True
+                self._apply_robots(slot, RobotsRules.from_response(
+                    slot.robots_status, slot.robots_body, self.fc.robots_agent, self.fc.max_robots_bytes))
+                self.stats["robots/cached"] += 1
+            if state["last_request_end"] is not None:
+                # Keep the spacing across cycles: the wall-clock end of the last response,
+                # mapped onto this process's monotonic clock.
+                wait = state["last_request_end"].timestamp() + slot.delay_s - now_wall
+                slot.next_allowed = now_mono + max(0.0, wait)
+                slot.last_request_end_wall = state["last_request_end"].timestamp()
+        if resumed:
+            # A killed run may have asked this host after its last flush: wait a full delay.
+            slot.next_allowed = max(slot.next_allowed, now_mono + slot.delay_s)
+        if slot.robots is None:
+            slot.robots_url = robots_url_for(first_url)
+
+    # --- robots -----------------------------------------------------------------------
+    def _apply_robots(self, slot: HostSlot, rules: RobotsRules) -> None:
+        slot.robots = rules
+        slot.robots_url = None
+        self.stats[f"robots/{rules.kind}"] += 1
+        if rules.kind == "disallow_all":
+            self._set_aside(slot, f"robots.txt unreachable ({rules.reason}); RFC 9309 §2.3.1.4: disallow all for now")
+            return
+        delay = rules.crawl_delay() if rules.kind == "rules" else None
+        if delay is not None:
+            if delay > self.fc.max_crawl_delay_s:
+                self.stats["robots/crawl_delay_too_long"] += 1
+                self._set_aside(slot, f"robots.txt Crawl-delay {delay:g}s exceeds fetch.max_crawl_delay_s")
+                return
+            slot.delay_s = max(slot.delay_s, self.floor_s, delay)
+
+    def _finish_robots(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
+        status = transfer.status_code()
+        self.stats["robots/requests"] += 1
+        if error is not None and transfer.abort != ABORT_TOO_LARGE:
+            self.stats["robots/network_error"] += 1
+            status = None
+        if status is not None and 300 <= status < 400 and transfer.header("location"):
+            target = urljoin(transfer.request.url, transfer.header("location"))
+            slot.robots_hops += 1
+            if robots_redirect_ok(transfer.request.url, target, slot.robots_hops, self.fc.max_redirects):
+                slot.robots_url = target
+                self.stats["robots/redirect"] += 1
+                return
+            # RFC 9309 §2.3.1.2: past five redirects robots.txt MAY be taken as unavailable.
+            status, body = 404, b""
+        else:
+            body = transfer.body()
+        slot.robots_status = status
+        slot.robots_body = body if status is not None and 200 <= status < 300 else None
+        slot.robots_fetched_at = _wall(transfer.started_wall)
+        self.stats[f"robots/status/{status if status is not None else 'none'}"] += 1
+        self._apply_robots(slot, RobotsRules.from_response(status, body, self.fc.robots_agent, self.fc.max_robots_bytes))
+
+    # --- pages ------------------------------------------------------------------------
+    def _row(self, item: dict, outcome: str, **values) -> dict:
+        row = {name: None for name in schema.FETCHED.names}
+        row.update(url=item["url"], host=item["host"], outcome=outcome, **values)
+        self.stats[f"fetch/outcome/{outcome}"] += 1
+        return row
+
+    def _defer_queue(self, slot: HostSlot, reason: str) -> None:
+        while slot.queue:
+            self.output.add(self._row(slot.queue.popleft(), O.DEFERRED, error=reason), [])
+
+    def _set_aside(self, slot: HostSlot, reason: str) -> None:
+        slot.set_aside = reason
+        self.stats["fetch/hosts_set_aside"] += 1
+        self._defer_queue(slot, reason)
+
+    def _next_request(self, slot: HostSlot) -> Request | None:
+        if slot.robots_url:
+            return Request(slot.robots_url, slot.host, "robots")
+        while slot.queue:
+            item = slot.queue.popleft()
+            if not slot.robots.allowed(item["url"]):
+                self.stats["robots/denied"] += 1
+                self.output.add(self._row(item, O.ROBOTS_DENIED, error="disallowed by robots.txt"), [])
+                continue
+            headers = []
+            if item.get("etag"):
+                headers.append(f"If-None-Match: {item['etag']}")
+            if item.get("last_modified"):
+                headers.append(f"If-Modified-Since: {item['last_modified']}")
+            return Request(item["url"], slot.host, "page", item, headers)
+        return None
+
+    def _finish_page(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, curl) -> None:
+        item = transfer.request.item
+        started = _wall(transfer.started_wall)
+        duration_ms = int((transfer.ended - transfer.started) * 1000)
+        common = dict(fetched_at=started, duration_ms=duration_ms, body_bytes=transfer.size)
+        status = transfer.status_code()
+        if status is not None:
+            self.stats[f"fetch/status/{status}"] += 1
+            common.update(http_status=status, content_type=transfer.header("content-type"),
+                          etag=transfer.header("etag"), last_modified=transfer.header("last-modified"))
+        self.stats["fetch/bytes"] += transfer.size
+        if transfer.abort == ABORT_TOO_LARGE:
+            self.output.add(self._row(item, O.TOO_LARGE, error=f"body over {transfer.max_bytes} bytes; aborted", **common), [])
+            return
+        if transfer.abort == ABORT_NOT_HTML:
+            self.output.add(self._row(item, O.NOT_HTML, error="not HTML; body not downloaded", **common), [])
+            return
+        if error is not None:
+            errno, message = error
+            self.stats["fetch/timeout" if errno == CURLE_OPERATION_TIMEDOUT else "fetch/network_error"] += 1
+            self._count_failure(slot)
+            self.output.add(self._row(item, O.NETWORK_ERROR, error=f"curl {errno}: {message}", **common), [])
+            return
+        slot.failures = 0
+        if 200 <= status < 300:
+            slot.backoffs = 0
+            self._store_page(slot, transfer, item, common, curl)
+        elif status == 304:
+            slot.backoffs = 0
+            self.output.add(self._row(item, O.NOT_MODIFIED, **common), [])
+        elif 300 <= status < 400 and transfer.header("location"):
+            target = urljoin(item["url"], transfer.header("location"))
+            self.output.add(self._row(item, O.REDIRECT, redirect_to=target, **common),
+                            [self._link(item, target, "", False)])
+        elif status in (404, 410):
+            self.output.add(self._row(item, O.GONE, **common), [])
+        elif status == 429 or status >= 500:
+            self._back_off(slot, transfer, status)
+            self.output.add(self._row(item, O.SERVER_ERROR, error=f"HTTP {status}", **common), [])
+        else:
+            self.output.add(self._row(item, O.CLIENT_ERROR, error=f"HTTP {status}", **common), [])
+
+    def _link(self, item: dict, url: str, anchor: str, nofollow: bool) -> dict:
+        return {"from_url": item["url"], "url": url, "anchor": anchor, "nofollow": nofollow,
+                "depth": min(int(item["depth"]) + 1, 32767)}
+
+    def _store_page(self, slot: HostSlot, transfer: Transfer, item: dict, common: dict, curl) -> None:
+        raw = transfer.body()
+        body = decoded_body(raw, transfer.header("content-encoding"), self.fc.max_page_bytes)
+        if body is None:
+            self.output.add(self._row(item, O.TOO_LARGE, error="body does not inflate within the size cap", **common), [])
+            return
+        warc_file, offset, length = self.output.write_response(
+            item["url"], curl.getinfo(pycurl.PRIMARY_IP) or None, self._request_headers(transfer),
+            self._request_line(item["url"]), transfer.status_line.decode("latin-1"),
+            transfer.headers_list(), raw, started_iso(transfer))
+        location = dict(warc_file=warc_file, warc_offset=offset, warc_length=length)
+        try:
+            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent)
+        except Exception as exc:  # a parser crash costs one page, never the worker
+            self.stats["parse/crash"] += 1
+            self.output.add(self._row(item, O.PARSE_ERROR, error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
+                                      **common, **location), [])
+            return
+        self.stats["parse/pages"] += 1
+        links = [self._link(item, link.url, link.anchor, link.nofollow) for link in page.links]
+        self.stats["parse/links"] += len(links)
+        self.output.add(self._row(item, O.OK, title=page.title, text=page.text, content_hash=page.content_hash,
+                                  simhash=page.simhash, canonical=page.canonical, noindex=page.noindex,
+                                  **common, **location), links)
+
+    def _request_line(self, url: str) -> str:
+        parts = urlsplit(url)
+        return f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1"
+
+    def _request_headers(self, transfer: Transfer) -> list[tuple[str, str]]:
+        headers = [("Host", urlsplit(transfer.request.url).netloc), ("User-Agent", self.fc.user_agent),
+                   ("Accept-Encoding", "gzip, deflate")]
+        for line in transfer.request.headers:
+            name, _, value = line.partition(":")
+            headers.append((name, value.strip()))
+        return headers
+
+    # --- adaptive politeness ------------------------------------------------------------
+    def _count_failure(self, slot: HostSlot) -> None:
+        slot.failures += 1
+        if slot.failures >= self.fc.max_host_failures:
+            self._set_aside(slot, f"{slot.failures} consecutive failures; host set aside for this cycle")
+
+    def _back_off(self, slot: HostSlot, transfer: Transfer, status: int) -> None:
+        """429/503: wait what Retry-After asks (capped), else back off exponentially."""
+        slot.backoffs += 1
+        if status >= 500:
+            slot.failures += 1
+        wait = retry_after_s(transfer.header("retry-after"), time.time())
+        if wait is None:
+            wait = min(self.fc.max_retry_after_s, slot.delay_s * 2 ** slot.backoffs)
+        self.stats["fetch/backoff"] += 1
+        if wait > self.fc.max_retry_after_s or slot.failures >= self.fc.max_host_failures:
+            self._set_aside(slot, f"host asked us to wait {wait:.0f}s (HTTP {status}); set aside for this cycle")
+            return
+        slot.next_allowed = max(slot.next_allowed, transfer.ended + wait)
+
+    def _delay_after(self, slot: HostSlot, transfer: Transfer) -> float:
+        """Spacing before the next request: the host's delay, longer for a slow host."""
+        duration = transfer.ended - transfer.started
+        return max(slot.delay_s, min(self.fc.max_crawl_delay_s, self.fc.delay_factor * duration))
+
+    # --- the loop -----------------------------------------------------------------------
+    def _start(self, slot: HostSlot, request: Request) -> None:
+        curl = self.free.pop() if self.free else pycurl.Curl()
+        max_bytes = self.fc.max_robots_bytes if request.kind == "robots" else self.fc.max_page_bytes
+        transfer = Transfer(request, self.fc, max_bytes)
+        configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
+        slot.in_flight = True
+        self.active[curl] = (transfer, slot)
+        self.multi.add_handle(curl)
+        self.stats["fetch/requests"] += 1
+
+    def _finish(self, curl, error: tuple[int, str] | None) -> None:
+        transfer, slot = self.active.pop(curl)
+        self.multi.remove_handle(curl)
+        transfer.ended = time.monotonic()
+        slot.in_flight = False
+        slot.last_request_end_wall = time.time()
+        slot.next_allowed = transfer.ended + self._delay_after(slot, transfer)
+        if transfer.request.kind == "robots":
+            self._finish_robots(slot, transfer, error)
+        else:
+            self._finish_page(slot, transfer, error, curl)
+        curl.reset()
+        self.free.append(curl)
+        self.frontier.schedule(slot)
+
+    def _drain(self) -> None:
+        while True:
+            ret, _ = self.multi.perform()
+            if ret != pycurl.E_CALL_MULTI_PERFORM:
+                break
+        while True:
+            queued, ok, failed = self.multi.info_read()
+            for curl in ok:
+                self._finish(curl, None)
+            for curl, errno, message in failed:
+                self._finish(curl, (errno, message))
+            if not queued:
+                break
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                for slot in self.frontier.slots.values():
+                    if not slot.set_aside:
+                        slot.robots_url = None
+                        self._defer_queue(slot, "fetch.max_duration_s reached")
+                if not self.active:
+                    break
+            while len(self.active) < self.fc.max_in_flight:
+                slot = self.frontier.pop_ready(now)
+                if slot is None:
+                    break
+                request = self._next_request(slot)
+                if request is not None:
+                    self._start(slot, request)
+            self._drain()
+            wait = self.frontier.seconds_to_next(time.monotonic())
+            if not self.active and wait is None:
+                break
+            timeout = min(1.0, wait if wait is not None else 1.0)
+            if self.active:
+                self.multi.select(max(timeout, 0.001))
+                self._drain()
+            elif timeout > 0:
+                time.sleep(timeout)
+            if self.output.due(self.fc.flush_s, self.fc.flush_pages):
+                self.flush()
+        self.flush()
+
+    def flush(self) -> None:
+        committed = self.output.flush()
+        self.stats["fetch/chunks"] += 1 if committed else 0
+        self.write_hosts()
+
+    def write_hosts(self) -> None:
+        rows = [{"host": s.host,
+                 "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
+                 "robots_status": s.robots_status, "robots_fetched_at": s.robots_fetched_at,
+                 "robots_body": s.robots_body, "crawl_delay_s": s.delay_s}
+                for s in self.frontier.slots.values()
+                if s.last_request_end_wall is not None or s.robots_fetched_at is not None]
+        import pyarrow as pa
+        self.store.write_table(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet",
+                               pa.Table.from_pylist(rows, schema=schema.HOSTS), schema.HOSTS)
+
+    def close(self) -> None:
+        for curl in list(self.active):
+            self.multi.remove_handle(curl)
+        self.output.close()
+        self.multi.close()
+
+
+def started_iso(transfer: Transfer) -> str:
+    return _wall(transfer.started_wall).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def fetch_partition(root: str, segment: str, partition: int, config_values: dict) -> dict:
+    """Fetch one partition of a segment; returns its counters. Safe to call again after a crash."""
+    store = Store(root)
+    config = config_from_dict(config_values)
+    stats_path = store.segment_dir(segment) / "stats" / f"fetch-part-{partition:05d}.json"
+    if stats_path.exists():
+        return json.loads(stats_path.read_text())["counters"]
+    started = time.monotonic()
+    fetcher = PartitionFetcher(store, segment, partition, config)
+    fetcher.load()
+    try:
+        fetcher.run()
+    finally:
+        fetcher.close()
+    fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
+    counters = dict(fetcher.stats)
+    store.write_json(stats_path, {"partition": partition, "counters": counters})
+    return counters

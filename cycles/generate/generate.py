@@ -1,0 +1,96 @@
+"""``crawl generate``: choose the due URLs, lease them, write a partitioned fetch list.
+
+A URL is due when its ``next_fetch`` has passed and no live lease holds it. Among due URLs
+the best-scored come first (ties: the most overdue), at most
+``generate.max_urls_per_host`` per host and ``generate.top_n`` in all. The chosen URLs are
+written to ``segments/<id>/fetchlist/part-NNNNN.parquet`` with partition
+``host_hash % generate.partitions`` — so every host is in exactly one partition and is
+fetched by exactly one process — ordered by host, then score. The crawl DB is then
+replaced by a version in which the chosen URLs carry a lease until ``now + lease_s``;
+an update of the segment releases it, and if the segment is never updated the URLs
+become due again when the lease runs out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from cycles import schema
+from cycles.config import Config
+from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, replace_crawldb
+from cycles.errors import StageError
+from cycles.store import Store, new_id, utcnow
+
+
+@dataclass
+class GenerateResult:
+    segment: str | None
+    urls: int
+    hosts: int
+    partitions: int
+    reason: str = ""
+    """Why no segment was made, when none was."""
+
+
+def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
+    """The due URLs to fetch next, best first, capped per host and in total."""
+    return con.execute(f"""
+        SELECT url, host, host_hash, score, depth, etag, last_modified
+        FROM (
+            SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
+            FROM {source}
+            WHERE next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)
+        )
+        WHERE host_rank <= {int(config.generate.max_urls_per_host)}
+        ORDER BY score DESC, next_fetch, url
+        LIMIT {int(top_n)}""", {"now": now}).fetch_arrow_table()
+
+
+def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con) -> None:
+    folder = store.segment_dir(segment, must_exist=False) / "fetchlist"
+    con.register("selected", selected)
+    for part in range(partitions):
+        table = con.execute(f"""
+            SELECT * FROM selected WHERE host_hash % {partitions} = {part}
+            ORDER BY host, score DESC, url""").fetch_arrow_table()
+        store.write_table(folder / f"part-{part:05d}.parquet", table, schema.FETCHLIST)
+
+
+def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
+             top_n: int | None = None) -> GenerateResult:
+    """Make the next segment; returns its id (None when nothing is due)."""
+    now = now or utcnow()
+    top_n = config.generate.top_n if top_n is None else top_n
+    partitions = max(1, config.generate.partitions)
+    with store.lock("crawldb"):
+        manifest, files = current_bucket_files(store)
+        if manifest is None:
+            raise StageError(f"generate: there is no crawl DB in {store.root}; add seeds first "
+                             "with `crawl inject seeds.txt`")
+        con = connect(store, config)
+        selected = select_due(con, crawldb_source_sql(files), config, now, top_n)
+        if selected.num_rows == 0:
+            return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
+        segment = new_id(now)
+        write_fetchlists(store, segment, selected, partitions, con)
+        lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
+
+        lease_sql = f"TIMESTAMPTZ '{lease_until.isoformat()}'"
+
+        def lease_bucket(con, old: str, bucket: int) -> str:
+            return f"""
+                SELECT db.* REPLACE (
+                    CASE WHEN s.url IS NULL THEN db.lease_until ELSE {lease_sql} END AS lease_until,
+                    CASE WHEN s.url IS NULL THEN db.lease_segment ELSE '{segment}' END AS lease_segment)
+                FROM {old} db LEFT JOIN selected s ON db.url = s.url"""
+
+        replace_crawldb(store, config, lease_bucket, who="generate", con=con)
+    hosts = len(set(selected["host"].to_pylist()))
+    store.write_marker(segment, "generated", {
+        "segment": segment, "generated_at": now.isoformat(), "urls": selected.num_rows,
+        "hosts": hosts, "partitions": partitions, "lease_until": lease_until.isoformat(),
+        "crawldb_version": manifest.version})
+    return GenerateResult(segment, selected.num_rows, hosts, partitions)

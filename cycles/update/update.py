@@ -1,0 +1,230 @@
+"""``crawl update``: merge a fetched segment into the crawl DB.
+
+For each bucket of the crawl DB, DuckDB joins the old bucket with the segment's fetch
+results and its new outlinks and writes the new bucket; the new version is swapped in
+atomically (see cycles/crawldb.py). The rules:
+
+- every fetch result updates its URL's row by the transition rules in
+  :func:`transition_sql` (status, next fetch, interval, retries, validators, hashes);
+- outlinks are normalised and filtered (cycles/urls.py; every drop counted by reason),
+  nofollow links dropped, deduplicated, and only URLs the crawl DB does not hold are
+  added (anti-join) — the crawl DB is the exact seen-set, so no URL gets two rows;
+- the segment's leases are released, fetched or not;
+- the segment's host state (last request time, robots.txt) is merged into the host DB.
+
+Update is idempotent: the manifest lists the segments already applied, and applying one
+again changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cycles import schema
+from cycles.config import Config
+from cycles.crawldb import bucket_of, connect, current_bucket_files, new_url_rows_sql, replace_crawldb
+from cycles.errors import StageError
+from cycles.fetch.hoststate import read_all_host_files
+from cycles.store import Manifest, Store, utcnow
+from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+
+
+@dataclass
+class UpdateResult:
+    segment: str
+    applied: bool
+    counters: Counter = field(default_factory=Counter)
+    reason: str = ""
+
+
+def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    files = sorted(folder.glob("part-*.parquet")) if folder.exists() else []
+    if not files:
+        return table_schema.empty_table().select(columns or table_schema.names)
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    return pa.concat_tables(tables).cast(pa.schema([table_schema.field(c) for c in (columns or table_schema.names)]))
+
+
+def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.Table:
+    """Normalise, filter and deduplicate outlinks: (url, host, host_hash, score, depth)."""
+    counters["outlinks/found"] += links.num_rows
+    follow = links.filter(pc.invert(links["nofollow"]))
+    counters["outlinks/nofollow"] += links.num_rows - follow.num_rows
+    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
+    raw = pc.unique(follow["url"]).to_pylist()
+    normalised: list[str | None] = []
+    for url in raw:
+        norm = normalizer.normalize(url)
+        reason = "unparseable" if norm is None else url_filter.reason(norm)
+        if reason:
+            counters[f"filter/{reason}"] += 1
+            norm = None
+        normalised.append(norm)
+    mapping = pa.table({"raw": pa.array(raw, pa.string()), "url": pa.array(normalised, pa.string())})
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("links", follow)
+    con.register("mapping", mapping)
+    deduped = con.execute(f"""
+        SELECT m.url, min(l.depth) AS depth
+        FROM links l JOIN mapping m ON l.url = m.raw
+        WHERE m.url IS NOT NULL
+        GROUP BY m.url
+        HAVING min(l.depth) <= {int(config.update.max_depth)}""").fetch_arrow_table()
+    too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
+        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchone()[0]
+    counters["filter/max_depth"] += too_deep
+    hosts = [url_host(u) for u in deduped["url"].to_pylist()]
+    depth = deduped["depth"].cast(pa.int16())
+    return pa.table({
+        "url": deduped["url"], "host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts),
+        "score": pc.cast(pc.divide(pa.scalar(1.0), pc.add(pc.cast(depth, pa.float64()), 1.0)), pa.float32()),
+        "depth": depth,
+    })
+
+
+def transition_sql(config: Config, segment: str) -> str:
+    """SELECT list computing each row's new state from its old row (db) and result (f).
+
+    The transitions (f.outcome → new status, next fetch):
+      ok            → fetched (or unchanged status if the hash equals), interval adapted
+      not_modified  → not_modified, interval grows
+      redirect      → redirected, redirect_to set, refetched after the default interval
+      gone, client_error → gone, refetched after update.gone_interval_s
+      robots_denied → robots_denied, looked at again after the default interval
+      not_html, too_large → skipped, refetched after update.max_interval_s
+      server_error, network_error, parse_error → error with retries + 1, exponential
+                      retry; after update.max_retries in a row → dead (dead letter)
+      deferred or no result → status kept, due again after update.deferred_retry_s
+    Every row leased to this segment has its lease released.
+    """
+    u = config.update
+    fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
+    ok = "f.outcome = 'ok'"
+    seen_ok = "f.outcome IN ('ok', 'not_modified')"
+    changed = f"({ok} AND db.content_hash IS NOT NULL AND f.content_hash IS DISTINCT FROM db.content_hash)"
+    interval = f"""CASE
+        WHEN {ok} AND db.fetch_count = 0 THEN {u.default_interval_s}
+        WHEN {changed} THEN greatest({u.min_interval_s}, db.fetch_interval_s // 2)
+        WHEN {seen_ok} THEN least({u.max_interval_s}, (db.fetch_interval_s * 3) // 2)
+        ELSE db.fetch_interval_s END"""
+    retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
+    return f"""
+        db.* REPLACE (
+            CASE
+                WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
+                WHEN {ok} THEN 'fetched'
+                WHEN f.outcome = 'not_modified' THEN 'not_modified'
+                WHEN f.outcome = 'redirect' THEN 'redirected'
+                WHEN f.outcome IN ('gone', 'client_error') THEN 'gone'
+                WHEN f.outcome = 'robots_denied' THEN 'robots_denied'
+                WHEN f.outcome IN ('not_html', 'too_large') THEN 'skipped'
+                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN 'dead'
+                ELSE 'error' END AS status,
+            coalesce(f.fetched_at, db.last_fetched) AS last_fetched,
+            CASE
+                WHEN f.outcome IS NULL THEN
+                    CASE WHEN db.lease_segment = '{segment}' THEN least(db.next_fetch, $now) ELSE db.next_fetch END
+                WHEN f.outcome = 'deferred' THEN $now + to_seconds({u.deferred_retry_s})
+                WHEN {seen_ok} THEN f.fetched_at + to_seconds(({interval})::BIGINT)
+                WHEN f.outcome = 'redirect' THEN f.fetched_at + to_seconds({u.default_interval_s})
+                WHEN f.outcome IN ('gone', 'client_error') THEN f.fetched_at + to_seconds({u.gone_interval_s})
+                WHEN f.outcome = 'robots_denied' THEN $now + to_seconds({u.default_interval_s})
+                WHEN f.outcome IN ('not_html', 'too_large') THEN coalesce(f.fetched_at, $now) + to_seconds({u.max_interval_s})
+                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + to_seconds({u.dead_retry_s})
+                WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, 10)))::BIGINT)
+                ELSE db.next_fetch END AS next_fetch,
+            ({interval})::INTEGER AS fetch_interval_s,
+            ({retries})::SMALLINT AS retries,
+            (db.fetch_count + CASE WHEN {seen_ok} THEN 1 ELSE 0 END)::INTEGER AS fetch_count,
+            (db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)::INTEGER AS change_count,
+            CASE WHEN {changed} OR ({ok} AND db.content_hash IS NULL) THEN f.fetched_at ELSE db.last_changed END AS last_changed,
+            coalesce(f.http_status, db.http_status) AS http_status,
+            CASE WHEN {ok} THEN f.content_hash ELSE db.content_hash END AS content_hash,
+            CASE WHEN {ok} THEN f.simhash ELSE db.simhash END AS simhash,
+            CASE WHEN {ok} THEN f.etag ELSE db.etag END AS etag,
+            CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END AS last_modified,
+            CASE WHEN db.lease_segment = '{segment}' THEN NULL ELSE db.lease_until END AS lease_until,
+            CASE WHEN db.lease_segment = '{segment}' THEN NULL ELSE db.lease_segment END AS lease_segment,
+            CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END AS redirect_to,
+            CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END AS error
+        )"""
+
+
+def merge_hostdb(store: Store, config: Config, segment: str) -> int:
+    """Fold the segment's host state into a new host DB version; returns hosts held."""
+    manifest = store.manifest("hostdb")
+    files = store.version_files("hostdb", manifest) if manifest else []
+    files += sorted((store.segment_dir(segment) / "hosts").glob("part-*.parquet"))
+    table = read_all_host_files(files)
+    con = connect(store, config)
+    con.register("hosts", table)
+    merged = con.execute("""
+        SELECT host, max(last_request_end) AS last_request_end,
+               arg_max(robots_status, robots_fetched_at) AS robots_status,
+               max(robots_fetched_at) AS robots_fetched_at,
+               arg_max(robots_body, robots_fetched_at) AS robots_body,
+               arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s
+        FROM hosts GROUP BY host ORDER BY host""").fetch_arrow_table()
+    version, folder = store.new_version_dir("hostdb")
+    store.write_table(folder / "hosts.parquet", merged, schema.HOSTS)
+    store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,
+                                     written_at=utcnow().isoformat(), written_by="update"), keep=config.db.keep_versions)
+    return merged.num_rows
+
+
+def update_segment(store: Store, config: Config, segment: str | None = None) -> UpdateResult:
+    """Merge a fetched segment (the oldest fetched, not yet updated one if None)."""
+    if segment is None:
+        pending = [s for s in store.segments() if store.segment_state(s) == "fetched"]
+        if not pending:
+            raise StageError(f"update: no fetched segment waiting in {store.path('segments')}; run `crawl fetch` first")
+        segment = pending[0]
+    state = store.segment_state(segment)
+    if state in ("generated", "incomplete"):
+        raise StageError(f"update: segment {segment} has not been fetched (state: {state}); run `crawl fetch {segment}` first")
+    counters: Counter = Counter()
+    now = utcnow()
+    seg_dir = store.segment_dir(segment)
+    with store.lock("crawldb"):
+        manifest, _ = current_bucket_files(store)
+        if manifest is None:
+            raise StageError(f"update: there is no crawl DB in {store.root}; run `crawl inject` first")
+        if segment in manifest.applied_segments:
+            return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
+        fetched = read_segment_table(seg_dir / "fetched", schema.FETCHED, [
+            "url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified", "redirect_to",
+            "error", "content_hash", "simhash"])
+        counters["update/results"] += fetched.num_rows
+        links = prepare_outlinks(read_segment_table(seg_dir / "outlinks", schema.OUTLINKS), config, counters)
+        fetched = fetched.append_column("host_hash", host_hashes(fetched["host"].to_pylist()))
+        buckets = manifest.buckets
+        con = connect(store, config)
+        con.register("fetched_all", fetched)
+        con.register("links_all", links)
+        added = Counter()
+
+        def build_bucket(con, old: str, bucket: int) -> str:
+            in_bucket = f"{bucket_of('host_hash', buckets)} = {bucket}"
+            con.execute(f"CREATE OR REPLACE TEMP TABLE new_urls AS SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) WHERE {in_bucket.replace('host_hash', 'l.host_hash')}")
+            added["new"] += con.execute("SELECT count(*) FROM new_urls").fetchone()[0]
+            return f"""
+                SELECT {transition_sql(config, segment)}
+                FROM {old} db LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
+                UNION ALL BY NAME
+                {new_url_rows_sql('new_urls', config)}"""
+
+        merge_hostdb(store, config, segment)
+        replace_crawldb(store, config, build_bucket, who="update", applied_segment=segment, now=now, con=con)
+    counters["outlinks/new"] += added["new"]
+    counters["outlinks/known"] += links.num_rows - added["new"]
+    store.write_json(seg_dir / "stats" / "update.json", dict(sorted(counters.items())))
+    store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat(),
+                                            "new_urls": added["new"], "results": fetched.num_rows})
+    return UpdateResult(segment, True, counters)
