@@ -1,0 +1,72 @@
+"""Command line of the test web: ``python -m cycles.testweb serve|bench``.
+
+Serve 50 hosts of 20 pages on a free port for ten minutes::
+
+    python -m cycles.testweb serve --hosts 50 --pages 20 --port 0 \\
+        --log /tmp/web.jsonl --ready-file /tmp/web.json --max-seconds 600
+
+Measure throughput with 30 KB pages::
+
+    python -m cycles.testweb bench --page-bytes 30000 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cycles.testweb",
+                                     description="The deterministic local multi-host test web.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the test web on loopback addresses",
+                           description="Serve the test web until SIGTERM or --max-seconds. Example: "
+                           "serve --hosts 50 --pages 20 --port 0 --log web.jsonl --ready-file web.json")
+    serve.add_argument("--hosts", type=int, default=20, help="regular hosts (default 20)")
+    serve.add_argument("--pages", type=int, default=10, help="pages per regular host (default 10)")
+    serve.add_argument("--page-bytes", type=int, default=30_000, help="HTML size of a page (default 30000)")
+    serve.add_argument("--port", type=int, default=0, help="shared port; 0 picks a free one (default 0)")
+    serve.add_argument("--log", required=True, help="request log, one JSON line per request")
+    serve.add_argument("--ready-file", help="JSON written once every socket listens: port, resolve, seeds")
+    serve.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (default 600)")
+    serve.add_argument("--no-special", action="store_true", help="leave out the special hosts")
+    serve.add_argument("--seed", type=int, default=0, help="seed of links and text (default 0)")
+    serve.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                       help="event loop; auto uses uvloop when it is installed (default auto)")
+
+    bench = sub.add_parser("bench", help="measure pages per second",
+                           description="Start a server and fetch pages over keep-alive connections "
+                           "with pycurl. Example: bench --page-bytes 30000 --seconds 5")
+    bench.add_argument("--page-bytes", type=int, default=30_000)
+    bench.add_argument("--seconds", type=float, default=5.0)
+    bench.add_argument("--connections", type=int, default=32)
+    bench.add_argument("--hosts", type=int, default=64)
+    bench.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto")
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        from cycles.testweb.server import serve as run
+
+        try:
+            reason = run(hosts=args.hosts, pages=args.pages, page_bytes=args.page_bytes,
+                         special=not args.no_special, seed=args.seed, port=args.port,
+                         log_path=args.log, ready_file=args.ready_file,
+                         max_seconds=args.max_seconds, loop=args.loop)
+        except (OSError, ValueError, RuntimeError) as exc:
+            print(f"testweb: {exc}", file=sys.stderr)
+            return 2
+        print(f"testweb: stopped: {reason}", file=sys.stderr)
+        return 0
+    from cycles.testweb.harness import bench as run_bench
+
+    result = run_bench(page_bytes=args.page_bytes, seconds=args.seconds,
+                       connections=args.connections, hosts=args.hosts, loop=args.loop)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Run the test web in a subprocess for tests, demos and benchmarks.
+
+Example::
+
+    from cycles.testweb.harness import TestWeb
+
+    with TestWeb(hosts=20, pages=10, page_bytes=3000, special=True, max_seconds=300) as web:
+        config.fetch.resolve = web.resolve_map()
+        crawl(web.seeds(), config)
+        fetched = web.requested_urls()
+        assert web.expected_reachable() <= fetched
+        assert not fetched & web.must_not_request()
+
+The server runs as ``python -m cycles.testweb serve ...`` (its own process, so it neither
+shares the GIL with the crawler under test nor survives it: ``max_seconds`` bounds it even if
+the test process is killed). The model (:class:`~cycles.testweb.site.Web`) is rebuilt here
+from the same parameters, so the oracle answers without asking the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable
+
+from cycles.errors import CrawlError
+from cycles.testweb.site import ROBOTS_AGENT, Web
+
+
+class TestWebError(CrawlError):
+    """The test web server did not start, or died."""
+
+    __test__ = False
+
+
+class TestWeb:
+    """A running test web: start it with ``with`` (or :meth:`start`), stop it on exit.
+
+    Parameters are those of :class:`~cycles.testweb.site.Web` plus:
+
+    - ``port``: 0 picks a free port (the same on every host address);
+    - ``max_seconds``: the server exits by itself after this long, whatever happens here;
+    - ``workdir``: where the log, ready file and server stderr go; default a temporary
+      folder removed on stop (the log is read into memory first, so :meth:`requests`
+      still answers after the ``with`` block);
+    - ``ready_timeout_s``: how long to wait for every socket to listen;
+    - ``loop``: ``"auto"`` (uvloop when installed), ``"asyncio"`` or ``"uvloop"``.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
+                 special: bool = True, seed: int = 0, port: int = 0, max_seconds: float = 300.0,
+                 workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
+                 loop: str = "auto"):
+        self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed)
+        # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
+        Web(**self.params)
+        self.requested_port = port
+        self.max_seconds = max_seconds
+        self.ready_timeout_s = ready_timeout_s
+        self.loop = loop
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+        self.web: Web | None = None
+        self.ready: dict = {}
+        self._final: list[dict] | None = None
+        self._stderr_final = ""
+
+    # Life cycle -------------------------------------------------------------------------
+    def start(self) -> TestWeb:
+        if self.process is not None:
+            raise TestWebError("this TestWeb was already started; make a new one")
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="testweb-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / "requests.jsonl"
+        self.ready_path = self.workdir / "ready.json"
+        self.stderr_path = self.workdir / "server.stderr"
+        for path in (self.log_path, self.ready_path):
+            path.unlink(missing_ok=True)
+        p = self.params
+        cmd = [sys.executable, "-m", "cycles.testweb", "serve",
+               "--hosts", str(p["hosts"]), "--pages", str(p["pages"]),
+               "--page-bytes", str(p["page_bytes"]), "--seed", str(p["seed"]),
+               "--port", str(self.requested_port), "--log", str(self.log_path),
+               "--ready-file", str(self.ready_path), "--max-seconds", str(self.max_seconds),
+               "--loop", self.loop]
+        if not p["special"]:
+            cmd.append("--no-special")
+        with open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not self.ready_path.exists():
+            if self.process.poll() is not None:
+                raise TestWebError(f"test web server exited with {self.process.returncode} before "
+                                   f"it was ready; its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TestWebError(f"test web server not ready after {self.ready_timeout_s:g} s; "
+                                   f"its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
+            time.sleep(0.02)
+        self.ready = json.loads(self.ready_path.read_text())
+        self.port = self.ready["port"]
+        self.web = Web(**self.params, port=self.port)
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; returns the server's exit code.
+        Reads the log into memory and removes a temporary workdir."""
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+            code = self.process.returncode
+        if self._final is None and self.workdir is not None:
+            self._stderr_final = self.stderr()
+            self._final = self._read_log()
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
+
+    def __enter__(self) -> TestWeb:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait for the server to exit by itself (``max_seconds``); returns its exit code."""
+        return self.process.wait(timeout_s)
+
+    def stderr(self) -> str:
+        if self._final is not None:
+            return self._stderr_final
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except (AttributeError, FileNotFoundError):
+            return ""
+
+    # What the crawler needs -----------------------------------------------------------
+    def _model(self) -> Web:
+        if self.web is None:
+            raise TestWebError("the test web is not started; use `with TestWeb(...) as web:`")
+        return self.web
+
+    def seeds(self) -> list[str]:
+        """The ``/`` of every host (regular first, then special)."""
+        return self._model().seeds()
+
+    def resolve_map(self) -> dict[str, str]:
+        """Host name -> loopback address (``config.fetch.resolve``)."""
+        return self._model().resolve_map()
+
+    def curl_resolve(self) -> list[str]:
+        """The resolve map as ``CURLOPT_RESOLVE`` entries (``name:port:address``)."""
+        return [f"{name}:{self.port}:{ip}" for name, ip in self.resolve_map().items()]
+
+    def url(self, host: str, target: str = "/") -> str:
+        """Absolute URL of ``target`` on ``host`` (a full name or a short one: ``h3``, ``odd``)."""
+        if "." not in host:
+            host = f"{host}.web.test"
+        return self._model().url(host, target)
+
+    # What the server saw --------------------------------------------------------------
+    def _read_log(self) -> list[dict]:
+        try:
+            data = self.log_path.read_bytes()
+        except (AttributeError, FileNotFoundError):
+            return []
+        # The server may be midway through a line: keep complete lines only.
+        end = data.rfind(b"\n")
+        return [json.loads(line) for line in data[:end + 1].splitlines() if line.strip()]
+
+    def requests(self) -> list[dict]:
+        """Every request the server logged so far, in order (see ``server.py`` for fields)."""
+        if self._final is not None:
+            return list(self._final)
+        return self._read_log()
+
+    def requested_urls(self, requests: Iterable[dict] | None = None, robots: bool = False) -> set[str]:
+        """Absolute URLs requested (as the oracle spells them), robots.txt files left out
+        unless ``robots``. Comparable with :meth:`expected_reachable` and
+        :meth:`must_not_request`."""
+        from cycles.testweb.site import canonical_target
+
+        web = self._model()
+        out = set()
+        for r in self.requests() if requests is None else requests:
+            if r["host"] is None or r["method"] not in ("GET", "HEAD"):
+                continue
+            target = canonical_target(r["path"])
+            if not robots and target.partition("?")[0] in ("/robots.txt", "/robots-real.txt"):
+                continue
+            out.add(web.url(r["host"], target))
+        return out
+
+    # The oracle -------------------------------------------------------------------------
+    def expected_reachable(self, seeds: Iterable[str] | None = None, agent: str = ROBOTS_AGENT,
+                           max_depth: int | None = None) -> set[str]:
+        """URLs a polite crawler must request from ``seeds`` (default: all seeds)."""
+        return self._model().expected_reachable(seeds, agent, max_depth)
+
+    def must_not_request(self, agent: str = ROBOTS_AGENT) -> set[str]:
+        """URLs a polite crawler must never request."""
+        return self._model().must_not_request(agent)
+
+
+def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,
+          pages: int = 200, loop: str = "auto") -> dict:
+    """Measure how many pages per second the server answers over keep-alive connections.
+
+    A pycurl multi loop keeps ``connections`` transfers in flight, each handle walking the
+    pages of one host so its connection is reused. Returns requests/s (wall clock), the
+    server's CPU seconds over the run (from /proc) and pages per server CPU second, the
+    figure that says what one core of server gives.
+    """
+    import pycurl
+
+    with TestWeb(hosts=hosts, pages=pages, page_bytes=page_bytes, special=False,
+                 max_seconds=seconds + 120, loop=loop) as web:
+        resolve = web.curl_resolve()
+        received = [0]
+
+        def sink(data: bytes) -> None:
+            received[0] += len(data)
+
+        multi = pycurl.CurlMulti()
+        handles = []
+        for c in range(connections):
+            h = pycurl.Curl()
+            h.setopt(pycurl.RESOLVE, resolve)
+            h.setopt(pycurl.WRITEFUNCTION, sink)
+            h.setopt(pycurl.USERAGENT, "testweb-bench")
+            h.host = f"h{c % hosts}.web.test"
+            h.k = 0
+            handles.append(h)
+
+        in_flight = [0]
+
+        def arm(h) -> None:
+            h.setopt(pycurl.URL, web.url(h.host, f"/p/{h.k % pages}.html"))
+            h.k += 1
+            multi.add_handle(h)
+            in_flight[0] += 1
+
+        cpu0 = _cpu_seconds(web.process.pid)
+        t0 = time.monotonic()
+        end = t0 + seconds
+        done = errors = 0
+        for h in handles:
+            arm(h)
+        while in_flight[0]:
+            multi.select(0.5)
+            while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                pass
+            while True:
+                queued, ok, failed = multi.info_read()
+                stop = time.monotonic() >= end
+                for h in ok + [f[0] for f in failed]:
+                    multi.remove_handle(h)
+                    in_flight[0] -= 1
+                    if not stop:
+                        arm(h)
+                done += len(ok)
+                errors += len(failed)
+                if not queued:
+                    break
+        elapsed = time.monotonic() - t0
+        cpu = _cpu_seconds(web.process.pid) - cpu0
+        for h in handles:
+            h.close()
+        multi.close()
+        return {
+            "page_bytes": page_bytes, "connections": connections, "seconds": round(elapsed, 2),
+            "requests": done, "errors": errors, "body_bytes": received[0],
+            "pages_per_s": round(done / elapsed), "server_cpu_s": round(cpu, 2),
+            "pages_per_server_cpu_s": round(done / cpu) if cpu else None,
+            "loop": web.ready.get("loop"),
+        }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

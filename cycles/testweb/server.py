@@ -1,0 +1,449 @@
+"""The test web's HTTP/1.1 server: one process, one event loop, one listening socket per host.
+
+Every host of the :class:`~cycles.testweb.site.Web` listens on its own loopback address at
+the shared port, so the host a connection is for is known from the local address it arrived
+on, as on the real web where names resolve to addresses. The ``Host`` header is logged beside
+it (and never used to pick the host): a crawler that sends the wrong one shows up in the log.
+
+The protocol is a plain :class:`asyncio.Protocol` (keep-alive, pipelining, GET and HEAD):
+``http.server`` is an order of magnitude too slow for benchmarks.
+
+Request log
+-----------
+One JSON object per line, per request, flushed at the end of the event-loop iteration that
+produced it (a test may read it while the server runs):
+
+- ``t_start``: ``time.time()`` when the request's bytes arrived;
+- ``t_end``: when the last byte of the response was handed to the socket or, for a streamed
+  body, when sending finished or the client went away;
+- ``host``: host name from the local address; ``ip``: that address;
+- ``host_header``: the ``Host`` header as sent (``null`` if none);
+- ``method``, ``path`` (the request target as sent, query included), ``status``;
+- ``bytes_sent``: body bytes handed to the kernel (for a streamed body cut short by the
+  client: what was written minus what was still queued, so roughly what the client got);
+- ``user_agent``, ``if_none_match``, ``if_modified_since`` (``null`` when absent);
+- ``conn_id``: connection number (same id = the connection was reused);
+- ``client_closed``: the client went away before the response was complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections import deque
+from http import HTTPStatus
+from pathlib import Path
+
+from cycles.testweb.site import HostProfile, Response, Web, http_date
+
+MAX_HEAD_BYTES = 64 * 1024
+"""A request head longer than this gets 431 and the connection is closed."""
+
+LISTEN_BACKLOG = 1024
+"""Per listening socket; a benchmark may open hundreds of connections to one host at once."""
+
+STREAM_SNDBUF_BYTES = 64 * 1024
+"""Kernel send buffer while streaming a large body: kept small so ``bytes_sent`` stays close
+to what the client really read when it gives up (Linux doubles the value given)."""
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+def _reason(status: int) -> str:
+    return _REASONS.get(status, "Unknown")
+
+
+class RequestLog:
+    """Appends one JSON line per request; flushes once per event-loop iteration."""
+
+    def __init__(self, path: str | Path, loop: asyncio.AbstractEventLoop):
+        self._file = open(path, "a", encoding="utf-8", buffering=1 << 16)
+        self._loop = loop
+        self._flush_scheduled = False
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._file.closed:
+            self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            self._file.close()
+
+
+class _Request:
+    __slots__ = ("method", "target", "version", "headers", "t_start")
+
+    def __init__(self, method: str, target: str, version: str, headers: dict[str, str],
+                 t_start: float):
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.t_start = t_start
+
+    def keep_alive(self) -> bool:
+        conn = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.1":
+            return "close" not in conn
+        return "keep-alive" in conn
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One client connection: parse requests, answer them in order, log each."""
+
+    def __init__(self, server: TestWebServer):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.pending: deque[_Request] = deque()
+        self.skip = 0               # request body bytes still to discard
+        self.stream_task: asyncio.Task | None = None
+        self.paused = False
+        self.drain: asyncio.Future | None = None
+        self.closed = False
+        self.closed_at = 0.0
+        self.closing = False         # we decided to close after the current response
+        self.buffered = 0            # transport write buffer after our last write
+
+    # asyncio callbacks --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.ip = transport.get_extra_info("sockname")[0]
+        self.profile: HostProfile | None = self.server.web.by_ip.get(self.ip)
+        self.conn_id = self.server.new_connection(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.closed_at = time.time()
+        self.server.connections.discard(self)
+        if self.drain is not None and not self.drain.done():
+            self.drain.set_result(None)
+        if self.stream_task is not None:
+            self.stream_task.cancel()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.drain is not None and not self.drain.done():
+            self.drain.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        buf = self.buf
+        buf += data
+        while buf and not self.closing:
+            if self.skip:
+                n = min(self.skip, len(buf))
+                del buf[:n]
+                self.skip -= n
+                continue
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self._fail(431, now)
+                return
+            head = bytes(buf[:end])
+            del buf[:end + 4]
+            if not head:
+                continue  # stray CRLF between requests (RFC 9112 §2.2)
+            request = self._parse(head, now)
+            if request is None:
+                self._fail(400, now)
+                return
+            length = request.headers.get("content-length")
+            if length is not None:
+                if not length.isdigit():
+                    self._fail(400, now)
+                    return
+                self.skip = int(length)
+            elif "transfer-encoding" in request.headers:
+                self._fail(411, now)  # no chunked request bodies here; crawlers send none
+                return
+            if self.stream_task is not None or self.pending:
+                self.pending.append(request)
+            else:
+                self._answer(request)
+
+    # parsing and answering ----------------------------------------------------------
+    @staticmethod
+    def _parse(head: bytes, now: float) -> _Request | None:
+        try:
+            text = head.decode("latin-1")
+            lines = text.split("\r\n")
+            method, target, version = lines[0].split(" ")
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if not sep:
+                    return None
+                headers[name.strip().lower()] = value.strip()
+        except ValueError:
+            return None
+        if not version.startswith("HTTP/1.") or not target.startswith("/"):
+            return None
+        return _Request(method, target, version, headers, now)
+
+    def _fail(self, status: int, now: float) -> None:
+        request = _Request("-", "-", "HTTP/1.1", {}, now)
+        head = self._head(status, [("Content-Type", "text/plain")], 0, close=True)
+        self._log(request, status, 0, time.time(), False)
+        self.transport.write(head)
+        self.closing = True
+        self.transport.close()
+
+    def _head(self, status: int, headers: list[tuple[str, str]], length: int | None,
+              close: bool) -> bytes:
+        parts = [f"HTTP/1.1 {status} {_reason(status)}\r\nDate: {self.server.date()}\r\n"
+                 "Server: crawl-testweb\r\n"]
+        for name, value in headers:
+            parts.append(f"{name}: {value}\r\n")
+        if length is not None:
+            parts.append(f"Content-Length: {length}\r\n")
+        if close:
+            parts.append("Connection: close\r\n")
+        parts.append("\r\n")
+        return "".join(parts).encode("latin-1")
+
+    def _answer(self, request: _Request) -> None:
+        keep = request.keep_alive()
+        profile = self.profile
+        try:
+            if profile is None:
+                response = Response(421, [("Content-Type", "text/plain")], b"No host here\n")
+            elif request.method not in ("GET", "HEAD"):
+                response = Response(405, [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")],
+                                    b"GET and HEAD only\n")
+            else:
+                response = profile.handle(request.method, request.target, request.headers)
+        except Exception:  # a bug in a profile must show, not kill the server
+            traceback.print_exc(file=sys.stderr)
+            response = Response(500, [("Content-Type", "text/plain")], b"testweb error\n")
+        status = response.status
+        if response.stream is not None and request.method == "GET":
+            head = self._head(status, response.headers, response.stream.length, not keep)
+            self.transport.write(head)
+            self.stream_task = asyncio.ensure_future(self._stream(request, response, keep))
+            return
+        body = response.body if request.method == "GET" else b""
+        no_body = status == 304 or status < 200 or status == 204
+        length = None if no_body else (response.stream.length if response.stream else len(response.body))
+        self.transport.write(self._head(status, response.headers, length, not keep) + body)
+        self._log(request, status, len(body), time.time(), False)
+        if not keep:
+            self.closing = True
+            self.transport.close()
+
+    async def _stream(self, request: _Request, response: Response, keep: bool) -> None:
+        transport = self.transport
+        stream = response.stream
+        written = 0
+        complete = False
+        sock = transport.get_extra_info("socket")
+        try:
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF_BYTES)
+            for chunk in stream.chunks():
+                if stream.interval_s:
+                    await asyncio.sleep(stream.interval_s)
+                if self.paused and not self.closed:
+                    self.drain = asyncio.get_running_loop().create_future()
+                    await self.drain
+                if self.closed:
+                    break
+                transport.write(chunk)
+                written += len(chunk)
+                self.buffered = transport.get_write_buffer_size()
+            else:
+                complete = True
+        except asyncio.CancelledError:
+            pass  # the connection was lost (or the server is stopping)
+        finally:
+            self.stream_task = None
+            if complete and not self.closed:
+                self._log(request, response.status, written, time.time(), False)
+            else:
+                # What was still in our buffer never reached the client.
+                self._log(request, response.status, max(0, written - self.buffered),
+                          self.closed_at or time.time(), not self.server.stopping)
+        if self.closed:
+            return
+        if not keep:
+            self.closing = True
+            transport.close()
+            return
+        while self.pending and self.stream_task is None and not self.closing:
+            self._answer(self.pending.popleft())
+
+    def _log(self, request: _Request, status: int, nbytes: int, t_end: float,
+             client_closed: bool) -> None:
+        headers = request.headers
+        self.server.log.write({
+            "t_start": request.t_start,
+            "t_end": t_end,
+            "host": self.profile.name if self.profile else None,
+            "ip": self.ip,
+            "host_header": headers.get("host"),
+            "method": request.method,
+            "path": request.target,
+            "status": status,
+            "bytes_sent": nbytes,
+            "user_agent": headers.get("user-agent"),
+            "if_none_match": headers.get("if-none-match"),
+            "if_modified_since": headers.get("if-modified-since"),
+            "conn_id": self.conn_id,
+            "client_closed": client_closed,
+        })
+
+
+class TestWebServer:
+    """Serves a :class:`Web` on every host address until stopped or ``max_seconds`` pass."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, web: Web, log_path: str | Path, max_seconds: float = 600.0):
+        self.web = web
+        self.log_path = Path(log_path)
+        self.max_seconds = max_seconds
+        self.connections: set[HttpProtocol] = set()
+        self._conn_ids = 0
+        self._date_second = -1
+        self._date = ""
+        self._servers: list[asyncio.AbstractServer] = []
+        self._stopped: asyncio.Event | None = None
+        self.stop_reason = ""
+
+    def new_connection(self, protocol: HttpProtocol) -> int:
+        self.connections.add(protocol)
+        self._conn_ids += 1
+        return self._conn_ids
+
+    def date(self) -> str:
+        now = int(time.time())
+        if now != self._date_second:
+            self._date_second = now
+            self._date = http_date(now)
+        return self._date
+
+    async def start(self, sockets: list[socket.socket]) -> None:
+        loop = asyncio.get_running_loop()
+        self.log = RequestLog(self.log_path, loop)
+        self._stopped = asyncio.Event()
+        for sock in sockets:
+            self._servers.append(await loop.create_server(
+                lambda: HttpProtocol(self), sock=sock, backlog=LISTEN_BACKLOG))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
+            except (NotImplementedError, RuntimeError):
+                pass  # not the main thread (an in-process test); stop() still works
+        loop.call_later(self.max_seconds, self.stop, f"max-seconds {self.max_seconds:g} reached")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped is not None and self._stopped.is_set()
+
+    def stop(self, reason: str = "stopped") -> None:
+        if self._stopped is not None and not self._stopped.is_set():
+            self.stop_reason = reason
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        # Let cancelled streams write their log lines before the log closes.
+        await asyncio.sleep(0.05)
+        self.log.close()
+
+
+def bind_all(ips: list[str], port: int) -> tuple[int, list[socket.socket]]:
+    """Listening sockets on ``port`` at every address. With port 0 the first socket picks a
+    free port and the others use it; if that port is taken on another address, try again."""
+    for _attempt in range(50):
+        socks: list[socket.socket] = []
+        try:
+            chosen = port
+            for ip in ips:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((ip, chosen))
+                sock.listen(LISTEN_BACKLOG)
+                sock.setblocking(False)
+                chosen = sock.getsockname()[1]
+            return chosen, socks
+        except OSError as exc:
+            for sock in socks:
+                sock.close()
+            if port != 0 or exc.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no port free on all {len(ips)} test web addresses")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def use_fast_loop() -> str:
+    """Install uvloop's event loop policy when uvloop is importable; name the loop used."""
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special: bool = True,
+          seed: int = 0, port: int = 0, log_path: str | Path, ready_file: str | Path | None = None,
+          max_seconds: float = 600.0, loop: str = "auto") -> str:
+    """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
+
+    The ready file (JSON: ``port``, ``resolve``, ``seeds``, the parameters and ``pid``) is
+    written, atomically, only once every socket listens.
+    """
+    if max_seconds <= 0:
+        raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+    layout = Web(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed, port=80)
+    actual_port, sockets = bind_all(layout.ips(), port)
+    web = Web(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
+              port=actual_port)
+    loop_name = use_fast_loop() if loop in ("auto", "uvloop") else "asyncio"
+    if loop == "uvloop" and loop_name != "uvloop":
+        raise RuntimeError("--loop uvloop asked for, but uvloop is not installed (pip install uvloop)")
+    server = TestWebServer(web, log_path, max_seconds)
+
+    async def main() -> None:
+        await server.start(sockets)
+        if ready_file is not None:
+            _write_atomic(Path(ready_file), json.dumps({
+                "port": actual_port, "resolve": web.resolve_map(), "seeds": web.seeds(),
+                "hosts": hosts, "pages": pages, "page_bytes": page_bytes, "special": special,
+                "seed": seed, "pid": os.getpid(), "loop": loop_name,
+            }))
+        await server.wait_stopped()
+
+    asyncio.run(main())
+    return server.stop_reason
