@@ -117,9 +117,9 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
         for bucket in range(buckets):
             old = f"read_parquet('{files[bucket]}')" if files else "empty_crawldb"
             sql = build_bucket(con, old, bucket)
-            reader = con.execute(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
-                                 {"now": now or utcnow()} if "$now" in sql else None
-                                 ).fetch_record_batch(64 * 1024)
+            reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
+                             params={"now": now or utcnow()} if "$now" in sql else None
+                             ).to_arrow_reader(64 * 1024)
             rows += store.write_batches(store.bucket_file(folder, bucket), reader, schema.CRAWLDB)
             if not store.bucket_file(folder, bucket).exists():
                 store.write_table(store.bucket_file(folder, bucket), schema.CRAWLDB.empty_table(), schema.CRAWLDB)

@@ -37,7 +37,7 @@ class GenerateResult:
 
 def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
     """The due URLs to fetch next, best first, capped per host and in total."""
-    return con.execute(f"""
+    return con.sql(f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified
         FROM (
             SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
@@ -46,16 +46,16 @@ def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -
         )
         WHERE host_rank <= {int(config.generate.max_urls_per_host)}
         ORDER BY score DESC, next_fetch, url
-        LIMIT {int(top_n)}""", {"now": now}).fetch_arrow_table()
+        LIMIT {int(top_n)}""", params={"now": now}).to_arrow_table()
 
 
 def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con) -> None:
     folder = store.segment_dir(segment, must_exist=False) / "fetchlist"
     con.register("selected", selected)
     for part in range(partitions):
-        table = con.execute(f"""
+        table = con.sql(f"""
             SELECT * FROM selected WHERE host_hash % {partitions} = {part}
-            ORDER BY host, score DESC, url""").fetch_arrow_table()
+            ORDER BY host, score DESC, url""").to_arrow_table()
         store.write_table(folder / f"part-{part:05d}.parquet", table, schema.FETCHLIST)
 
 

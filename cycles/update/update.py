@@ -71,12 +71,12 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.T
     con = duckdb.connect()
     con.register("links", follow)
     con.register("mapping", mapping)
-    deduped = con.execute(f"""
+    deduped = con.sql(f"""
         SELECT m.url, min(l.depth) AS depth
         FROM links l JOIN mapping m ON l.url = m.raw
         WHERE m.url IS NOT NULL
         GROUP BY m.url
-        HAVING min(l.depth) <= {int(config.update.max_depth)}""").fetch_arrow_table()
+        HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
     too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
         WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchone()[0]
     counters["filter/max_depth"] += too_deep
@@ -165,13 +165,13 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     table = read_all_host_files(files)
     con = connect(store, config)
     con.register("hosts", table)
-    merged = con.execute("""
+    merged = con.sql("""
         SELECT host, max(last_request_end) AS last_request_end,
                arg_max(robots_status, robots_fetched_at) AS robots_status,
                max(robots_fetched_at) AS robots_fetched_at,
                arg_max(robots_body, robots_fetched_at) AS robots_body,
                arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s
-        FROM hosts GROUP BY host ORDER BY host""").fetch_arrow_table()
+        FROM hosts GROUP BY host ORDER BY host""").to_arrow_table()
     version, folder = store.new_version_dir("hostdb")
     store.write_table(folder / "hosts.parquet", merged, schema.HOSTS)
     store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,

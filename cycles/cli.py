@@ -1,0 +1,167 @@
+"""The ``crawl`` command. Each command is a thin call into one library function.
+
+Library errors (:class:`cycles.errors.CrawlError`) become a one-line message on stderr
+and exit code 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cycles.config import Config, load_config
+from cycles.errors import CrawlError
+from cycles.store import Store
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0] + """
+
+A cycle is generate -> fetch -> update over a Parquet crawl DB in --data (default ./data).
+
+    crawl inject seeds.txt
+    crawl cycle --cycles 3
+    crawl status
+""")
+
+
+class State:
+    store: Store
+    config: Config
+
+
+state = State()
+
+
+@app.callback()
+def main(
+    data: str = typer.Option("./data", "--data", help="Store folder (crawl DB, segments, pages feed)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file (see cycles/config.py)."),
+) -> None:
+    """Global options: where the store is, which config to use."""
+    try:
+        state.config = load_config(config)
+    except CrawlError as exc:
+        fail(exc)
+    state.store = Store(data)
+
+
+def fail(exc: Exception) -> None:
+    typer.secho(f"crawl: error: {exc}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def run(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except CrawlError as exc:
+        fail(exc)
+
+
+@app.command()
+def inject(seeds: Path = typer.Argument(..., help="Text file, one URL a line; # starts a comment.")) -> None:
+    """Add seed URLs to the crawl DB (creating it if needed).
+
+    Example: crawl inject seeds.txt
+    """
+    from cycles.inject import inject as do_inject
+
+    result = run(do_inject, state.store, state.config, seeds)
+    for number, line, reason in result.rejected_lines[:20]:
+        typer.echo(f"  skipped line {number} ({reason}): {line}", err=True)
+    rejected = sum(result.rejected.values())
+    typer.echo(f"injected: {result.added} new, {result.already_known} already known, {rejected} rejected"
+               + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(result.rejected.items()))})" if rejected else ""))
+
+
+@app.command()
+def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most this many URLs (default: generate.top_n).")) -> None:
+    """Choose due URLs, lease them and write a fetch list as a new segment.
+
+    Example: crawl generate --top-n 10000
+    """
+    from cycles.generate.generate import generate as do_generate
+
+    result = run(do_generate, state.store, state.config, top_n=top_n)
+    if result.segment is None:
+        typer.echo(f"generate: no segment made: {result.reason}")
+    else:
+        typer.echo(f"generated segment {result.segment}: {result.urls} URLs on {result.hosts} hosts, "
+                   f"{result.partitions} partitions")
+
+
+@app.command()
+def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (default: newest generated)."),
+          processes: Optional[int] = typer.Option(None, "--processes", "-p", help="Worker processes.")) -> None:
+    """Fetch a generated segment; run it again after a crash to resume.
+
+    Example: crawl fetch 20261129T223500123456Z-a1b2c3
+    """
+    from cycles.fetch.fetch import fetch_segment
+
+    result = run(fetch_segment, state.store, state.config, segment, processes)
+    c = result.counters
+    typer.echo(f"fetched segment {result.segment}: {c.get('fetch/requests', 0)} requests, "
+               f"{c.get('fetch/outcome/ok', 0)} pages stored, {c.get('robots/denied', 0)} denied by robots.txt, "
+               f"{c.get('fetch/outcome/deferred', 0)} deferred in {result.seconds:.1f}s")
+
+
+@app.command()
+def update(segment: Optional[str] = typer.Argument(None, help="Segment id (default: oldest fetched).")) -> None:
+    """Merge a fetched segment into the crawl DB (idempotent).
+
+    Example: crawl update
+    """
+    from cycles.update.update import update_segment
+
+    result = run(update_segment, state.store, state.config, segment)
+    if not result.applied:
+        typer.echo(f"update: segment {result.segment}: {result.reason}")
+        return
+    c = result.counters
+    dropped = {k: v for k, v in sorted(c.items()) if k.startswith("filter/")}
+    typer.echo(f"updated from segment {result.segment}: {c.get('update/results', 0)} results, "
+               f"{c.get('outlinks/new', 0)} new URLs" + (f"; dropped {dropped}" if dropped else ""))
+
+
+@app.command()
+def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles to run."),
+          top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per cycle.")) -> None:
+    """Run generate, fetch and update in a row, N times (stops early when nothing is due).
+
+    Example: crawl cycle --cycles 3
+    """
+    from cycles.cycle import run_cycles
+
+    for line in run(run_cycles, state.store, state.config, cycles, top_n=top_n):
+        typer.echo(line)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """URL counts by status, hosts and segments, read with DuckDB.
+
+    Example: crawl status --json
+    """
+    from cycles.status import crawl_status, format_status
+
+    report = run(crawl_status, state.store, state.config)
+    typer.echo(json.dumps(report, indent=1, default=str) if as_json else format_status(report))
+
+
+@app.command()
+def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts, fetched, outlinks.")) -> None:
+    """Run a DuckDB query over the crawl DB and segments.
+
+    Example: crawl sql "SELECT status, count(*) FROM crawldb GROUP BY ALL"
+    """
+    from cycles.status import run_sql
+
+    table = run(run_sql, state.store, state.config, query)
+    typer.echo(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,73 @@
+"""``crawl status`` and ``crawl sql``: what the store holds, read with DuckDB.
+
+Views available to ``crawl sql``:
+
+- ``crawldb``  the current crawl DB (schema.CRAWLDB)
+- ``hosts``    the host DB (schema.HOSTS)
+- ``fetched``  fetch results of every segment, with a ``segment`` column (schema.FETCHED)
+- ``outlinks`` outlinks of every segment, with a ``segment`` column (schema.OUTLINKS)
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from cycles.config import Config
+from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
+from cycles.errors import CrawlError
+from cycles.store import Store
+
+
+def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
+    con = connect(store, config)
+    register_empty(con)
+    _, files = current_bucket_files(store)
+    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {crawldb_source_sql(files)}")
+    manifest = store.manifest("hostdb")
+    host_files = store.version_files("hostdb", manifest) if manifest else []
+    if host_files:
+        con.execute(f"CREATE VIEW hosts AS SELECT * FROM read_parquet('{host_files[0]}')")
+    for name in ("fetched", "outlinks"):
+        pattern = store.path("segments", "*", name, "part-*.parquet")
+        if any(store.path("segments").glob(f"*/{name}/part-*.parquet")) if store.path("segments").exists() else False:
+            con.execute(f"""CREATE VIEW {name} AS SELECT *, split_part(filename, '/', -3) AS segment
+                            FROM read_parquet('{pattern}', filename = true)""")
+    return con
+
+
+def crawl_status(store: Store, config: Config) -> dict:
+    manifest, files = current_bucket_files(store)
+    if manifest is None:
+        raise CrawlError(f"no crawl DB in {store.root}; start with `crawl inject seeds.txt`")
+    con = open_views(store, config)
+    by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
+    total, hosts, due, leased = con.execute("""
+        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()),
+               count(*) FILTER (WHERE lease_until > now()) FROM crawldb""").fetchone()
+    segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
+    return {"store": str(store.root), "crawldb_version": manifest.version, "buckets": manifest.buckets,
+            "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,
+            "segments": segments}
+
+
+def format_status(report: dict) -> str:
+    lines = [f"store {report['store']}  (crawl DB {report['crawldb_version']}, {report['buckets']} buckets)",
+             f"urls {report['urls']}  hosts {report['hosts']}  due now {report['due']}  leased {report['leased']}",
+             "by status:"]
+    lines += [f"  {status:<14} {count:>10}" for status, count in report["by_status"].items()]
+    states: dict[str, int] = {}
+    for seg in report["segments"]:
+        states[seg["state"]] = states.get(seg["state"], 0) + 1
+    lines.append(f"segments {len(report['segments'])}: " + ", ".join(f"{v} {k}" for k, v in sorted(states.items())))
+    if report["segments"]:
+        last = report["segments"][-1]
+        lines.append(f"  newest {last['segment']} ({last['state']})")
+    return "\n".join(lines)
+
+
+def run_sql(store: Store, config: Config, query: str):
+    con = open_views(store, config)
+    try:
+        return con.sql(query)
+    except duckdb.Error as exc:
+        raise CrawlError(f"query failed: {exc}") from None
