@@ -43,7 +43,7 @@ def crawl_status(store: Store, config: Config) -> dict:
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
     total, hosts, due, leased = con.execute("""
         SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()),
-               count(*) FILTER (WHERE lease_until > now()) FROM crawldb""").fetchone()
+               count(*) FILTER (WHERE lease_until > now()) FROM crawldb""").fetchall()[0]
     segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
     return {"store": str(store.root), "crawldb_version": manifest.version, "buckets": manifest.buckets,
             "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,

@@ -78,7 +78,7 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.T
         GROUP BY m.url
         HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
     too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
-        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchone()[0]
+        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()[0][0]
     counters["filter/max_depth"] += too_deep
     hosts = [url_host(u) for u in deduped["url"].to_pylist()]
     depth = deduped["depth"].cast(pa.int16())
@@ -213,7 +213,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None) -> 
         def build_bucket(con, old: str, bucket: int) -> str:
             in_bucket = f"{bucket_of('host_hash', buckets)} = {bucket}"
             con.execute(f"CREATE OR REPLACE TEMP TABLE new_urls AS SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) WHERE {in_bucket.replace('host_hash', 'l.host_hash')}")
-            added["new"] += con.execute("SELECT count(*) FROM new_urls").fetchone()[0]
+            added["new"] += con.execute("SELECT count(*) FROM new_urls").fetchall()[0][0]
             return f"""
                 SELECT {transition_sql(config, segment)}
                 FROM {old} db LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url

@@ -1,0 +1,201 @@
+"""Update as a transition matrix: old row × fetch outcome → new status and next fetch.
+
+Each case injects a URL, generates a segment (which leases it), writes the fetch result a
+fetcher would have written into the segment's ``fetched/`` folder, and runs update.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from cycles import schema
+from cycles.config import Config
+from cycles.crawldb import current_bucket_files
+from cycles.generate.generate import generate
+from cycles.inject import inject
+from cycles.store import Store, utcnow
+from cycles.update.update import update_segment
+
+DAY = 86400
+URL = "http://h.example/page"
+
+
+def rows(store: Store) -> dict[str, dict]:
+    _, files = current_bucket_files(store)
+    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    return {r["url"]: r for r in table.to_pylist()}
+
+
+def fetch_result(store: Store, segment: str, outcomes: list[dict], links: list[dict] = ()) -> None:
+    folder = store.segment_dir(segment)
+    full = []
+    for values in outcomes:
+        row = {name: None for name in schema.FETCHED.names}
+        row.update(host="h.example", **values)
+        full.append(row)
+    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
+    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
+    store.write_marker(segment, "fetched", {"segment": segment})
+
+
+@pytest.fixture
+def config() -> Config:
+    config = Config()
+    config.db.buckets = 2
+    return config
+
+
+def cycle_once(store, config, tmp_path, result: dict, links=(), before=None) -> dict:
+    """Run generate → (written result) → update for URL; return its new row."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(URL + "\n")
+    if not (store.manifest("crawldb")):
+        inject(store, config, seeds)
+    if before:
+        before(store)
+    generated = generate(store, config)
+    assert generated.segment
+    fetched_at = utcnow()
+    fetch_result(store, generated.segment, [{"url": URL, "fetched_at": fetched_at, **result}], links)
+    update_segment(store, config, generated.segment)
+    row = rows(store)[URL]
+    row["_fetched_at"] = fetched_at
+    row["_segment"] = generated.segment
+    return row
+
+
+def seconds_until(row) -> float:
+    return (row["next_fetch"] - row["_fetched_at"]).total_seconds()
+
+
+@pytest.mark.parametrize("outcome, extra, status, next_in_s", [
+    ("ok", {"http_status": 200, "content_hash": "a" * 32, "simhash": 5}, "fetched", 14 * DAY),
+    ("not_modified", {"http_status": 304}, "not_modified", 21 * DAY),
+    ("redirect", {"http_status": 301, "redirect_to": "http://h.example/new"}, "redirected", 14 * DAY),
+    ("gone", {"http_status": 404}, "gone", 90 * DAY),
+    ("client_error", {"http_status": 403}, "gone", 90 * DAY),
+    ("not_html", {"http_status": 200}, "skipped", 90 * DAY),
+    ("too_large", {"http_status": 200}, "skipped", 90 * DAY),
+    ("server_error", {"http_status": 503}, "error", 1 * DAY),
+    ("network_error", {}, "error", 1 * DAY),
+    ("parse_error", {"http_status": 200}, "error", 1 * DAY),
+])
+def test_outcome_sets_status_and_next_fetch(store, config, tmp_path, outcome, extra, status, next_in_s):
+    row = cycle_once(store, config, tmp_path, {"outcome": outcome, **extra})
+    assert row["status"] == status
+    assert seconds_until(row) == pytest.approx(next_in_s, abs=5)
+    assert row["lease_until"] is None and row["lease_segment"] is None
+
+
+def test_ok_records_validators_hashes_and_counts(store, config, tmp_path):
+    row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "etag": '"e1"',
+                                                "last_modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+                                                "content_hash": "b" * 32, "simhash": 2**63 + 7})
+    assert (row["etag"], row["content_hash"], row["simhash"]) == ('"e1"', "b" * 32, 2**63 + 7)
+    assert row["fetch_count"] == 1 and row["change_count"] == 0 and row["retries"] == 0
+    assert row["last_fetched"] == row["_fetched_at"]
+
+
+def due_now(store):
+    """Make every URL due (as if time had passed), by rewriting the crawl DB."""
+    from cycles.crawldb import replace_crawldb
+
+    with store.lock():
+        replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}", who="test")
+
+
+def test_changed_content_halves_interval_unchanged_grows_it(store, config, tmp_path):
+    ok = {"outcome": "ok", "http_status": 200, "simhash": 1}
+    first = cycle_once(store, config, tmp_path, {**ok, "content_hash": "1" * 32})
+    changed = cycle_once(store, config, tmp_path, {**ok, "content_hash": "2" * 32}, before=due_now)
+    assert changed["fetch_interval_s"] == first["fetch_interval_s"] // 2
+    assert changed["change_count"] == 1 and changed["last_changed"] == changed["_fetched_at"]
+    same = cycle_once(store, config, tmp_path, {**ok, "content_hash": "2" * 32}, before=due_now)
+    assert same["fetch_interval_s"] == changed["fetch_interval_s"] * 3 // 2
+    assert same["change_count"] == 1 and same["fetch_count"] == 3
+
+
+def test_not_modified_keeps_validators_and_hash(store, config, tmp_path):
+    first = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "etag": '"v"',
+                                                  "content_hash": "c" * 32, "simhash": 9})
+    again = cycle_once(store, config, tmp_path, {"outcome": "not_modified", "http_status": 304}, before=due_now)
+    assert (again["etag"], again["content_hash"], again["simhash"]) == ('"v"', "c" * 32, 9)
+    assert again["fetch_count"] == 2 and first["fetch_count"] == 1
+
+
+def test_repeated_failures_become_dead_letter(store, config, tmp_path):
+    config.update.max_retries = 3
+    statuses = []
+    for _ in range(3):
+        row = cycle_once(store, config, tmp_path, {"outcome": "server_error", "http_status": 500,
+                                                    "error": "HTTP 500"}, before=due_now if statuses else None)
+        statuses.append((row["status"], row["retries"]))
+    assert statuses == [("error", 1), ("error", 2), ("dead", 3)]
+    assert seconds_until(row) == pytest.approx(config.update.dead_retry_s, abs=5)
+    assert row["error"] == "HTTP 500"
+
+
+def test_error_backoff_doubles(store, config, tmp_path):
+    first = cycle_once(store, config, tmp_path, {"outcome": "network_error", "error": "curl 7"})
+    second = cycle_once(store, config, tmp_path, {"outcome": "network_error", "error": "curl 7"}, before=due_now)
+    assert seconds_until(first) == pytest.approx(DAY, abs=5)
+    assert seconds_until(second) == pytest.approx(2 * DAY, abs=5)
+
+
+def test_success_after_errors_resets_retries(store, config, tmp_path):
+    cycle_once(store, config, tmp_path, {"outcome": "server_error", "http_status": 502})
+    row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": "d" * 32},
+                     before=due_now)
+    assert row["retries"] == 0 and row["status"] == "fetched"
+
+
+def test_deferred_keeps_status_and_comes_back_soon(store, config, tmp_path):
+    row = cycle_once(store, config, tmp_path, {"outcome": "deferred", "error": "robots.txt unreachable"})
+    assert row["status"] == "unfetched" and row["fetch_count"] == 0
+    assert (row["next_fetch"] - utcnow()).total_seconds() == pytest.approx(config.update.deferred_retry_s, abs=10)
+
+
+def test_robots_denied(store, config, tmp_path):
+    row = cycle_once(store, config, tmp_path, {"outcome": "robots_denied", "fetched_at": None})
+    assert row["status"] == "robots_denied" and row["last_fetched"] is None
+
+
+def test_url_without_result_is_released_and_due(store, config, tmp_path):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(URL + "\nhttp://h.example/other\n")
+    inject(store, config, seeds)
+    segment = generate(store, config).segment
+    fetch_result(store, segment, [{"url": URL, "outcome": "gone", "http_status": 404, "fetched_at": utcnow()}])
+    update_segment(store, config, segment)
+    other = rows(store)["http://h.example/other"]
+    assert other["status"] == "unfetched" and other["lease_until"] is None
+    assert other["next_fetch"] <= utcnow()
+
+
+def test_outlinks_added_once_normalised_nofollow_dropped(store, config, tmp_path):
+    links = [
+        {"from_url": URL, "url": "HTTP://H.example:80/a?utm_source=x#frag", "anchor": "a", "nofollow": False, "depth": 1},
+        {"from_url": URL, "url": "http://h.example/a", "anchor": "a again", "nofollow": False, "depth": 1},
+        {"from_url": URL, "url": URL, "anchor": "self", "nofollow": False, "depth": 1},
+        {"from_url": URL, "url": "http://other.example/b", "anchor": "b", "nofollow": False, "depth": 1},
+        {"from_url": URL, "url": "http://other.example/nf", "anchor": "nf", "nofollow": True, "depth": 1},
+        {"from_url": URL, "url": "http://h.example/pic.jpg", "anchor": "pic", "nofollow": False, "depth": 1},
+    ]
+    cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": "e" * 32}, links)
+    db = rows(store)
+    assert set(db) == {URL, "http://h.example/a", "http://other.example/b"}
+    assert db["http://h.example/a"]["status"] == "unfetched" and db["http://h.example/a"]["depth"] == 1
+    assert db[URL]["fetch_count"] == 1  # the self-link did not add a second row or reset the page
+
+
+def test_update_is_idempotent(store, config, tmp_path):
+    row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": "f" * 32})
+    manifest = store.manifest()
+    again = update_segment(store, config, row["_segment"])
+    assert not again.applied and store.manifest() == manifest
