@@ -1,0 +1,119 @@
+"""generate: due URLs, best first, capped per host and in total, leased, partitioned by host."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from cycles.config import Config
+from cycles.crawldb import current_bucket_files
+from cycles.errors import StageError, StoreError
+from cycles.generate.generate import generate
+from cycles.inject import inject
+from cycles.store import utcnow
+from cycles.urls import host_hash
+
+
+@pytest.fixture
+def config() -> Config:
+    config = Config()
+    config.db.buckets = 3
+    config.generate.partitions = 4
+    return config
+
+
+def seed(store, config, tmp_path, hosts=6, per_host=5):
+    urls = [f"http://host{h}.example/p{p}" for h in range(hosts) for p in range(per_host)]
+    path = tmp_path / "seeds.txt"
+    path.write_text("\n".join(urls) + "\n")
+    inject(store, config, path)
+    return urls
+
+
+def fetchlist(store, segment):
+    return pq.read_table(store.segment_dir(segment) / "fetchlist").to_pylist()
+
+
+def test_generate_caps_per_host_and_in_total(store, config, tmp_path):
+    seed(store, config, tmp_path)
+    config.generate.max_urls_per_host = 2
+    result = generate(store, config, top_n=9)
+    rows = fetchlist(store, result.segment)
+    assert len(rows) == result.urls == 9
+    per_host = {}
+    for row in rows:
+        per_host[row["host"]] = per_host.get(row["host"], 0) + 1
+    assert max(per_host.values()) == 2
+
+
+def test_each_host_in_exactly_one_partition_chosen_by_hash(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=12, per_host=2)
+    segment = generate(store, config).segment
+    folder = store.segment_dir(segment) / "fetchlist"
+    assert sorted(p.name for p in folder.iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
+    for part in range(4):
+        for row in pq.read_table(folder / f"part-{part:05d}.parquet").to_pylist():
+            assert host_hash(row["host"]) % 4 == part
+
+
+def test_leased_urls_are_not_generated_again_until_the_lease_expires(store, config, tmp_path):
+    urls = seed(store, config, tmp_path, hosts=2, per_host=2)
+    first = generate(store, config)
+    assert first.urls == len(urls)
+    assert generate(store, config).segment is None
+    later = utcnow() + dt.timedelta(seconds=config.generate.lease_s + 1)
+    again = generate(store, config, now=later)
+    assert again.urls == len(urls)
+
+
+def test_lease_is_recorded_in_the_crawl_db(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=1, per_host=3)
+    segment = generate(store, config).segment
+    _, files = current_bucket_files(store)
+    leases = duckdb.connect().sql(
+        f"SELECT DISTINCT lease_segment FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").fetchall()
+    assert leases == [(segment,)]
+
+
+def test_best_score_first(store, config, tmp_path):
+    from cycles.crawldb import replace_crawldb
+
+    seed(store, config, tmp_path, hosts=3, per_host=3)
+    with store.lock():  # give host1/p2 the best score, host2/p0 the second best
+        replace_crawldb(store, config, lambda con, old, b: f"""SELECT * REPLACE (
+            CASE url WHEN 'http://host1.example/p2' THEN 9 WHEN 'http://host2.example/p0' THEN 5
+                     ELSE score END::FLOAT AS score) FROM {old}""", who="test")
+    rows = fetchlist(store, generate(store, config, top_n=2).segment)
+    assert {r["url"] for r in rows} == {"http://host1.example/p2", "http://host2.example/p0"}
+
+
+def test_nothing_due_makes_no_segment(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=1, per_host=1)
+    generate(store, config)
+    result = generate(store, config)
+    assert result.segment is None and "due" in result.reason
+    assert len(store.segments()) == 1
+
+
+def test_generate_without_crawl_db_says_what_to_do(store, config):
+    with pytest.raises(StageError, match="crawl inject"):
+        generate(store, config)
+
+
+def test_corrupt_bucket_file_is_named(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=2, per_host=1)
+    _, files = current_bucket_files(store)
+    files[1].write_bytes(b"not parquet at all")
+    with pytest.raises(StoreError, match=files[1].name):
+        generate(store, config)
+
+
+def test_missing_bucket_file_is_named(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=2, per_host=1)
+    _, files = current_bucket_files(store)
+    files[0].unlink()
+    with pytest.raises(StoreError, match="missing"):
+        generate(store, config)
