@@ -265,7 +265,11 @@ class HttpProtocol(asyncio.Protocol):
                 if self.paused and not self.closed:
                     self.drain = asyncio.get_running_loop().create_future()
                     await self.drain
-                if self.closed:
+                else:
+                    # Yield anyway: a send error closes the transport in a callback we must
+                    # let run, or we would go on "writing" into a dead connection.
+                    await asyncio.sleep(0)
+                if self.closed or transport.is_closing():
                     break
                 transport.write(chunk)
                 written += len(chunk)
@@ -276,7 +280,7 @@ class HttpProtocol(asyncio.Protocol):
             pass  # the connection was lost (or the server is stopping)
         finally:
             self.stream_task = None
-            if complete and not self.closed:
+            if complete and not self.closed and not transport.is_closing():
                 self._log(request, response.status, written, time.time(), False)
             else:
                 # What was still in our buffer never reached the client.
@@ -396,7 +400,8 @@ def bind_all(ips: list[str], port: int) -> tuple[int, list[socket.socket]]:
             for sock in socks:
                 sock.close()
             if port != 0 or exc.errno != errno.EADDRINUSE:
-                raise
+                raise OSError(exc.errno, f"cannot listen on {ip}:{chosen}: {exc.strerror}; "
+                              "choose another --port, or 0 for a free one") from exc
     raise OSError(errno.EADDRINUSE, f"no port free on all {len(ips)} test web addresses")
 
 
@@ -430,6 +435,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
     actual_port, sockets = bind_all(layout.ips(), port)
     web = Web(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
               port=actual_port)
+    web.warm()
     loop_name = use_fast_loop() if loop in ("auto", "uvloop") else "asyncio"
     if loop == "uvloop" and loop_name != "uvloop":
         raise RuntimeError("--loop uvloop asked for, but uvloop is not installed (pip install uvloop)")

@@ -732,11 +732,12 @@ class OddHost(SmallHost):
         ).encode("iso-8859-1")
 
     def _broken_body(self) -> bytes:
-        # Every link here is found by an HTML5 parser (lxml, html5lib, browsers): unquoted and
-        # upper-case attributes, unclosed and misnested tags, a newline inside a tag, an
-        # entity in the query, no </body></html>.
+        # Every link here is found by an HTML5 parser (lxml, html5lib, browsers): no </head>,
+        # unquoted and upper-case attributes, unclosed and misnested tags, a newline inside a
+        # tag, a duplicate attribute, an entity in the query, no </body></html>. (An unclosed
+        # <title> would be too broken: browsers too read the rest of the page as its text.)
         return (
-            "<html><head><title>Broken page<body>\n"
+            "<html><head><title>Broken page</title><body>\n"
             "<p>Unclosed paragraph <b>bold <i>italic</b> misnested</i>\n"
             "<table><tr><td><a href=/broken/a.html>unquoted</a><td><A HREF='/broken/b.html'>upper</A>\n"
             "</div></span><p><a href=\"/broken/c.html\">no closing tag\n"
@@ -788,6 +789,13 @@ class Web:
                     rules, bait = robots[short]
                     p = RobotsHost(self, short, special_ip(j), rules, bait)
                 self.profiles[p.name] = p
+
+    def warm(self) -> None:
+        """Build what the first request would otherwise pay for (the filler pool, the
+        special hosts' tables), so response times in the log don't include it."""
+        _paragraphs(self.seed)
+        for profile in self.profiles.values():
+            profile.page("/")
 
     # Addresses -------------------------------------------------------------------------
     def origin(self, name: str) -> str:
