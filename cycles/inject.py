@@ -18,7 +18,7 @@ from cycles.config import Config
 from cycles.crawldb import bucket_of, new_url_rows_sql, replace_crawldb
 from cycles.errors import CrawlError
 from cycles.store import Store
-from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
 
 SEED_SCORE = 1.0
 
@@ -48,7 +48,7 @@ def read_seeds(path: Path, config: Config, result: InjectResult) -> list[str]:
                 continue
             result.seeds_read += 1
             url = normalizer.normalize(line)
-            reason = "unparseable" if url is None else url_filter.reason(url)
+            reason = rejection_reason(line) if url is None else url_filter.reason(url)
             if reason:
                 result.rejected[reason] += 1
                 if len(result.rejected_lines) < 1000:

@@ -31,7 +31,7 @@ from cycles.crawldb import bucket_of, connect, current_bucket_files, new_url_row
 from cycles.errors import StageError
 from cycles.fetch.hoststate import read_all_host_files
 from cycles.store import Manifest, Store, utcnow
-from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
 
 
 @dataclass
@@ -60,7 +60,7 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.T
     normalised: list[str | None] = []
     for url in raw:
         norm = normalizer.normalize(url)
-        reason = "unparseable" if norm is None else url_filter.reason(norm)
+        reason = rejection_reason(url) if norm is None else url_filter.reason(norm)
         if reason:
             counters[f"filter/{reason}"] += 1
             norm = None
