@@ -775,6 +775,8 @@ class Web:
         self.profiles: dict[str, HostProfile] = {}
         self._build_profiles()
         self.by_ip = {p.ip: p for p in self.profiles.values()}
+        self._by_netloc = {self.origin(name)[7:]: p for name, p in self.profiles.items()}
+        self._memo: dict = {}  # oracle answers for the default seeds (the web never changes)
 
     def _build_profiles(self) -> None:
         for i in range(self.hosts):
@@ -821,10 +823,20 @@ class Web:
     # Answers ---------------------------------------------------------------------------
     def split(self, url: str) -> tuple[HostProfile | None, str]:
         """(profile, canonical target) of an absolute URL; the profile is None off the web."""
+        if url.startswith("http://"):
+            # Fast path for the model's own URLs, already canonical (the oracle walks
+            # hundreds of thousands of them).
+            rest = url[7:]
+            slash = rest.find("/")
+            if slash > 0:
+                profile = self._by_netloc.get(rest[:slash])
+                target = rest[slash:]
+                if profile is not None and target.isascii() and "%" not in target and "#" not in target:
+                    return profile, target
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
         port = parts.port or 80
-        profile = self.profiles.get(host) if port == self.port else None
+        profile = self.profiles.get(host) if port == self.port and parts.scheme == "http" else None
         target = canonical_target((parts.path or "/") + ("?" + parts.query if parts.query else ""))
         return profile, target
 
@@ -848,26 +860,37 @@ class Web:
         within ``max_depth`` hops if given. 404s, 5xx, redirects and slow or huge bodies are
         in the set (they must be requested); robots.txt files are not.
         """
-        if seeds is None:
-            seeds = self.seeds()
-        reached: set[str] = set()
-        queue: deque[tuple[str, int]] = deque()
-        for s in seeds:
-            if s not in reached and self.allowed(s, agent):
-                reached.add(s)
-                queue.append((s, 0))
+        memo_key = ("reach", agent) if seeds is None and max_depth is None else None
+        if memo_key in self._memo:
+            return set(self._memo[memo_key])
+        seen: set[str] = set()      # robots.txt is evaluated once per URL
+        allowed: set[str] = set()
+        queue: deque[tuple[HostProfile, str, int]] = deque()
+
+        def visit(url: str, depth: int) -> None:
+            seen.add(url)
+            profile, target = self.split(url)
+            if profile is not None and profile.robots.allows(target, agent):
+                allowed.add(url)
+                queue.append((profile, target, depth))
+
+        for s in self.seeds() if seeds is None else seeds:
+            if s not in seen:
+                visit(s, 0)
         while queue:
-            url, depth = queue.popleft()
+            profile, target, depth = queue.popleft()
             if max_depth is not None and depth >= max_depth:
                 continue
-            page = self.page(url)
+            page = profile.page(target)
             if page is None:
                 continue
             for nxt in page.followable():
-                if nxt not in reached and self.allowed(nxt, agent):
-                    reached.add(nxt)
-                    queue.append((nxt, depth + 1))
-        return reached
+                if nxt not in seen:
+                    visit(nxt, depth + 1)
+        if memo_key is not None:
+            self._memo[memo_key] = allowed
+            return set(allowed)
+        return allowed
 
     def universe(self) -> set[str]:
         """Every URL of the web that some link (followable or not) or redirect points at,
@@ -890,7 +913,9 @@ class Web:
         everything linked somewhere but reachable only through nofollow, a meta-nofollow
         page or a robots.txt-disallowed URL, and every URL robots.txt disallows for
         ``agent`` (the whole of a host whose robots.txt answers 5xx)."""
-        return self.universe() - self.expected_reachable(None, agent)
+        if "universe" not in self._memo:
+            self._memo["universe"] = self.universe()
+        return self._memo["universe"] - self.expected_reachable(None, agent)
 
 
 class PageCache:
