@@ -1,4 +1,4 @@
-"""URL normalisation, host hashing and URL filters.
+r"""URL normalisation, host hashing and URL filters.
 
 Every URL the crawler stores is first put in one canonical form, so that one page is one
 row of the crawl DB however a link spelled it. ``normalize_url`` (or, in hot loops, a
@@ -15,7 +15,7 @@ Beyond RFC 3986, as browsers do:
 
 1. Leading and trailing C0 controls and spaces are stripped; tab, CR and LF are removed
    wherever they are (links wrapped over lines in HTML source).
-2. ``\\`` is ``/`` before the query (``http:\\\\host\\a`` is ``http://host/a``).
+2. ``\`` is ``/`` before the query (``http:\\host\a`` is ``http://host/a``).
 3. After ``http:`` any number of slashes starts the authority (``http:/host``,
    ``http:///host``), unless the base has the same scheme and fewer than two slashes
    follow: then it is relative (``http:g``, ``http:/g``).
@@ -51,9 +51,11 @@ The canonical form, rule by rule
    character (``A-Z a-z 0-9 - . _ ~``) is decoded; an encoded reserved character
    (``%2F``, ``%3F``, ``%26``...) stays encoded, as decoding it could change the
    meaning (RFC 3986 §6.2.2.2); a character that may not appear (space, ``"<>[]^`{|}``,
-   ``\\`` in the query, controls, non-ASCII) is encoded as UTF-8; a ``%`` not followed by
-   two hex digits becomes ``%25``. Nothing is ever decoded and re-encoded, so an existing
-   escape is never double-encoded, and non-UTF-8 escapes (``%E9``) are kept.
+   ``\`` in the query, controls, non-ASCII) is encoded as UTF-8; a ``%`` not followed by
+   two hex digits becomes ``%25``. Sub-delimiters (``!$&()*+,;=``), ``:`` and ``@`` stay
+   literal, except ``'`` in the query: browsers send it as ``%27``, so we write that.
+   Nothing is ever decoded and re-encoded, so an existing escape is never
+   double-encoded, and non-UTF-8 escapes (``%E9``) are kept.
 7. Query: split on ``&``; empty parameters are removed; parameters whose name matches
    a drop pattern (``UrlConfig.drop_params``: tracking and session ids; ``*`` is a
    wildcard, names compare case-insensitively) are removed; the rest are sorted by name
@@ -65,9 +67,9 @@ The canonical form, rule by rule
 Deliberate differences from the public suites are listed, with reasons, in
 ``tests/data/urlnorm/DIFFERENCES.md``.
 
-Host hashing: :func:`host_hash` is the first 8 bytes (big-endian) of BLAKE2b with an
-8-byte digest of the UTF-8 host name; it must never change, since crawl DB buckets and
-fetch partitions are ``host_hash % n``.
+Host hashing: :func:`host_hash` is BLAKE2b with ``digest_size=8`` (a parameter of the
+hash, not a truncated BLAKE2b-512) of the UTF-8 host name, read as a big-endian unsigned
+integer. It must never change: crawl DB buckets and fetch partitions are ``host_hash % n``.
 """
 
 from __future__ import annotations
@@ -604,8 +606,9 @@ def url_host(url: str) -> str:
 
 
 def host_hash(host: str) -> int:
-    """Stable unsigned 64-bit hash of a host name: BLAKE2b with an 8-byte digest of the
-    UTF-8 bytes, read big-endian. Never change it: buckets and partitions depend on it."""
+    """Stable unsigned 64-bit hash of a host name: BLAKE2b (``digest_size=8``) of its UTF-8
+    bytes, read big-endian. The host is hashed as given (pass :func:`url_host` output).
+    Never change it: buckets and partitions depend on it."""
     return int.from_bytes(hashlib.blake2b(host.encode("utf-8"), digest_size=8).digest(), "big")
 
 
@@ -691,13 +694,12 @@ class UrlFilter:
         if len(url) > self.max_length:
             return FilterReason.TOO_LONG
         segments = path.split("/")[1:]
+        last = segments[-1] if segments else ""  # "" for "/dir/": a page, not a file
+        dot = last.rfind(".")
+        if dot >= 0 and last[dot + 1:].partition(";")[0].lower() in self.extensions:
+            return FilterReason.EXTENSION
         if segments and segments[-1] == "":
             segments.pop()  # "/a/b/" has two segments, not three
-        if segments:
-            last = segments[-1]
-            dot = last.rfind(".")
-            if dot >= 0 and last[dot + 1:].partition(";")[0].lower() in self.extensions:
-                return FilterReason.EXTENSION
         if len(segments) > self.max_depth:
             return FilterReason.TOO_DEEP
         if len(segments) > self.max_repeats:
