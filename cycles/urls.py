@@ -77,6 +77,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import operator
 import re
 from collections.abc import Sequence
 from typing import Optional
@@ -355,7 +356,9 @@ def _idna_host(host: str) -> Optional[str]:
     return ".".join(labels)
 
 
-@functools.lru_cache(maxsize=1 << 17)
+# Cache sizes: ~250 bytes an entry, so 8 MB each; outlinks come grouped by page and
+# host, so even a small cache hits almost always.
+@functools.lru_cache(maxsize=1 << 15)
 def _canon_host(raw: str) -> Optional[str]:
     """Canonical host (see rule 3), or None if it cannot be a host. Cached: links of a
     page mostly share a few hosts."""
@@ -382,7 +385,7 @@ def _canon_host(raw: str) -> Optional[str]:
     return host
 
 
-@functools.lru_cache(maxsize=1 << 17)
+@functools.lru_cache(maxsize=1 << 15)
 def _canon_authority(scheme: str, authority: str) -> Optional[str]:
     """``host[:port]`` in canonical form (rules 2-4), or None."""
     at = authority.rfind("@")
@@ -418,12 +421,14 @@ def _canon_authority(scheme: str, authority: str) -> Optional[str]:
 
 
 # --- Splitting ------------------------------------------------------------------------
-# The common case: an absolute http(s) URL with a plain ASCII host and only characters
-# that may appear in a canonical URL. Anything else takes the general path.
+# The common case: an absolute http(s) URL, lower-case scheme, plain ASCII host. Path and
+# query may hold anything the escape normaliser deals with, but no C0 control or space:
+# those may need stripping (at the ends) or removing (tab, CR, LF) first. No backslash in
+# the path (it is a slash). The fragment is dropped, so it may hold anything.
 _FAST = re.compile(
     r"(https?)://([A-Za-z0-9_.-]+(?::[0-9]*)?)"
-    f"(/[{_PATH_CHARS}%]*)?"
-    f"(?:\\?([{_QUERY_CHARS}%]*))?"
+    r"(/[^\x00-\x20\\?#]*)?"
+    r"(?:\?([^\x00-\x20#]*))?"
     r"(?:#.*)?",
     re.S,
 )
@@ -460,6 +465,10 @@ def _param_name(param: str) -> str:
     return param.partition("=")[0]
 
 
+_first = operator.itemgetter(0)
+_MAX_REMEMBERED_NAMES = 1 << 16
+
+
 class Normalizer:
     """Canonicalises URLs (see the module docstring) with its patterns compiled once.
 
@@ -470,6 +479,7 @@ class Normalizer:
     def __init__(self, config: Optional[UrlConfig] = None):
         config = config if config is not None else UrlConfig()
         self._drop = _drop_matcher(config.drop_params)
+        self._dropped: dict[str, bool] = {}
         self._base_key: Optional[str] = None
         self._base_parts: Optional[tuple[str, str, str, Optional[str]]] = None
 
@@ -498,15 +508,26 @@ class Normalizer:
 
     def _canon_query(self, query: str) -> str:
         query = _canon_query_escapes(query)
-        params = query.split("&")
-        if len(params) == 1:
-            if not query or (self._drop is not None and self._drop(_param_name(query))):
-                return ""
-            return query
-        drop = self._drop
-        kept = [p for p in params if p and not (drop is not None and drop(_param_name(p)))]
-        kept.sort(key=_param_name)  # list.sort is stable: equal names keep their order
-        return "&".join(kept)
+        drop, dropped = self._drop, self._dropped
+        kept = []
+        for param in query.split("&"):
+            if not param:
+                continue
+            name = param.partition("=")[0]
+            if drop is not None:
+                # Names repeat endlessly (id, page, utm_source): remember each verdict
+                # rather than run the pattern again (bounded: cleared when full).
+                verdict = dropped.get(name)
+                if verdict is None:
+                    if len(dropped) >= _MAX_REMEMBERED_NAMES:
+                        dropped.clear()
+                    verdict = dropped[name] = drop(name) is not None
+                if verdict:
+                    continue
+            kept.append((name, param))
+        if len(kept) > 1:
+            kept.sort(key=_first)  # list.sort is stable: equal names keep their order
+        return "&".join([param for _, param in kept])
 
     def _build(self, scheme: str, authority: str, path: str, query: Optional[str]) -> Optional[str]:
         authority = _canon_authority(scheme, authority)
@@ -621,7 +642,8 @@ def host_hashes(hosts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.UInt64A
     if len(hosts) == 0:
         return pa.array([], type=pa.uint64())
     encoded = hosts if pa.types.is_dictionary(hosts.type) else hosts.dictionary_encode()
-    hashes = pa.array([host_hash(h) for h in encoded.dictionary.to_pylist()], type=pa.uint64())
+    hashes = pa.array([None if h is None else host_hash(h) for h in encoded.dictionary.to_pylist()],
+                      type=pa.uint64())
     return hashes.take(encoded.indices)
 
 

@@ -347,6 +347,19 @@ def test_outputs_are_fixed_points():
         assert normalize_url(url) == url, url
 
 
+def test_fast_path_agrees_with_general_path():
+    """The regex fast path is only a shortcut: the general parser gives the same answer."""
+    n = Normalizer(UrlConfig())
+    urls = [r["input"] for r in WHATWG + rows("w3lib_safe_url_string.jsonl") if r["input"]]
+    urls += [r["expected"] for r in WHATWG if r["expected"]]
+    taken = 0
+    for url in urls:
+        if url.startswith(("http://", "https://")):
+            taken += 1
+            assert n.normalize(url) == n._normalize_slow(url, None), url
+    assert taken > 400
+
+
 # --- The canonical form, rule by rule ---------------------------------------------------
 @pytest.mark.parametrize("url, base, expected", [
     # 1 scheme
