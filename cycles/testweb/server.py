@@ -255,6 +255,7 @@ class HttpProtocol(asyncio.Protocol):
         stream = response.stream
         written = 0
         complete = False
+        self.buffered = 0
         sock = transport.get_extra_info("socket")
         try:
             if sock is not None:
@@ -423,7 +424,7 @@ def use_fast_loop() -> str:
 
 def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special: bool = True,
           seed: int = 0, port: int = 0, log_path: str | Path, ready_file: str | Path | None = None,
-          max_seconds: float = 600.0, loop: str = "auto") -> str:
+          max_seconds: float = 600.0, loop: str = "asyncio") -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, the parameters and ``pid``) is

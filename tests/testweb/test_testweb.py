@@ -63,11 +63,13 @@ def fetch(web: TestWeb, url: str, headers: list[str] = (), timeout_s: float = 10
     return Fetched(status, got, body.getvalue(), time.monotonic() - t0, error)
 
 
-def wait_for_log(web: TestWeb, predicate, timeout_s: float = 5.0) -> list[dict]:
+def wait_for_log(web: TestWeb, predicate, count: int = 1, timeout_s: float = 5.0) -> list[dict]:
+    """Log rows matching ``predicate``, once there are ``count`` of them (the server flushes
+    its log right after answering, so a row may land a moment after the client is done)."""
     deadline = time.monotonic() + timeout_s
     while True:
         rows = [r for r in web.requests() if predicate(r)]
-        if rows or time.monotonic() > deadline:
+        if len(rows) >= count or time.monotonic() > deadline:
             return rows
         time.sleep(0.02)
 
@@ -225,7 +227,8 @@ def test_keep_alive_and_log_fields(web):
         b = fetch(web, web.url("h4", "/p/1.html"), curl=curl)
     finally:
         curl.close()
-    rows = wait_for_log(web, lambda r: r["host"] == "h4.web.test" and r["path"] in ("/p/0.html", "/p/1.html"))
+    rows = wait_for_log(web, lambda r: r["host"] == "h4.web.test" and r["path"] in ("/p/0.html", "/p/1.html"),
+                        count=2)
     assert len(rows) == 2 and rows[0]["conn_id"] == rows[1]["conn_id"]
     assert [r["bytes_sent"] for r in rows] == [len(a.body), len(b.body)]
     for row in rows:
