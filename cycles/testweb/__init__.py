@@ -1,0 +1,13 @@
+"""A deterministic multi-host web on loopback addresses, for tests, the demo and benchmarks.
+
+- :mod:`cycles.testweb.site`: the model (hosts, robots.txt, pages, links) and the oracle
+  (:meth:`Web.expected_reachable`, :meth:`Web.must_not_request`).
+- :mod:`cycles.testweb.server`: the asyncio HTTP/1.1 server and its JSON-lines request log.
+- :mod:`cycles.testweb.harness`: :class:`TestWeb`, which runs the server in a subprocess.
+- ``python -m cycles.testweb serve|bench``: the command line.
+"""
+
+from cycles.testweb.harness import TestWeb, TestWebError
+from cycles.testweb.site import Web
+
+__all__ = ["TestWeb", "TestWebError", "Web"]
