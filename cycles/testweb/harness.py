@@ -104,12 +104,15 @@ class TestWeb:
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.ready_path.exists():
             if self.process.poll() is not None:
-                raise TestWebError(f"test web server exited with {self.process.returncode} before "
-                                   f"it was ready; its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
-            if time.monotonic() > deadline:
+                message = (f"test web server exited with {self.process.returncode} before it was "
+                           f"ready; its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
                 self.stop()
-                raise TestWebError(f"test web server not ready after {self.ready_timeout_s:g} s; "
-                                   f"its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
+                raise TestWebError(message)
+            if time.monotonic() > deadline:
+                message = (f"test web server not ready after {self.ready_timeout_s:g} s; its "
+                           f"stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
+                self.stop()
+                raise TestWebError(message)
             time.sleep(0.02)
         self.ready = json.loads(self.ready_path.read_text())
         self.port = self.ready["port"]
