@@ -328,9 +328,10 @@ def _split_groups(text: str) -> tuple[list[_Group], list[str]]:
     named just above it, so it goes to the tokens named since the previous
     Crawl-delay line: a gets 5, b none (as crawler-commons reads it).
 
-    Rules before the first User-agent line belong to no group under the RFC; they
-    are kept as a "*" group, because a site that writes only ``Disallow: /private/``
-    wants every crawler to keep out (8 of the 4,231 real-world files do this).
+    Rules (and Crawl-delay) before the first User-agent line belong to no group
+    under the RFC; they are kept as a "*" group, because a site that writes only
+    ``Disallow: /private/`` wants every crawler to keep out (10 of the 4,231
+    real-world files start this way).
     """
     groups: list[_Group] = []
     sitemaps: dict[str, None] = {}
