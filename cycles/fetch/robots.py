@@ -7,9 +7,8 @@ URL of the host. The module does no I/O.
 Work is split between this module and protego:
 
 * here: the status classes of RFC 9309 §2.3.1, redirects (§2.3.1.2), the size
-  limit (§2.5), decoding
-  (BOM, bad bytes), splitting the file into groups and choosing the groups of our
-  product token (§2.2.1), Crawl-delay and Sitemap lines;
+  limit (§2.5), decoding (BOM, bad bytes), splitting the file into groups and
+  choosing the groups of our product token (§2.2.1), Crawl-delay and Sitemap lines;
 * protego: the rules of the chosen groups — percent-encoding (§2.2.2), ``*`` and
   ``$`` (§2.2.3), longest match with Allow winning ties (§2.2.2).
 
@@ -22,7 +21,11 @@ wrong, and why each fix is here, is listed in ``tests/data/robots/DIFFERENCES.md
 * its agent matching is by substring, so ``User-agent: crawl`` would apply to us;
 * an unknown line (``Invalid-Line: x``) or a ``Crawl-delay`` between two
   ``User-agent`` lines splits one group into two (§2.2.4: other records must not
-  interfere with the parsing of the standard ones).
+  interfere with the parsing of the standard ones);
+* rules written before any ``User-agent`` line are dropped (we obey them as ``*``).
+
+The fetcher counts outcomes by ``RobotsRules.reason`` and denied URLs; this module
+keeps no counters.
 """
 
 from __future__ import annotations
