@@ -259,27 +259,19 @@ _MAX_HOST = 253
 
 def _ipv4_number(part: str) -> Optional[int]:
     """WHATWG IPv4 number parser: decimal, 0x-hex or 0-octal; None if not a number."""
-    if part == "":
-        return None
+    if not part.isascii() or not part.isalnum():
+        return None  # also keeps int() from reading "_", signs and spaces
     radix = 10
     if part[:2] in ("0x", "0X"):
         part, radix = part[2:], 16
     elif len(part) > 1 and part[0] == "0":
         part, radix = part[1:], 8
     if part == "":
-        return 0
-    if not part.isascii():
-        return None
+        return 0  # "0x" alone is zero
     try:
-        return int(part, radix)  # int() also takes "_" and signs: refused below
+        return int(part, radix)
     except ValueError:
         return None
-
-
-def _is_ipv4_number(part: str) -> bool:
-    if not part.isascii() or not part.isalnum():
-        return part == "0x" or part == "0X"
-    return _ipv4_number(part) is not None
 
 
 def _ends_in_number(host: str) -> bool:
@@ -291,8 +283,8 @@ def _ends_in_number(host: str) -> bool:
         parts.pop()
     last = parts[-1]
     if last.isascii() and last.isdigit():
-        return True
-    return _is_ipv4_number(last)
+        return True  # even if not a valid number ("09"): then the host is invalid
+    return _ipv4_number(last) is not None
 
 
 def _ipv4(host: str) -> Optional[str]:
@@ -304,9 +296,10 @@ def _ipv4(host: str) -> Optional[str]:
         return None
     numbers = []
     for part in parts:
-        if not _is_ipv4_number(part):
+        number = _ipv4_number(part)
+        if number is None:
             return None
-        numbers.append(_ipv4_number(part))
+        numbers.append(number)
     if any(n > 255 for n in numbers[:-1]) or numbers[-1] >= 256 ** (5 - len(numbers)):
         return None
     value = numbers[-1]
@@ -480,8 +473,9 @@ class Normalizer:
         config = config if config is not None else UrlConfig()
         self._drop = _drop_matcher(config.drop_params)
         self._dropped: dict[str, bool] = {}
-        self._base_key: Optional[str] = None
-        self._base_parts: Optional[tuple[str, str, str, Optional[str]]] = None
+        # (base as given, its canonical parts or None): one attribute, so that threads
+        # sharing a Normalizer never pair one base with another's parts.
+        self._last_base: tuple[Optional[str], Optional[tuple]] = (None, None)
 
     # -- components --
     def _canon_path(self, path: str) -> str:
@@ -551,13 +545,15 @@ class Normalizer:
         return self._normalize_slow(url, base)
 
     def _base(self, base: str) -> Optional[tuple[str, str, str, Optional[str]]]:
-        if base != self._base_key:
+        """(scheme, authority, path, query) of the canonical base, or None if unusable.
+        Browsers too resolve against the parsed base (dot segments already removed:
+        ``g`` against ``/b/c/..`` is ``/b/g``); it is parsed once per page."""
+        last_key, parts = self._last_base
+        if base != last_key:
             canonical = self.normalize(base)
-            parts = None
-            if canonical is not None:
-                parts = _CANON_SPLIT.fullmatch(canonical).groups()
-            self._base_key, self._base_parts = base, parts
-        return self._base_parts
+            parts = _CANON_SPLIT.fullmatch(canonical).groups() if canonical is not None else None
+            self._last_base = (base, parts)
+        return parts
 
     def _normalize_slow(self, url: str, base: Optional[str]) -> Optional[str]:
         url = url.strip(_C0_AND_SPACE)

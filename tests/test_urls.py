@@ -377,6 +377,8 @@ def test_fast_path_agrees_with_general_path():
     ("http://XN--BCHER-KVA.de/", None, "http://xn--bcher-kva.de/"),
     ("http://xn--bad-/", None, None),                              # invalid Punycode
     ("http://ex%41mple.com/", None, "http://example.com/"),
+    ("http://ＥＸＡＭＰＬＥ．ｃｏｍ/", None, "http://example.com/"),  # UTS #46 mapping
+    ("http://１２７.0.0.1/", None, "http://127.0.0.1/"),
     ("http://0x7f.1/", None, "http://127.0.0.1/"),
     ("http://3279880203/", None, "http://195.127.0.11/"),
     ("http://1.2.3.4.5/", None, None),
@@ -445,6 +447,8 @@ def test_fast_path_agrees_with_general_path():
     ("?q=2", "http://example.com/a?q=1", "http://example.com/a?q=2"),
     ("", "http://example.com/a?q=1#top", "http://example.com/a?q=1"),
     ("#top", "http://example.com/a?utm_source=x", "http://example.com/a"),
+    ("g", "http://a/b/c/..", "http://a/b/g"),                  # the base is parsed first
+    ("g", "http://a/b;jsessionid=1/c", "http://a/b/g"),
     ("page.html", None, None),
     ("page.html", "mailto:x@example.com", None),
     ("page.html", "http://exa mple.com/", None),
