@@ -20,7 +20,9 @@ Beyond RFC 3986, as browsers do:
    ``http:///host``), unless the base has the same scheme and fewer than two slashes
    follow: then it is relative (``http:g``, ``http:/g``).
 4. Schemes other than http and https (``mailto:``, ``javascript:``, ``ftp:``...) give
-   ``None``; so does a relative link without a usable base.
+   ``None``; so does a relative link without a usable (http or https) base.
+5. The base is parsed before a link is resolved against it (so ``g`` against
+   ``http://a/b/c/..`` is ``http://a/b/g``), as browsers parse a page's URL.
 
 The canonical form, rule by rule
 --------------------------------
