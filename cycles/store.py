@@ -145,11 +145,15 @@ class Store:
             tmp.unlink(missing_ok=True)
         return rows
 
-    def remove_temporaries(self, folder: Path) -> int:
-        """Delete leftovers of writes interrupted by a crash; returns how many."""
+    def remove_temporaries(self, folder: Path, prefix: str = "") -> int:
+        """Delete leftovers of writes interrupted by a crash; returns how many.
+
+        ``prefix`` limits it to files whose name starts with it: a folder shared by several
+        writers (the fetch partitions) must only lose the caller's own leftovers.
+        """
         removed = 0
         if folder.exists():
-            for tmp in folder.glob(".*.tmp"):
+            for tmp in folder.glob(f".{prefix}*.tmp"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
         return removed

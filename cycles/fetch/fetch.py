@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from cycles.config import Config
 from cycles.errors import StageError
-from cycles.fetch.worker import fetch_partition
+from cycles.fetch.worker import fetch_partition, fetch_partition_task
 from cycles.store import Store, utcnow
 
 
@@ -61,7 +61,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(processes) as pool:
-                for result in pool.starmap(fetch_partition, tasks, chunksize=1):
+                for result in pool.imap_unordered(fetch_partition_task, tasks, chunksize=1):
                     counters.update(result)
     seconds = round(time.monotonic() - started, 3)
     counters.pop("fetch/seconds", None)

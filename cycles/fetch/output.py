@@ -40,7 +40,7 @@ def resume_state(store: Store, segment_dir: Path, partition: int) -> tuple[set[s
     prefix = f"part-{partition:05d}-c"
     fetched_dir, outlinks_dir, warc_dir = (segment_dir / d for d in ("fetched", "outlinks", "warc"))
     for folder in (fetched_dir, outlinks_dir, warc_dir, segment_dir / "hosts"):
-        store.remove_temporaries(folder)
+        store.remove_temporaries(folder, prefix=f"part-{partition:05d}")
     committed = {p.name[: -len(".parquet")] for p in fetched_dir.glob(prefix + "*.parquet")} if fetched_dir.exists() else set()
     for folder, suffix in ((warc_dir, ".warc.gz"), (outlinks_dir, ".parquet")):
         if folder.exists():

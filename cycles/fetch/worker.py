@@ -21,6 +21,7 @@ import datetime as dt
 import email.utils
 import json
 import time
+import traceback
 from collections import Counter
 from urllib.parse import urljoin, urlsplit
 
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.config import Config, config_from_dict
+from cycles.errors import CrawlError, StageError
 from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
 from cycles.fetch.output import PartitionOutput, resume_state
@@ -160,8 +162,10 @@ class PartitionFetcher:
                 slot.robots_url = target
                 self.stats["robots/redirect"] += 1
                 return
-            # RFC 9309 §2.3.1.2: past five redirects robots.txt MAY be taken as unavailable.
-            status, body = 404, b""
+            # RFC 9309 §2.3.1.2 lets a crawler take robots.txt as unavailable (allow all)
+            # past five redirects; we fail closed instead (RobotsRules: disallow all for now).
+            self.stats["robots/too_many_redirects"] += 1
+            body = b""
         else:
             body = transfer.body()
         slot.robots_status = status
@@ -328,11 +332,13 @@ class PartitionFetcher:
         transfer.ended = time.monotonic()
         slot.in_flight = False
         slot.last_request_end_wall = time.time()
-        slot.next_allowed = transfer.ended + self._delay_after(slot, transfer)
         if transfer.request.kind == "robots":
             self._finish_robots(slot, transfer, error)
         else:
             self._finish_page(slot, transfer, error, curl)
+        # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and
+        # a back-off may already have pushed next_allowed further.
+        slot.next_allowed = max(slot.next_allowed, transfer.ended + self._delay_after(slot, transfer))
         curl.reset()
         self.free.append(curl)
         self.frontier.schedule(slot)
@@ -428,3 +434,14 @@ def fetch_partition(root: str, segment: str, partition: int, config_values: dict
     counters = dict(fetcher.stats)
     store.write_json(stats_path, {"partition": partition, "counters": counters})
     return counters
+
+
+def fetch_partition_task(args: tuple) -> dict:
+    """Pool entry point: like fetch_partition, but an unexpected error keeps its traceback."""
+    try:
+        return fetch_partition(*args)
+    except CrawlError:
+        raise
+    except Exception as exc:
+        raise StageError(f"fetch: partition {args[2]} of segment {args[1]} failed:\n"
+                         f"{traceback.format_exc()}") from exc
