@@ -13,30 +13,63 @@ nothing here uses Python's ``hash()`` (salted per process) or platform byte orde
 Features of the SimHash
 -----------------------
 The text is normalised (:func:`normalise`: lower case, whitespace collapsed) and cut into
-tokens: runs of letters, digits and combining marks (Unicode categories L, N, M). Characters
-of scripts written without spaces (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) are a
-token each, so that a Chinese paragraph is not one giant token. Everything else (punctuation,
-symbols, emoji) separates tokens.
+tokens: runs of letters and combining marks (Unicode categories L and M). Characters of
+scripts written without spaces (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) are a
+token each, so that a Chinese paragraph is not one giant token. Numbers (category N),
+punctuation, symbols and emoji separate tokens and are not features themselves, except in a
+text that has no other token (then numbers count, so that number-only pages still differ).
 
-The features are **overlapping 3-token shingles** (Broder's w-shingling with w = 3), each
-weighted 1 per occurrence; a text of fewer than 3 tokens uses its tokens. Why shingles and
-not single tokens:
+The features are **overlapping 3-token shingles** (Broder's w-shingling, w = 3: word
+trigrams; character trigrams in CJK and Thai), each weighted 1 per occurrence; a text of
+fewer than 3 tokens uses its tokens. The choice was measured with ``scripts/bench_parse.py``
+(generated 30 KB pages: Zipf-distributed words, seven site templates; and the 16 real pages
+of the Common Crawl sample in /work/shared/conformance/warc). Share of pairs within k = 3,
+i.e. taken for near-duplicates (100 pairs a row; real pages: 75 and 120):
 
-- Single tokens are a bag of words. Any two pages in one language share their frequent words
-  (the, of, and ...), which then dominate the bag: unrelated pages end up only ~10-20 bits
-  apart and pages from one site's template even closer. Manku et al. avoid that with stop-word
-  removal and IDF-like weights, which need corpus statistics the fetcher does not have.
-- 3-token shingles are rarely shared by unrelated text (a stop word is only part of a
-  shingle), so the shared part of two pages is their real common text (boilerplate included)
-  and unrelated pages land near 32 bits apart, as they should.
-- The cost is sensitivity: one changed word changes 3 shingles instead of 1 token. On a page
-  of a few hundred words or more that is still far below the k = 3 threshold (a changed date
-  moves a 30 KB page by 0-2 bits; ``scripts/bench_parse.py`` measures it).
+==========================================  =========  =========  ==========  ======  ========
+pair                                         3-shingl.  2-shingl.  3-sh.+num.  tokens  distinct
+==========================================  =========  =========  ==========  ======  ========
+same page, date changed                         0.99       1.00        0.92     1.00     0.95
+4-paragraph page, date changed                  0.85       0.92        0.54     1.00     0.82
+same page, one sentence added                   0.93       0.96        0.86     1.00     0.92
+other article, same template                    0.00       0.00        0.00     0.32     0.00
+other text, 80-word vocabulary                  0.00       0.06        0.00     0.26     1.00
+real page, one word changed                     0.91       0.91        0.87     1.00     0.88
+real pages, different pages                     0.00       0.00        0.00     0.00     0.00
+==========================================  =========  =========  ==========  ======  ========
+
+(3-shingl. is the one used; 3-sh.+num. keeps numbers as tokens; tokens counts each token,
+distinct counts each distinct token once.)
+
+- Single tokens, counted, are a bag of words. Any two pages in one language share their
+  frequent words (the, of, and ...), which dominate the bag: different articles on one
+  template were a median 4 bits apart and a third were taken for duplicates. Manku et al.
+  avoid that with stop-word removal and IDF-like weights, which need corpus statistics the
+  fetcher does not have. Counting each distinct token once fails on narrow vocabularies.
+- Shingles are rarely shared by unrelated text, so the shared part of two pages is their
+  real common text (boilerplate included): different articles on one template were 24-41
+  bits apart. 2-token shingles are more tolerant of edits but still shared by texts drawn
+  from a small vocabulary (listings, tables, forum pages of one topic: 6 % false
+  near-duplicates above); a false near-duplicate loses a page, a missed one only stores a
+  copy, so w = 3.
+- The cost of shingles is sensitivity: one changed word changes 3 features. The expected
+  distance for d changed features of N is about 64/pi * sqrt(2d/N): ~1 bit for a date on a
+  2,000-word page, more on short pages (85 % of 4-paragraph pages stay within k = 3).
+- Numbers are left out because the commonest trivial changes are numbers (dates, times,
+  counters, view counts): with them a changed date changes
+  5 shingles instead of 3 (0.54 against 0.85 on short pages). The price: pages that differ
+  only in numbers (two scores of one fixture) are near-duplicates. ``content_hash`` keeps
+  numbers.
+
+A text without tokens (empty, or only punctuation and symbols) has SimHash 0, and a very
+short text has few features: update should not take pages for near-duplicates on a SimHash
+match alone when their texts are that short.
 
 Speed: the tokens are found and hashed with numpy over the whole text at once (a polynomial
-hash of the code points, taken as differences of a prefix sum), then mixed with the MurmurHash3
-64-bit finaliser; the 64 bit counts are summed by adding the unpacked bit rows pairwise in
-uint8. About 0.1 ms for a 15,000-character text, against several ms for a per-token Python loop.
+hash of the code points, taken as differences of a prefix sum), shingles are combined and
+mixed with the MurmurHash3 64-bit finaliser, and the 64 bit counts are summed by adding the
+unpacked bit rows pairwise in uint8. About 0.1 ms for a 15,000-character text, against
+several ms for a per-token Python loop.
 """
 
 from __future__ import annotations
@@ -98,9 +131,13 @@ def simhash64(text: str) -> int:
     return _simhash_normalised(normalise(text))
 
 
-def fingerprints(text: str) -> tuple[str, int]:
-    """``(content_hash(text), simhash64(text))``, normalising the text once."""
-    norm = normalise(text)
+def fingerprints(text: str, *, collapsed: bool = False) -> tuple[str, int]:
+    """``(content_hash(text), simhash64(text))``, normalising the text once.
+
+    ``collapsed=True`` promises that the text's whitespace is already collapsed (as the
+    text of cycles.fetch.parse is), which saves checking it.
+    """
+    norm = text.lower() if collapsed else normalise(text)
     return _content_hash_normalised(norm), _simhash_normalised(norm)
 
 
@@ -115,10 +152,13 @@ def _content_hash_normalised(norm: str) -> str:
 
 # --- SimHash internals -------------------------------------------------------------------
 
+SIMHASH_SHINGLE_TOKENS = 3
+"""Tokens per shingle (w of w-shingling); see the module doc for why 3."""
+
 _SEP, _WORD, _SINGLE = 0, 1, 2  # character classes: separator, part of a word, a token alone
 
 # Scripts written without spaces between words: each character is a token of its own, so
-# 3-token shingles over them are character trigrams (the usual unit for CJK and Thai).
+# shingles over them are character n-grams (the usual unit for CJK and Thai).
 _SINGLE_RANGES = (
     (0x0E00, 0x0EFF),    # Thai, Lao
     (0x1000, 0x109F),    # Myanmar
@@ -133,28 +173,29 @@ _SINGLE_RANGES = (
 )
 
 
-def _build_classes() -> np.ndarray:
-    """Class of every code point (1.1 MB, built once per process in ~30 ms)."""
-    classes = np.zeros(0x110000, dtype=np.uint8)
+def _build_classes() -> tuple[np.ndarray, np.ndarray]:
+    """Class of every code point, without and with numbers as word characters
+    (2 x 1.1 MB, built once per process in ~20 ms)."""
+    letters = np.zeros(0x110000, dtype=np.uint8)
     category = unicodedata.category
-    # Letters, numbers, marks (categories L*, N*, M*) in the BMP; outside it only the CJK
-    # extensions count (emoji and symbols separate tokens).
-    word = [cp for cp in range(0x10000) if category(chr(cp))[0] in "LNM"]
-    classes[np.array(word, dtype=np.int64)] = _WORD
+    # Letters and marks (L*, M*) in the BMP; outside it only the CJK extensions count.
+    kinds = [category(chr(cp))[0] for cp in range(0x10000)]
+    letters[np.array([cp for cp, kind in enumerate(kinds) if kind in "LM"], dtype=np.int64)] = _WORD
     for low, high in _SINGLE_RANGES:
-        block = classes[low:high + 1]
-        # Only letters of those blocks stand alone; their marks and digits stay word parts.
         if high < 0x10000:
-            block[block == _WORD] = _SINGLE
+            # Only the letters of those blocks stand alone; their marks stay word parts
+            # (a Thai vowel sign belongs to its consonant).
             for cp in range(low, high + 1):
-                if category(chr(cp))[0] == "M":
-                    block[cp - low] = _WORD
+                if kinds[cp] == "L":
+                    letters[cp] = _SINGLE
         else:
-            block[:] = _SINGLE
-    return classes
+            letters[low:high + 1] = _SINGLE
+    with_numbers = letters.copy()
+    with_numbers[np.array([cp for cp, kind in enumerate(kinds) if kind == "N"], dtype=np.int64)] = _WORD
+    return letters, with_numbers
 
 
-_CLASSES = _build_classes()
+_CLASSES, _CLASSES_WITH_NUMBERS = _build_classes()
 
 # Polynomial hash mod 2**64 of a token's code points c_0..c_{n-1}: sum(c_i * P**i). With S the
 # prefix sums of c_j * P**j over the whole text, a token [s, e) hashes to (S[e] - S[s]) * P**-s,
@@ -193,8 +234,8 @@ def _fmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _S33)
 
 
-def _token_hashes(norm: str) -> np.ndarray:
-    """One well-mixed uint64 per token of the normalised text, in text order."""
+def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
+    """The polynomial hash (unmixed) of every token of the normalised text, in text order."""
     text = norm[:SIMHASH_MAX_CHARS]
     if text.isascii():  # most pages: one byte a character, no UTF-32 copy
         cps = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
@@ -203,7 +244,7 @@ def _token_hashes(norm: str) -> np.ndarray:
     n = len(cps)
     if n == 0:
         return np.empty(0, dtype=np.uint64)
-    cls = _CLASSES.take(cps)
+    cls = classes.take(cps)
     if cls.max() < _SINGLE:
         # No character stands alone: tokens are the runs of word characters, and the
         # edges of the runs alternate start, end, start, end ...
@@ -230,14 +271,23 @@ def _token_hashes(norm: str) -> np.ndarray:
     prefix = np.empty(n + 1, dtype=np.uint64)
     prefix[0] = 0
     np.cumsum(cps.astype(np.uint64) * pow_[:n], out=prefix[1:])
-    return _fmix64((prefix[ends] - prefix[starts]) * inv[starts])
+    return (prefix[ends] - prefix[starts]) * inv[starts]
 
 
-def _features(tokens: np.ndarray) -> np.ndarray:
-    """3-token shingles (see the module doc); the tokens themselves for shorter texts."""
-    if len(tokens) < 3:
-        return tokens
-    return _fmix64(tokens[:-2] * _K1 + tokens[1:-1] * _K2 + tokens[2:])
+_SHINGLE_MULTIPLIERS = (_K1, _K2)  # for the first tokens of a shingle; the last gets 1
+
+
+def _features(tokens: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS) -> np.ndarray:
+    """Shingles of ``width`` tokens (see the module doc); the tokens themselves when there
+    are fewer. One finaliser over the combination spreads every bit of every token hash
+    over the whole feature."""
+    count = len(tokens) - width + 1
+    if width == 1 or count < 1:
+        return _fmix64(tokens)
+    combined = tokens[width - 1:].copy()
+    for offset, multiplier in zip(range(width - 1), _SHINGLE_MULTIPLIERS):
+        combined += tokens[offset:offset + count] * multiplier
+    return _fmix64(combined)
 
 
 def _bit_counts(features: np.ndarray) -> np.ndarray:
@@ -259,12 +309,18 @@ def _bit_counts(features: np.ndarray) -> np.ndarray:
     return total
 
 
-def _simhash_normalised(norm: str) -> int:
+def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
-        features = _features(_token_hashes(norm))
-        if len(features) == 0:
-            return 0
-        counts = _bit_counts(features)
-    # Unweighted Charikar: bit i is 1 when more than half of the features have it.
+        tokens = _token_hashes(norm)
+        if len(tokens) == 0:  # no letters: let numbers count rather than give every such text 0
+            tokens = _token_hashes(norm, _CLASSES_WITH_NUMBERS)
+            if len(tokens) == 0:
+                return 0
+        return _simhash_of_features(_features(tokens, width))
+
+
+def _simhash_of_features(features: np.ndarray) -> int:
+    """Unweighted Charikar: bit i is 1 when more than half of the features have it."""
+    counts = _bit_counts(features)
     bits = (2 * counts > len(features)).astype(np.uint8)
     return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
