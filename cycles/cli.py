@@ -152,6 +152,26 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 @app.command()
+def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; its cursor is kept in the store."),
+          out: Optional[Path] = typer.Option(None, "--out", help="Write the pages read to this Parquet file."),
+          peek: bool = typer.Option(False, "--peek", help="Read without moving the cursor."),
+          limit: Optional[int] = typer.Option(None, "--limit", help="At most this many batches.")) -> None:
+    """Read the new or changed pages published since this consumer's last read, then commit.
+
+    Example: crawl pages --consumer indexer --out batch.parquet
+    """
+    from cycles.pages import read_feed
+
+    result = run(read_feed, state.store, consumer, not peek, limit)
+    if out is not None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(result.table, out, compression="zstd")
+    typer.echo(f"consumer {consumer}: {result.pages} pages in {len(result.batches)} batches"
+               + (f" -> {out}" if out else "") + ("" if result.committed else " (peek: cursor not moved)"))
+
+
+@app.command()
 def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts, fetched, outlinks.")) -> None:
     """Run a DuckDB query over the crawl DB and segments.
 

@@ -61,6 +61,15 @@ class GenerateConfig:
     """Number of fetch-list partitions; a host is in exactly one (hash of host).
     Each partition is fetched by one process."""
 
+    max_urls_per_pattern: int = 20
+    """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
+    one fetch list, so a trap cannot fill a host's per-cycle budget."""
+
+    feed_max_lag_cycles: int = 10
+    """When a registered consumer of the pages feed is this many batches behind, generate
+    holds the crawl (and from half of it, halves the fetch list) and says why: slow the
+    crawl down, never drop pages. 0 disables the check."""
+
     lease_s: int = 6 * 3600
     """How long URLs handed to a segment stay leased. If the segment is never updated
     (a fetcher died), its URLs become due again after this."""
@@ -218,6 +227,44 @@ class UpdateConfig:
 
     max_depth: int = 20
     """Links are not followed beyond this many hops from a seed."""
+
+    simhash_max_distance: int = 3
+    """Two pages whose 64-bit SimHashes differ in at most this many bits are near-duplicates
+    (Manku et al., WWW 2007: k = 3 for 64-bit fingerprints at web scale)."""
+
+    simhash_blocks: int = 6
+    """The SimHash is cut into this many blocks; a near-duplicate pair agrees on at least
+    ``blocks - max_distance`` of them, so candidates are found by joining on every such
+    combination of blocks (20 tables of ~32-bit keys for 6 and 3) instead of comparing
+    all pairs. More blocks: more tables, fewer candidates per table."""
+
+    simhash_min_chars: int = 300
+    """Pages with less text than this are never called near-duplicates: a SimHash of a few
+    words matches too easily."""
+
+    dup_host_ratio: float = 0.5
+    """A host whose pages fetched in a segment are duplicates at least this often gets its
+    unfetched URLs' scores multiplied by ``dup_host_score_factor``."""
+
+    dup_host_score_factor: float = 0.5
+    """See ``dup_host_ratio``."""
+
+    mirror_min_pages: int = 5
+    """A host is a mirror of another when at least this many of its pages, and at least
+    ``mirror_ratio`` of the pages fetched from it, are exact copies of that host's pages."""
+
+    mirror_ratio: float = 0.8
+    """See ``mirror_min_pages``. A mirror host's unfetched URLs get score × 0.1."""
+
+    max_urls_per_host: int = 100_000
+    """Total cap of URLs kept for one host; new URLs beyond it are dropped
+    (``trap/host_cap``). Stops a site that generates pages without end."""
+
+    max_urls_per_pattern: int = 500
+    """New URLs whose pattern (the URL with digits replaced and query values removed, e.g.
+    ``http://h/cal/N/N?d=``) already has this many URLs on its host are dropped
+    (``trap/pattern_cap``): an endless calendar or ID sequence is throttled by pattern,
+    while the rest of the host keeps growing."""
 
 
 @dataclass

@@ -134,3 +134,14 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
         written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",
         applied_segments=applied), keep=config.db.keep_versions)
     return ReplaceResult(version=version, rows=rows, buckets=buckets)
+
+
+def url_pattern_sql(column: str) -> str:
+    """SQL for a URL's *pattern*: long hex runs → H, digit runs → N, query values removed.
+
+    ``http://h/cal/2024/05?view=day&sid=9f8e7d6c5b4a`` → ``http://h/cal/N/N?view=&sid=``.
+    URLs of an endless calendar, an ID sequence or a session parameter share a pattern,
+    so traps can be throttled by pattern instead of throttling the whole host.
+    """
+    return (f"regexp_replace(regexp_replace(regexp_replace({column}, '[0-9a-fA-F]{{8,}}', 'H', 'g'), "
+            f"'[0-9]+', 'N', 'g'), '=[^&]*', '=', 'g')")

@@ -12,6 +12,7 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
 - outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
+- pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ class DbStatus:
     ROBOTS_DENIED = "robots_denied"  # robots.txt disallows it for our agent
     ERROR = "error"                  # transient failure (5xx, timeout, network); retried soon
     DEAD = "dead"                    # failed max_retries times in a row; retried very rarely
-    DUPLICATE = "duplicate"          # content identical to duplicate_of; not indexed
+    DUPLICATE = "duplicate"          # text identical to duplicate_of's; not indexed, links not followed
+    NEAR_DUPLICATE = "near_duplicate"  # SimHash within update.simhash_max_distance of duplicate_of's; not indexed
     SKIPPED = "skipped"              # fetched but not stored: not HTML or too large
 
     ALL = (UNFETCHED, FETCHED, NOT_MODIFIED, REDIRECTED, GONE, ROBOTS_DENIED, ERROR, DEAD,
-           DUPLICATE, SKIPPED)
+           DUPLICATE, NEAR_DUPLICATE, SKIPPED)
 
 
 # --- Fetch outcomes (what one fetch attempt gave) -----------------------------------------
@@ -73,7 +75,7 @@ CRAWLDB = _schema("crawldb", [
     _field("host", pa.string(), "Lower-case host name of url", False),
     _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); bucket = host_hash % db.buckets", False),
     _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
-           "robots_denied, error, dead, duplicate, skipped", False),
+           "robots_denied, error, dead, duplicate, near_duplicate, skipped", False),
     _field("first_seen", TS, "When the URL was first added", False),
     _field("last_fetched", TS, "Start of the last fetch attempt; null if never attempted"),
     _field("next_fetch", TS, "When the URL is next due", False),
@@ -146,4 +148,20 @@ HOSTS = _schema("hosts", [
     _field("robots_fetched_at", TS, "When robots.txt was fetched"),
     _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes)"),
     _field("crawl_delay_s", pa.float32(), "Delay used for the host (max of floor and Crawl-delay)"),
+])
+
+PAGES = _schema("pages", [
+    _field("url", pa.string(), "Page URL (normalised)", False),
+    _field("host", pa.string(), "Host of url", False),
+    _field("fetched_at", TS, "When the page was fetched", False),
+    _field("status", pa.string(), "'new' (first time in the feed) or 'changed' (text changed since last fetch)", False),
+    _field("http_status", pa.int16(), "HTTP status (2xx)"),
+    _field("content_hash", pa.string(), "Hex digest of the normalised text", False),
+    _field("simhash", pa.uint64(), "64-bit SimHash of the text"),
+    _field("title", pa.string(), "<title> text"),
+    _field("text", pa.string(), "Visible text"),
+    _field("warc_file", pa.string(), "WARC file holding the raw response, relative to the store root"),
+    _field("warc_offset", pa.int64(), "Offset of the response record in warc_file"),
+    _field("warc_length", pa.int64(), "Compressed length of the record (one ranged read returns it)"),
+    _field("segment", pa.string(), "Segment that fetched the page", False),
 ])

@@ -6,6 +6,7 @@ Views available to ``crawl sql``:
 - ``hosts``    the host DB (schema.HOSTS)
 - ``fetched``  fetch results of every segment, with a ``segment`` column (schema.FETCHED)
 - ``outlinks`` outlinks of every segment, with a ``segment`` column (schema.OUTLINKS)
+- ``pages``    the indexer feed, every batch (schema.PAGES)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import duckdb
 from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError
+from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
 
 
@@ -32,6 +34,8 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
         if any(store.path("segments").glob(f"*/{name}/part-*.parquet")) if store.path("segments").exists() else False:
             con.execute(f"""CREATE VIEW {name} AS SELECT *, split_part(filename, '/', -3) AS segment
                             FROM read_parquet('{pattern}', filename = true)""")
+    if store.path("pages").exists() and any(store.path("pages").glob("*.parquet")):
+        con.execute(f"CREATE VIEW pages AS SELECT * FROM read_parquet('{store.path('pages', '*.parquet')}')")
     return con
 
 
@@ -45,9 +49,13 @@ def crawl_status(store: Store, config: Config) -> dict:
         SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()),
                count(*) FILTER (WHERE lease_until > now()) FROM crawldb""").fetchall()[0]
     segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
+    dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
+                               GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())
+    consumer, lag = feed_lag(store)
     return {"store": str(store.root), "crawldb_version": manifest.version, "buckets": manifest.buckets,
             "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,
-            "segments": segments}
+            "segments": segments, "dead_letters": dead, "feed_batches": len(batches(store)),
+            "feed_consumers": consumers(store), "feed_lag": {"consumer": consumer, "batches": lag}}
 
 
 def format_status(report: dict) -> str:
@@ -55,6 +63,11 @@ def format_status(report: dict) -> str:
              f"urls {report['urls']}  hosts {report['hosts']}  due now {report['due']}  leased {report['leased']}",
              "by status:"]
     lines += [f"  {status:<14} {count:>10}" for status, count in report["by_status"].items()]
+    if report["dead_letters"]:
+        lines.append("dead letters (retried rarely), by last error:")
+        lines += [f"  {count:>8}  {error}" for error, count in report["dead_letters"].items()]
+    lines.append(f"pages feed: {report['feed_batches']} batches; consumers: "
+                 + (", ".join(f"{k} (at {v or 'start'})" for k, v in report["feed_consumers"].items()) or "none"))
     states: dict[str, int] = {}
     for seg in report["segments"]:
         states[seg["state"]] = states.get(seg["state"], 0) + 1

@@ -2,7 +2,9 @@
 
 A URL is due when its ``next_fetch`` has passed and no live lease holds it. Among due URLs
 the best-scored come first (ties: the most overdue), at most
-``generate.max_urls_per_host`` per host and ``generate.top_n`` in all. The chosen URLs are
+``generate.max_urls_per_pattern`` per URL pattern of a host (traps), at most
+``generate.max_urls_per_host`` per host and ``generate.top_n`` in all. While a consumer
+of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
 written to ``segments/<id>/fetchlist/part-NNNNN.parquet`` with partition
 ``host_hash % generate.partitions`` — so every host is in exactly one partition and is
 fetched by exactly one process — ordered by host, then score. The crawl DB is then
@@ -20,8 +22,9 @@ import pyarrow as pa
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, replace_crawldb
+from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, replace_crawldb, url_pattern_sql
 from cycles.errors import StageError
+from cycles.pages import feed_lag
 from cycles.store import Store, new_id, utcnow
 
 
@@ -41,12 +44,31 @@ def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -
         SELECT url, host, host_hash, score, depth, etag, last_modified
         FROM (
             SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
-            FROM {source}
-            WHERE next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)
+            FROM (
+                SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')}
+                                             ORDER BY score DESC, next_fetch, url) AS pattern_rank
+                FROM {source}
+                WHERE next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)
+            )
+            WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
         )
         WHERE host_rank <= {int(config.generate.max_urls_per_host)}
         ORDER BY score DESC, next_fetch, url
         LIMIT {int(top_n)}""", params={"now": now}).to_arrow_table()
+
+
+def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[int, str]:
+    """Shrink or hold the next fetch list while an indexer is behind on the pages feed."""
+    limit = config.generate.feed_max_lag_cycles
+    if limit <= 0:
+        return top_n, ""
+    consumer, lag = feed_lag(store)
+    if lag >= limit:
+        return 0, (f"held: pages-feed consumer {consumer!r} is {lag} batches behind "
+                   f"(generate.feed_max_lag_cycles = {limit}); run `crawl pages --consumer {consumer}`")
+    if lag >= (limit + 1) // 2:
+        return max(1, top_n // 2), ""
+    return top_n, ""
 
 
 def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con) -> None:
@@ -64,6 +86,9 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     """Make the next segment; returns its id (None when nothing is due)."""
     now = now or utcnow()
     top_n = config.generate.top_n if top_n is None else top_n
+    top_n, held = apply_feed_backpressure(store, config, top_n)
+    if held:
+        return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
     with store.lock("crawldb"):
         manifest, files = current_bucket_files(store)

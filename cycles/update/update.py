@@ -18,6 +18,7 @@ again changes nothing.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -27,10 +28,13 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import bucket_of, connect, current_bucket_files, new_url_rows_sql, replace_crawldb
+from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
+                            replace_crawldb, url_pattern_sql)
 from cycles.errors import StageError
 from cycles.fetch.hoststate import read_all_host_files
 from cycles.store import Manifest, Store, utcnow
+from cycles.update.dedup import find_duplicates
+from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
 
 
@@ -120,6 +124,7 @@ def transition_sql(config: Config, segment: str) -> str:
             CASE
                 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
                 WHEN {ok} THEN 'fetched'
+                WHEN f.outcome = 'not_modified' AND db.status IN ('duplicate', 'near_duplicate') THEN db.status
                 WHEN f.outcome = 'not_modified' THEN 'not_modified'
                 WHEN f.outcome = 'redirect' THEN 'redirected'
                 WHEN f.outcome IN ('gone', 'client_error') THEN 'gone'
@@ -179,7 +184,39 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     return merged.num_rows
 
 
-def update_segment(store: Store, config: Config, segment: str | None = None) -> UpdateResult:
+def trap_limited_sql(new: str, old: str, config: Config) -> str:
+    """New URLs that fit under the per-host total cap and the per-pattern cap.
+
+    Existing URLs of the host (and of the pattern) count first; among the new ones the
+    shallowest are kept.
+    """
+    u = config.update
+    return f"""
+        WITH n AS (SELECT *, {url_pattern_sql('url')} AS pattern FROM {new}),
+        hosts AS (SELECT o.host, count(*) AS have FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY o.host),
+        patterns AS (SELECT o.host, {url_pattern_sql('o.url')} AS pattern, count(*) AS have
+                     FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY ALL),
+        ranked AS (
+            SELECT n.*, coalesce(h.have, 0) + row_number() OVER (PARTITION BY n.host ORDER BY n.depth, n.url) AS host_rank,
+                   coalesce(p.have, 0) + row_number() OVER (PARTITION BY n.host, n.pattern ORDER BY n.depth, n.url) AS pattern_rank
+            FROM n LEFT JOIN hosts h ON n.host = h.host
+                   LEFT JOIN patterns p ON n.host = p.host AND n.pattern = p.pattern)
+        SELECT * EXCLUDE (pattern), pattern_rank > {int(u.max_urls_per_pattern)} AS over_pattern,
+               host_rank > {int(u.max_urls_per_host)} AS over_host
+        FROM ranked"""
+
+
+def stored_pages(seg_dir) -> pa.Table:
+    """This segment's stored pages, for dedup: (url, host, content_hash, simhash, text_chars)."""
+    table = read_segment_table(seg_dir / "fetched", schema.FETCHED, ["url", "host", "outcome", "content_hash", "simhash", "text"])
+    table = table.filter(pc.equal(table["outcome"], "ok"))
+    return pa.table({"url": table["url"], "host": table["host"], "content_hash": table["content_hash"],
+                     "simhash": table["simhash"],
+                     "text_chars": pc.fill_null(pc.utf8_length(table["text"]), 0).cast(pa.int64())})
+
+
+def update_segment(store: Store, config: Config, segment: str | None = None,
+                   now: dt.datetime | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None)."""
     if segment is None:
         pending = [s for s in store.segments() if store.segment_state(s) == "fetched"]
@@ -190,10 +227,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None) -> 
     if state in ("generated", "incomplete"):
         raise StageError(f"update: segment {segment} has not been fetched (state: {state}); run `crawl fetch {segment}` first")
     counters: Counter = Counter()
-    now = utcnow()
+    now = now or utcnow()
     seg_dir = store.segment_dir(segment)
     with store.lock("crawldb"):
-        manifest, _ = current_bucket_files(store)
+        manifest, files = current_bucket_files(store)
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.root}; run `crawl inject` first")
         if segment in manifest.applied_segments:
@@ -202,29 +239,64 @@ def update_segment(store: Store, config: Config, segment: str | None = None) -> 
             "url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified", "redirect_to",
             "error", "content_hash", "simhash"])
         counters["update/results"] += fetched.num_rows
-        links = prepare_outlinks(read_segment_table(seg_dir / "outlinks", schema.OUTLINKS), config, counters)
         fetched = fetched.append_column("host_hash", host_hashes(fetched["host"].to_pylist()))
-        buckets = manifest.buckets
         con = connect(store, config)
+        pages = stored_pages(seg_dir)
+        dedup = find_duplicates(con, crawldb_source_sql(files), pages, config, counters)
+        changed = feed_candidates(con, crawldb_source_sql(files), pages, dedup)
+        # Outlinks of an exact copy were already followed from its canonical page.
+        raw_links = read_segment_table(seg_dir / "outlinks", schema.OUTLINKS)
+        copies = pa.array([u for u, k in zip(dedup.marks["url"].to_pylist(), dedup.marks["kind"].to_pylist())
+                           if k == "duplicate"], pa.string())
+        from_copy = pc.is_in(raw_links["from_url"], value_set=copies)
+        counters["outlinks/from_duplicates"] += pc.sum(from_copy).as_py() or 0
+        links = prepare_outlinks(raw_links.filter(pc.invert(from_copy)), config, counters)
+        buckets = manifest.buckets
         con.register("fetched_all", fetched)
         con.register("links_all", links)
+        con.register("marks", dedup.marks)
+        demoted = pa.table({
+            "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
+            "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
+                               + [0.1] * len(dedup.mirrors), pa.float32())})
+        con.register("demoted_hosts", demoted)
         added = Counter()
 
         def build_bucket(con, old: str, bucket: int) -> str:
             in_bucket = f"{bucket_of('host_hash', buckets)} = {bucket}"
-            con.execute(f"CREATE OR REPLACE TEMP TABLE new_urls AS SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) WHERE {in_bucket.replace('host_hash', 'l.host_hash')}")
-            added["new"] += con.execute("SELECT count(*) FROM new_urls").fetchall()[0][0]
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE candidates AS
+                {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) WHERE {bucket_of('l.host_hash', buckets)} = {bucket})", old, config)}""")
+            over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
+                count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
+                FROM candidates""").fetchall()[0]
+            added["trap/pattern_cap"] += over_pattern
+            added["trap/host_cap"] += over_host
+            added["new"] += kept
             return f"""
-                SELECT {transition_sql(config, segment)}
-                FROM {old} db LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
-                UNION ALL BY NAME
-                {new_url_rows_sql('new_urls', config)}"""
+                SELECT n.* REPLACE (
+                    coalesce(d.kind, n.status) AS status,
+                    CASE WHEN d.kind IS NOT NULL THEN d.canonical
+                         WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
+                    CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
+                FROM (
+                    SELECT {transition_sql(config, segment)}, f.outcome AS f_outcome
+                    FROM {old} db LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
+                    UNION ALL BY NAME
+                    SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
+                ) n
+                LEFT JOIN marks d ON n.url = d.url
+                LEFT JOIN demoted_hosts h ON n.host = h.host"""
 
         merge_hostdb(store, config, segment)
         replace_crawldb(store, config, build_bucket, who="update", applied_segment=segment, now=now, con=con)
-    counters["outlinks/new"] += added["new"]
-    counters["outlinks/known"] += links.num_rows - added["new"]
+        batch = write_feed_batch(store, segment, seg_dir, changed, counters)
+    counters["outlinks/new"] += added.pop("new")
+    counters.update(added)
+    counters["outlinks/known"] += links.num_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     store.write_json(seg_dir / "stats" / "update.json", dict(sorted(counters.items())))
+    if dedup.mirrors:
+        store.write_json(seg_dir / "stats" / "mirrors.json", dedup.mirrors)
     store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat(),
-                                            "new_urls": added["new"], "results": fetched.num_rows})
+                                            "new_urls": counters["outlinks/new"], "results": fetched.num_rows,
+                                            "feed_batch": batch})
     return UpdateResult(segment, True, counters)

@@ -1,0 +1,52 @@
+"""The indexer feed: each update publishes the new or changed, indexable pages it merged.
+
+A batch is ``pages/<segment id>.parquet`` (schema.PAGES), one per updated segment, written
+atomically after the crawl DB swap; readers consume batches in id order through a cursor
+(cycles/pages.py). A page is published when its fetch stored content (outcome ok), it is
+not a duplicate or near-duplicate, its meta robots does not say noindex, and its text is
+new to us or differs from the last stored version.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cycles import schema
+from cycles.store import Store
+
+
+def feed_candidates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Table, dedup) -> pa.Table:
+    """(url, feed_status) of this segment's pages to publish."""
+    con.register("feed_pages", pages)
+    con.register("feed_marks", dedup.marks)
+    return con.sql(f"""
+        SELECT p.url, CASE WHEN db.content_hash IS NULL THEN 'new' ELSE 'changed' END AS feed_status
+        FROM feed_pages p JOIN {db_source} db ON p.url = db.url
+        WHERE p.content_hash IS DISTINCT FROM db.content_hash
+          AND p.url NOT IN (SELECT url FROM feed_marks)""").to_arrow_table()
+
+
+def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, counters: Counter) -> str | None:
+    """Write the segment's feed batch; returns its name (None when nothing is new)."""
+    files = sorted((seg_dir / "fetched").glob("part-*.parquet"))
+    if not files or changed.num_rows == 0:
+        return None
+    con = duckdb.connect()
+    con.register("changed", changed)
+    quoted = ", ".join(f"'{f}'" for f in files)
+    table = con.sql(f"""
+        SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.simhash,
+               f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
+               '{segment}' AS segment
+        FROM read_parquet([{quoted}]) f JOIN changed c ON f.url = c.url
+        WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)
+        ORDER BY f.host, f.url""").to_arrow_table()
+    counters["feed/noindex"] += changed.num_rows - table.num_rows
+    counters["feed/published"] += table.num_rows
+    counters["feed/changed"] += pc.sum(pc.equal(table["status"], "changed")).as_py() or 0
+    store.write_table(store.path("pages", f"{segment}.parquet"), table, schema.PAGES)
+    return f"{segment}.parquet"
