@@ -244,8 +244,13 @@ class HttpProtocol(asyncio.Protocol):
         body = response.body if request.method == "GET" else b""
         no_body = status == 304 or status < 200 or status == 204
         length = None if no_body else (response.stream.length if response.stream else len(response.body))
+        # The response's end is stamped when it is handed to the kernel: on loopback the
+        # client can receive it, finish, and start its next request before this process is
+        # scheduled again, so a stamp taken after write() could be later than the client's
+        # own end and make a polite client look impolite.
+        sent_at = time.time()
         self.transport.write(self._head(status, response.headers, length, not keep) + body)
-        self._log(request, status, len(body), time.time(), False)
+        self._log(request, status, len(body), sent_at, False)
         if not keep:
             self.closing = True
             self.transport.close()
