@@ -218,6 +218,23 @@ class UpdateConfig:
     max_interval_s: int = 90 * 86400
     """Longest refetch interval."""
 
+    news_like_interval_s: int = 2 * 3600
+    """First refetch interval of pages on news-like hosts or URL patterns (the design's
+    ``recrawl.news_like: 2h``); later intervals follow the page's observed change rate."""
+
+    news_like_hosts: list[str] = field(default_factory=list)
+    """Hosts declared news-like (exact names, or ``*.example.com`` for a domain and its subdomains)."""
+
+    news_like_patterns: list[str] = field(default_factory=list)
+    """Regular expressions (DuckDB / RE2 syntax) on the URL that declare a page news-like."""
+
+    revisit_factor: float = 0.5
+    """Refetch interval = this / estimated change rate, within [min_interval_s, max_interval_s]:
+    0.5 revisits a page about twice per expected change. The change rate is estimated from the
+    page's history with Cho & Garcia-Molina's estimator, -ln((n - X + 0.5) / (n + 0.5)) / I,
+    for X changes seen in n refetches at mean interval I (ACM TOIT 2003), which stays finite
+    when every visit saw a change."""
+
     deferred_retry_s: int = 3600
     """A URL deferred by fetch (host's robots.txt unreachable, host set aside, out of
     time) is due again after this."""

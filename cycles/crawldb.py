@@ -74,7 +74,7 @@ def new_url_rows_sql(source: str, config: Config) -> str:
     """
     return f"""
         SELECT url, host, host_hash, 'unfetched' AS status, $now AS first_seen,
-               NULL::TIMESTAMPTZ AS last_fetched, $now AS next_fetch,
+               NULL::TIMESTAMPTZ AS first_fetched, NULL::TIMESTAMPTZ AS last_fetched, $now AS next_fetch,
                {int(config.update.default_interval_s)}::INTEGER AS fetch_interval_s,
                0::SMALLINT AS retries, 0::INTEGER AS fetch_count, 0::INTEGER AS change_count,
                NULL::TIMESTAMPTZ AS last_changed, NULL::SMALLINT AS http_status,

@@ -77,12 +77,14 @@ CRAWLDB = _schema("crawldb", [
     _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
            "robots_denied, error, dead, duplicate, near_duplicate, skipped", False),
     _field("first_seen", TS, "When the URL was first added", False),
+    _field("first_fetched", TS, "Start of the first successful fetch (2xx or 304); with fetch_count and "
+           "change_count it gives the page's change rate"),
     _field("last_fetched", TS, "Start of the last fetch attempt; null if never attempted"),
     _field("next_fetch", TS, "When the URL is next due", False),
     _field("fetch_interval_s", pa.int32(), "Current refetch interval in seconds", False),
     _field("retries", pa.int16(), "Consecutive transient failures", False),
     _field("fetch_count", pa.int32(), "Successful fetches (2xx or 304)", False),
-    _field("change_count", pa.int32(), "Fetches that found changed content", False),
+    _field("change_count", pa.int32(), "Refetches that found changed content (the first fetch is not a change)", False),
     _field("last_changed", TS, "When content was last seen to change"),
     _field("http_status", pa.int16(), "HTTP status of the last attempt; null if none"),
     _field("content_hash", pa.string(), "Hex digest of the normalised page text of the last 2xx"),

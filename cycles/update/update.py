@@ -93,12 +93,28 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.T
     })
 
 
+def news_like_sql(config: Config) -> str:
+    """SQL condition on ``db.host`` / ``db.url``: the page is declared news-like in the config."""
+    terms = []
+    for host in config.update.news_like_hosts:
+        host = host.lower().replace("'", "")
+        if host.startswith("*."):
+            terms.append(f"(db.host = '{host[2:]}' OR db.host LIKE '%.{host[2:]}')")
+        else:
+            terms.append(f"db.host = '{host}'")
+    for pattern in config.update.news_like_patterns:
+        terms.append("regexp_matches(db.url, '" + pattern.replace("'", "''") + "')")
+    return "(" + " OR ".join(terms) + ")" if terms else "false"
+
+
 def transition_sql(config: Config, segment: str) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
 
     The transitions (f.outcome → new status, next fetch):
-      ok            → fetched (or unchanged status if the hash equals), interval adapted
-      not_modified  → not_modified, interval grows
+      ok            → fetched; interval from the page's change rate (see UpdateConfig.revisit_factor):
+                      first fetch: default (news-like: news_like_interval_s); no change seen
+                      yet: grows by half; else revisit_factor / estimated rate, clamped
+      not_modified  → not_modified, counted as an unchanged visit
       redirect      → redirected, redirect_to set, refetched after the default interval
       gone, client_error → gone, refetched after update.gone_interval_s
       robots_denied → robots_denied, looked at again after the default interval
@@ -113,10 +129,16 @@ def transition_sql(config: Config, segment: str) -> str:
     ok = "f.outcome = 'ok'"
     seen_ok = "f.outcome IN ('ok', 'not_modified')"
     changed = f"({ok} AND db.content_hash IS NOT NULL AND f.content_hash IS DISTINCT FROM db.content_hash)"
+    # Change rate (Cho & Garcia-Molina): X changes in n refetches over `span` seconds.
+    n = "db.fetch_count"
+    x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
+    span = "greatest(1, epoch(f.fetched_at - db.first_fetched))"
+    rate = f"(-ln(({n} - {x} + 0.5) / ({n} + 0.5)) / ({span} / {n}))"
     interval = f"""CASE
-        WHEN {ok} AND db.fetch_count = 0 THEN {u.default_interval_s}
-        WHEN {changed} THEN greatest({u.min_interval_s}, db.fetch_interval_s // 2)
-        WHEN {seen_ok} THEN least({u.max_interval_s}, (db.fetch_interval_s * 3) // 2)
+        WHEN {seen_ok} AND db.fetch_count = 0 THEN
+            CASE WHEN {news_like_sql(config)} THEN {u.news_like_interval_s} ELSE {u.default_interval_s} END
+        WHEN {seen_ok} AND {x} = 0 THEN least({u.max_interval_s}, (db.fetch_interval_s * 3) // 2)
+        WHEN {seen_ok} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
         ELSE db.fetch_interval_s END"""
     retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
     return f"""
@@ -132,6 +154,7 @@ def transition_sql(config: Config, segment: str) -> str:
                 WHEN f.outcome IN ('not_html', 'too_large') THEN 'skipped'
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN 'dead'
                 ELSE 'error' END AS status,
+            coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END) AS first_fetched,
             coalesce(f.fetched_at, db.last_fetched) AS last_fetched,
             CASE
                 WHEN f.outcome IS NULL THEN

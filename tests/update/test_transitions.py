@@ -76,7 +76,7 @@ def seconds_until(row) -> float:
 
 @pytest.mark.parametrize("outcome, extra, status, next_in_s", [
     ("ok", {"http_status": 200, "content_hash": "a" * 32, "simhash": 5}, "fetched", 14 * DAY),
-    ("not_modified", {"http_status": 304}, "not_modified", 21 * DAY),
+    ("not_modified", {"http_status": 304}, "not_modified", 14 * DAY),
     ("redirect", {"http_status": 301, "redirect_to": "http://h.example/new"}, "redirected", 14 * DAY),
     ("gone", {"http_status": 404}, "gone", 90 * DAY),
     ("client_error", {"http_status": 403}, "gone", 90 * DAY),
@@ -110,15 +110,46 @@ def due_now(store):
         replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}", who="test")
 
 
-def test_changed_content_halves_interval_unchanged_grows_it(store, config, tmp_path):
+def test_interval_follows_the_estimated_change_rate(store, config, tmp_path):
+    """Cho & Garcia-Molina: rate = -ln((n - X + 0.5) / (n + 0.5)) / I; interval = 0.5 / rate."""
+    import math
+
+    t0 = utcnow() - dt.timedelta(days=60)
     ok = {"outcome": "ok", "http_status": 200, "simhash": 1}
-    first = cycle_once(store, config, tmp_path, {**ok, "content_hash": "1" * 32})
-    changed = cycle_once(store, config, tmp_path, {**ok, "content_hash": "2" * 32}, before=due_now)
-    assert changed["fetch_interval_s"] == first["fetch_interval_s"] // 2
-    assert changed["change_count"] == 1 and changed["last_changed"] == changed["_fetched_at"]
-    same = cycle_once(store, config, tmp_path, {**ok, "content_hash": "2" * 32}, before=due_now)
-    assert same["fetch_interval_s"] == changed["fetch_interval_s"] * 3 // 2
-    assert same["change_count"] == 1 and same["fetch_count"] == 3
+    visits = [("1", 0), ("2", 10), ("2", 20), ("2", 30)]  # (content, day): one change, then none
+    intervals = []
+    for i, (content, day) in enumerate(visits):
+        row = cycle_once(store, config, tmp_path, {**ok, "content_hash": content * 32,
+                                                    "fetched_at": t0 + dt.timedelta(days=day)},
+                         before=due_now if i else None)
+        intervals.append(row["fetch_interval_s"])
+    assert row["fetch_count"] == 4 and row["change_count"] == 1
+    expected = [14 * DAY] + [round(0.5 / (-math.log((n - 1 + 0.5) / (n + 0.5)) / (10 * DAY))) for n in (1, 2, 3)]
+    assert intervals == pytest.approx(expected, abs=2)
+    assert intervals[1] < intervals[2] < intervals[3]  # fewer changes per visit: visit less often
+
+
+def test_a_page_that_never_changes_is_visited_less_and_less(store, config, tmp_path):
+    ok = {"outcome": "ok", "http_status": 200, "content_hash": "7" * 32}
+    intervals = [cycle_once(store, config, tmp_path, ok, before=due_now if i else None)["fetch_interval_s"]
+                 for i in range(4)]
+    assert intervals == [14 * DAY, 21 * DAY, 31.5 * DAY, 47.25 * DAY]
+
+
+def test_a_page_changing_at_every_visit_is_visited_often(store, config, tmp_path):
+    t0 = utcnow() - dt.timedelta(days=10)
+    for i in range(4):
+        row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": str(i) * 32,
+                                                    "fetched_at": t0 + dt.timedelta(hours=6 * i)},
+                         before=due_now if i else None)
+    assert row["change_count"] == 3
+    assert row["fetch_interval_s"] == config.update.min_interval_s
+
+
+def test_news_like_hosts_start_short(store, config, tmp_path):
+    config.update.news_like_hosts = ["*.example"]
+    row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": "n" * 32})
+    assert row["fetch_interval_s"] == config.update.news_like_interval_s
 
 
 def test_not_modified_keeps_validators_and_hash(store, config, tmp_path):
