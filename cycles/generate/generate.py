@@ -1,7 +1,7 @@
 """``crawl generate``: choose the due URLs, lease them, write a partitioned fetch list.
 
 A URL is due when its ``next_fetch`` has passed and no live lease holds it. Among due URLs
-the best-scored come first (ties: the most overdue), at most
+the highest priority comes first (score raised by how overdue the URL is), at most
 ``generate.max_urls_per_pattern`` per URL pattern of a host (traps), at most
 ``generate.max_urls_per_host`` per host and ``generate.top_n`` in all. While a consumer
 of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
@@ -38,22 +38,28 @@ class GenerateResult:
     """Why no segment was made, when none was."""
 
 
+PRIORITY_SQL = "score * (1 + least(4, epoch($now - next_fetch) / greatest(fetch_interval_s, 3600)))"
+"""Importance (score) raised by how overdue a URL is, in units of its own refetch interval
+(at most 5×): a page twice past its due time outranks an equally scored page due now."""
+
+
 def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
     """The due URLs to fetch next, best first, capped per host and in total."""
     return con.sql(f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified
         FROM (
-            SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
+            SELECT *, row_number() OVER (PARTITION BY host ORDER BY priority DESC, next_fetch, url) AS host_rank
             FROM (
-                SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')}
-                                             ORDER BY score DESC, next_fetch, url) AS pattern_rank
+                SELECT *, {PRIORITY_SQL} AS priority,
+                       row_number() OVER (PARTITION BY host, {url_pattern_sql('url')}
+                                          ORDER BY {PRIORITY_SQL} DESC, next_fetch, url) AS pattern_rank
                 FROM {source}
                 WHERE next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)
             )
             WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
         )
         WHERE host_rank <= {int(config.generate.max_urls_per_host)}
-        ORDER BY score DESC, next_fetch, url
+        ORDER BY priority DESC, next_fetch, url
         LIMIT {int(top_n)}""", params={"now": now}).to_arrow_table()
 
 

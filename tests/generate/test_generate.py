@@ -117,3 +117,15 @@ def test_missing_bucket_file_is_named(store, config, tmp_path):
     files[0].unlink()
     with pytest.raises(StoreError, match="missing"):
         generate(store, config)
+
+
+def test_overdue_urls_outrank_equally_scored_urls_due_now(store, config, tmp_path):
+    from cycles.crawldb import replace_crawldb
+
+    seed(store, config, tmp_path, hosts=2, per_host=2)
+    with store.lock():  # host0/p1 has been due for four intervals
+        replace_crawldb(store, config, lambda con, old, b: f"""SELECT * REPLACE (
+            CASE url WHEN 'http://host0.example/p1' THEN now() - to_seconds(4 * fetch_interval_s)
+                     ELSE now() - INTERVAL 1 MINUTE END AS next_fetch) FROM {old}""", who="test")
+    rows = fetchlist(store, generate(store, config, top_n=1).segment)
+    assert [r["url"] for r in rows] == ["http://host0.example/p1"]
