@@ -5,6 +5,12 @@ Serve 50 hosts of 20 pages on a free port for ten minutes::
     python -m cycles.testweb serve --hosts 50 --pages 20 --port 0 \\
         --log /tmp/web.jsonl --ready-file /tmp/web.json --max-seconds 600
 
+Add the trap, near-duplicate and changing hosts, with a virtual clock running an hour a
+second::
+
+    python -m cycles.testweb serve --hosts 10 --traps --neardups --changing --clock-rate 3600 \\
+        --log /tmp/web.jsonl --ready-file /tmp/web.json
+
 Measure throughput with 30 KB pages::
 
     python -m cycles.testweb bench --page-bytes 30000 --seconds 5
@@ -34,6 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (default 600)")
     serve.add_argument("--no-special", action="store_true", help="leave out the special hosts")
     serve.add_argument("--seed", type=int, default=0, help="seed of links and text (default 0)")
+    serve.add_argument("--traps", action="store_true",
+                       help="add the crawler-trap hosts (calendar, session ids, repeating paths, numbers)")
+    serve.add_argument("--neardups", action="store_true",
+                       help="add the near-duplicate hosts (dup-news, dup-syndicate, mirror-of-h1)")
+    serve.add_argument("--changing", action="store_true",
+                       help="add the host whose pages change with the virtual clock")
+    serve.add_argument("--clock-start", type=float, default=None,
+                       help="virtual clock at start, Unix seconds (default 1704067200, 2024-01-01)")
+    serve.add_argument("--clock-rate", type=float, default=0.0,
+                       help="virtual seconds per real second (default 0: the clock stands still "
+                       "until moved through the control address)")
     serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
                        help="event loop; auto uses uvloop when it is installed (default asyncio: "
                        "uvloop measured no faster here)")
@@ -58,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             reason = run(hosts=args.hosts, pages=args.pages, page_bytes=args.page_bytes,
                          special=not args.no_special, seed=args.seed, port=args.port,
                          log_path=args.log, ready_file=args.ready_file,
-                         max_seconds=args.max_seconds, loop=args.loop)
+                         max_seconds=args.max_seconds, loop=args.loop, traps=args.traps,
+                         neardups=args.neardups, changing=args.changing,
+                         clock_start=args.clock_start, clock_rate=args.clock_rate)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -11,6 +11,15 @@ Example::
         assert web.expected_reachable() <= fetched
         assert not fetched & web.must_not_request()
 
+With the optional kinds of hosts (the site module doc describes them)::
+
+    with TestWeb(hosts=5, traps=True, neardups=True, changing=True) as web:
+        crawl(web.seeds(), config)
+        assert set(web.good_pages("trap-calendar")) <= web.requested_urls()
+        assert sum(web.is_trap(u) for u in web.requested_urls()) <= budget
+        web.set_clock(advance=86400)          # a virtual day later
+        ...
+
 The server runs as ``python -m cycles.testweb serve ...`` (its own process, so it neither
 shares the GIL with the crawler under test nor survives it: ``max_seconds`` bounds it even if
 the test process is killed). The model (:class:`~cycles.testweb.site.Web`) is rebuilt here
@@ -19,6 +28,7 @@ from the same parameters, so the oracle answers without asking the server.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -31,7 +41,7 @@ from pathlib import Path
 from typing import Iterable
 
 from cycles.errors import CrawlError
-from cycles.testweb.site import ROBOTS_AGENT, Web
+from cycles.testweb.site import CONTROL_IP, ROBOTS_AGENT, Web
 
 
 class TestWebError(CrawlError):
@@ -53,7 +63,11 @@ class TestWeb:
     - ``ready_timeout_s``: how long to wait for every socket to listen;
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
-      to Python code per request, not to the loop.
+      to Python code per request, not to the loop;
+    - ``traps``, ``neardups``, ``changing``: add those kinds of hosts (all off by default);
+    - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
+      2024-01-01) and its speed in virtual seconds per real second (default 0: it moves only
+      through :meth:`set_clock`).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -61,8 +75,13 @@ class TestWeb:
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 0, max_seconds: float = 300.0,
                  workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
-                 loop: str = "asyncio"):
-        self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed)
+                 loop: str = "asyncio", traps: bool = False, neardups: bool = False,
+                 changing: bool = False, clock_start: float | None = None,
+                 clock_rate: float = 0.0):
+        self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
+                           seed=seed, traps=traps, neardups=neardups, changing=changing)
+        self.clock_start = clock_start
+        self.clock_rate = clock_rate
         # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
         Web(**self.params)
         self.requested_port = port
@@ -99,6 +118,11 @@ class TestWeb:
                "--loop", self.loop]
         if not p["special"]:
             cmd.append("--no-special")
+        cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing") if p[kind]]
+        if self.clock_start is not None:
+            cmd += ["--clock-start", repr(float(self.clock_start))]
+        if self.clock_rate:
+            cmd += ["--clock-rate", repr(float(self.clock_rate))]
         with open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         deadline = time.monotonic() + self.ready_timeout_s
@@ -117,6 +141,7 @@ class TestWeb:
         self.ready = json.loads(self.ready_path.read_text())
         self.port = self.ready["port"]
         self.web = Web(**self.params, port=self.port)
+        self.web.clock.set(t=self.ready["clock"]["t"], rate=self.ready["clock"]["rate"])
         return self
 
     def stop(self, timeout_s: float = 5.0) -> int | None:
@@ -226,6 +251,67 @@ class TestWeb:
     def must_not_request(self, agent: str = ROBOTS_AGENT) -> set[str]:
         """URLs a polite crawler must never request."""
         return self._model().must_not_request(agent)
+
+    # The oracle of the optional kinds (see Web for each) --------------------------------
+    def is_trap(self, url: str) -> bool:
+        return self._model().is_trap(url)
+
+    def good_pages(self, host: str) -> list[str]:
+        return self._model().good_pages(host)
+
+    def trap_hosts(self) -> list[str]:
+        return self._model().trap_hosts()
+
+    def neardup_pairs(self) -> list[tuple[str, str, bool, str]]:
+        return self._model().neardup_pairs()
+
+    def exact_duplicate_groups(self) -> list[set[str]]:
+        return self._model().exact_duplicate_groups()
+
+    def mirror_hosts(self) -> dict[str, str]:
+        return self._model().mirror_hosts()
+
+    def change_period(self, url: str) -> float | None:
+        return self._model().change_period(url)
+
+    def version_at(self, url: str, t: float) -> int:
+        return self._model().version_at(url, t)
+
+    def change_kind(self, url: str) -> str:
+        return self._model().change_kind(url)
+
+    def changing_pages(self) -> list[str]:
+        return self._model().changing_pages()
+
+    # The virtual clock ----------------------------------------------------------------
+    def _control(self, query: str = "") -> dict:
+        self._model()
+        conn = http.client.HTTPConnection(CONTROL_IP, self.port, timeout=10)
+        try:
+            conn.request("GET", "/__clock" + (f"?{query}" if query else ""))
+            response = conn.getresponse()
+            body = response.read().decode()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise TestWebError(f"test web clock control answered {response.status}: {body.strip()}")
+        return json.loads(body)
+
+    def clock(self) -> float:
+        """The server's virtual time now (Unix seconds)."""
+        return self._control()["t"]
+
+    def set_clock(self, t: float | None = None, *, advance: float | None = None,
+                  rate: float | None = None) -> float:
+        """Set the server's virtual clock to ``t``, move it on by ``advance`` seconds and/or
+        make it run at ``rate``; returns the new virtual time. The server has applied it
+        when this returns (requests sent afterwards see it), and the test side's model
+        follows, so :meth:`Web.page` answers as the server does."""
+        query = "&".join(f"{name}={float(value)!r}" for name, value in
+                         (("t", t), ("advance", advance), ("rate", rate)) if value is not None)
+        state = self._control(query)
+        self.web.clock.set(t=state["t"], rate=state["rate"])
+        return state["t"]
 
 
 def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,

@@ -23,7 +23,16 @@ produced it (a test may read it while the server runs):
   client: what was written minus what was still queued, so roughly what the client got);
 - ``user_agent``, ``if_none_match``, ``if_modified_since`` (``null`` when absent);
 - ``conn_id``: connection number (same id = the connection was reused);
-- ``client_closed``: the client went away before the response was complete.
+- ``client_closed``: the client went away before the response was complete;
+- ``clock_t``: the virtual time (``site.VirtualClock``) when the request arrived: the changing
+  host served ``Web.version_at(url, clock_t)``.
+
+Control address
+---------------
+``site.CONTROL_IP`` (``127.0.0.2``) listens on the same port and answers only
+``GET /__clock`` (JSON ``{"t": ..., "rate": ...}``), with ``?t=``, ``?advance=`` and ``?rate=``
+to set the virtual clock first (see the site module doc). Its requests are logged with
+``host`` null, like any request for no host.
 """
 
 from __future__ import annotations
@@ -40,8 +49,9 @@ import traceback
 from collections import deque
 from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import parse_qsl
 
-from cycles.testweb.site import HostProfile, Response, Web, http_date
+from cycles.testweb.site import CONTROL_IP, HostProfile, Response, Web, http_date
 
 MAX_HEAD_BYTES = 64 * 1024
 """A request head longer than this gets 431 and the connection is closed."""
@@ -86,15 +96,16 @@ class RequestLog:
 
 
 class _Request:
-    __slots__ = ("method", "target", "version", "headers", "t_start")
+    __slots__ = ("method", "target", "version", "headers", "t_start", "clock_t")
 
     def __init__(self, method: str, target: str, version: str, headers: dict[str, str],
-                 t_start: float):
+                 t_start: float, clock_t: float = 0.0):
         self.method = method
         self.target = target
         self.version = version
         self.headers = headers
         self.t_start = t_start
+        self.clock_t = clock_t
 
     def keep_alive(self) -> bool:
         conn = self.headers.get("connection", "").lower()
@@ -164,6 +175,8 @@ class HttpProtocol(asyncio.Protocol):
             if not head:
                 continue  # stray CRLF between requests (RFC 9112 §2.2)
             request = self._parse(head, now)
+            if request is not None:
+                request.clock_t = self.server.web.clock.now()
             if request is None:
                 self._fail(400, now)
                 return
@@ -209,8 +222,8 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.close()
 
     def _head(self, status: int, headers: list[tuple[str, str]], length: int | None,
-              close: bool) -> bytes:
-        parts = [f"HTTP/1.1 {status} {_reason(status)}\r\nDate: {self.server.date()}\r\n"
+              close: bool, date: str | None = None) -> bytes:
+        parts = [f"HTTP/1.1 {status} {_reason(status)}\r\nDate: {date or self.server.date()}\r\n"
                  "Server: crawl-testweb\r\n"]
         for name, value in headers:
             parts.append(f"{name}: {value}\r\n")
@@ -225,7 +238,9 @@ class HttpProtocol(asyncio.Protocol):
         keep = request.keep_alive()
         profile = self.profile
         try:
-            if profile is None:
+            if profile is None and self.ip == CONTROL_IP:
+                response = self.server.control(request.target)
+            elif profile is None:
                 response = Response(421, [("Content-Type", "text/plain")], b"No host here\n")
             elif request.method not in ("GET", "HEAD"):
                 response = Response(405, [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")],
@@ -237,7 +252,8 @@ class HttpProtocol(asyncio.Protocol):
             response = Response(500, [("Content-Type", "text/plain")], b"testweb error\n")
         status = response.status
         if response.stream is not None and request.method == "GET":
-            head = self._head(status, response.headers, response.stream.length, not keep)
+            head = self._head(status, response.headers, response.stream.length, not keep,
+                              response.date)
             self.transport.write(head)
             self.stream_task = asyncio.ensure_future(self._stream(request, response, keep))
             return
@@ -249,7 +265,8 @@ class HttpProtocol(asyncio.Protocol):
         # scheduled again, so a stamp taken after write() could be later than the client's
         # own end and make a polite client look impolite.
         sent_at = time.time()
-        self.transport.write(self._head(status, response.headers, length, not keep) + body)
+        self.transport.write(self._head(status, response.headers, length, not keep, response.date)
+                             + body)
         self._log(request, status, len(body), sent_at, False)
         if not keep:
             self.closing = True
@@ -319,6 +336,7 @@ class HttpProtocol(asyncio.Protocol):
             "if_modified_since": headers.get("if-modified-since"),
             "conn_id": self.conn_id,
             "client_closed": client_closed,
+            "clock_t": request.clock_t,
         })
 
 
@@ -343,6 +361,24 @@ class TestWebServer:
         self.connections.add(protocol)
         self._conn_ids += 1
         return self._conn_ids
+
+    def control(self, target: str) -> Response:
+        """``/__clock[?t=&advance=&rate=]`` on the control address: set the virtual clock
+        (when asked), then answer its state as JSON."""
+        path, _, query = target.partition("?")
+        if path != "/__clock":
+            return Response(404, [("Content-Type", "text/plain")], b"only /__clock here\n")
+        try:
+            args = {k: float(v) for k, v in parse_qsl(query, strict_parsing=bool(query))}
+            unknown = set(args) - {"t", "advance", "rate"}
+            if unknown:
+                raise ValueError(f"unknown parameters {sorted(unknown)}; use t, advance, rate")
+            if args:
+                self.web.clock.set(args.get("t"), args.get("advance"), args.get("rate"))
+        except ValueError as exc:
+            return Response(400, [("Content-Type", "text/plain")], f"{exc}\n".encode())
+        return Response(200, [("Content-Type", "application/json"), ("Cache-Control", "no-store")],
+                        json.dumps(self.web.clock.state()).encode())
 
     def date(self) -> str:
         now = int(time.time())
@@ -429,18 +465,23 @@ def use_fast_loop() -> str:
 
 def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special: bool = True,
           seed: int = 0, port: int = 0, log_path: str | Path, ready_file: str | Path | None = None,
-          max_seconds: float = 600.0, loop: str = "asyncio") -> str:
+          max_seconds: float = 600.0, loop: str = "asyncio", traps: bool = False,
+          neardups: bool = False, changing: bool = False, clock_start: float | None = None,
+          clock_rate: float = 0.0) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
-    The ready file (JSON: ``port``, ``resolve``, ``seeds``, the parameters and ``pid``) is
-    written, atomically, only once every socket listens.
+    The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
+    address), the parameters and ``pid``) is written, atomically, only once every socket
+    listens. ``clock_start`` and ``clock_rate`` set the virtual clock (site module doc).
     """
     if max_seconds <= 0:
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")
-    layout = Web(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed, port=80)
-    actual_port, sockets = bind_all(layout.ips(), port)
-    web = Web(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
-              port=actual_port)
+    params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
+                  traps=traps, neardups=neardups, changing=changing)
+    layout = Web(**params, port=80)
+    actual_port, sockets = bind_all(layout.ips() + [CONTROL_IP], port)
+    web = Web(**params, port=actual_port)
+    web.clock.set(t=clock_start, rate=clock_rate)
     web.warm()
     loop_name = use_fast_loop() if loop in ("auto", "uvloop") else "asyncio"
     if loop == "uvloop" and loop_name != "uvloop":
@@ -452,8 +493,8 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
         if ready_file is not None:
             _write_atomic(Path(ready_file), json.dumps({
                 "port": actual_port, "resolve": web.resolve_map(), "seeds": web.seeds(),
-                "hosts": hosts, "pages": pages, "page_bytes": page_bytes, "special": special,
-                "seed": seed, "pid": os.getpid(), "loop": loop_name,
+                "control": f"{CONTROL_IP}:{actual_port}", **params,
+                "clock": web.clock.state(), "pid": os.getpid(), "loop": loop_name,
             }))
         await server.wait_stopped()
 

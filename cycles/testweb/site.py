@@ -27,6 +27,53 @@ Shape of the web
 - With ``special=True`` the hosts of :data:`SPECIAL_HOSTS` are added (robots.txt variants and
   ``odd.web.test`` with redirects, slow and huge bodies, error statuses, a Latin-1 page and
   broken markup). Regular ``/`` pages link to them so a crawl from regular seeds finds them.
+- Three more kinds, each off by default (``Web(..., traps=True, neardups=True,
+  changing=True)``, ``serve --traps --neardups --changing``), so existing tests and benchmarks
+  see the same web as before. Regular ``/`` pages link to these hosts as to the special ones
+  (host 0 to all of them). Each kind has its own address block (:data:`KIND_IP_PREFIX`).
+
+  * **Traps** (``traps.py``, ``127.0.101.x``): ``trap-calendar`` (``/cal/2024/01`` linking
+    the previous and next month and every day, for ever), ``trap-session`` (every link
+    carries a fresh ``?sid=``, ``;jsessionid=``, ``?session=`` or ``?s=`` value: the first two
+    are dropped by a normaliser, the last two are not), ``trap-repeat`` (broken relative links
+    ``b/`` and ``a/`` building ``/a/b/a/b/...``, and ``x/`` building ``/x/x/x/...``),
+    ``trap-numbers`` (``/item?id=N`` to ``N+1``, ``/list/page/N`` to ``N+1``, no end).
+    Each also has eleven good pages, ``/`` and ``/p/0.html`` .. ``/p/9.html``
+    (:meth:`Web.good_pages`), every one of which links into the trap. :meth:`Web.is_trap`
+    says whether a URL is inside a trap. The oracle walks never enter a trap: trap URLs are
+    in neither :meth:`Web.expected_reachable` nor :meth:`Web.must_not_request`; a test
+    bounds how many of them were requested instead. Trap pages are small and share their
+    host's text, as empty calendar days and missing items do on the real web.
+  * **Near-duplicates** (``neardups.py``, ``127.0.102.x``): ``dup-news`` has ten articles of
+    about 800 words on one template (``/article/{n}.html``); variants that change only the
+    date line (``/v/date/{n}.html``), the visit counter (``/v/counter/{n}.html``) or the
+    advertisement line (``/v/ad/{n}.html``); exact copies at ``/article/{n}.html?print=1``
+    and ``/article/{n}/index.html``. ``dup-syndicate`` serves the same articles in another
+    site's header, nav and footer (``/story/{n}.html``). ``mirror-of-h1`` serves h1's pages
+    byte for byte (so its absolute links point at h1, as a copied site's do). The labels:
+    :meth:`Web.neardup_pairs`, :meth:`Web.exact_duplicate_groups`, :meth:`Web.mirror_hosts`.
+  * **Changing pages** (``changing.py``, ``127.0.103.x``): ``changing`` has ``/c/{k}.html``
+    for ``k < 15`` whose content version at virtual time ``t`` is
+    ``floor((t + phase_k) / period_k)``, periods cycling through an hour, four hours, a day,
+    a week and never (:meth:`Web.change_period`, :meth:`Web.version_at`). Pages 0-9 get new
+    text with each version, pages 10-14 only a new "Updated" line
+    (:meth:`Web.change_kind`). ETag and Last-Modified follow the version (Last-Modified is
+    the virtual time the version began), so a conditional request gets 304 until the next
+    change, and the host's ``Date`` header is the virtual time.
+
+Virtual clock
+-------------
+Time on the changing host is :attr:`Web.clock`, a :class:`VirtualClock`: a Unix time that
+starts at :data:`CLOCK_START` (2024-01-01T00:00:00Z) and stands still unless moved, so the
+web stays a function of its parameters and the clock. The server moves it when told on its
+control address :data:`CONTROL_IP` (same port, not in the resolve map, so no crawler finds
+it): ``GET /__clock`` answers ``{"t": ..., "rate": ...}``; ``?t=T`` sets it, ``?advance=S``
+moves it on, ``?rate=R`` lets it run at ``R`` virtual seconds per real second (0 stops
+it). The answer comes after the change is made, so the next request sees the new time.
+:meth:`TestWeb.set_clock <cycles.testweb.harness.TestWeb.set_clock>` does this and keeps the
+test side's model in step; every request log line carries the virtual time it was served at
+(``clock_t``). Keep the virtual time before the real one if a crawler under test compares
+Last-Modified with its own clock.
 
 Extending
 ---------
@@ -42,6 +89,7 @@ from __future__ import annotations
 import hashlib
 import html
 import random
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
@@ -61,6 +109,19 @@ SPECIAL_IP_PREFIX = "127.0.100."
 LAST_MODIFIED_BASE = 1_704_067_200
 """2024-01-01T00:00:00Z. Each page's Last-Modified is a fixed, seed-chosen day before it, so
 validators are the same in every run (a recrawl test can replay them)."""
+
+KIND_IP_PREFIX = {"traps": "127.0.101.", "neardups": "127.0.102.", "changing": "127.0.103."}
+"""Address block of each optional kind of host; host ``j`` of a kind is ``{prefix}{1 + j}``.
+Separate blocks keep a host's address the same whichever other kinds are switched on."""
+
+KINDS = tuple(KIND_IP_PREFIX)
+"""The optional kinds of hosts, in the order their hosts are added."""
+
+CONTROL_IP = "127.0.0.2"
+"""The server's control address (same port as the hosts): ``/__clock`` (module doc)."""
+
+CLOCK_START = LAST_MODIFIED_BASE
+"""Where the virtual clock starts: 2024-01-01T00:00:00Z."""
 
 SPECIAL_HOSTS = (
     "robots-disallow", "robots-delay", "robots-404", "robots-503", "robots-bom",
@@ -275,8 +336,8 @@ class Page:
     """Send ``ETag``/``Last-Modified`` and answer conditional requests with 304."""
 
     version: int = 0
-    """Content version; part of the ETag and Last-Modified. Static pages stay at 0; a host
-    whose pages change bumps it (a later profile)."""
+    """Content version; part of the ETag and Last-Modified (and of the render cache key).
+    Static pages stay at 0; the changing host's pages follow the virtual clock."""
 
     def followable(self) -> list[str]:
         """Absolute URLs a polite crawler follows from this page (redirect target included)."""
@@ -345,6 +406,40 @@ class Response:
     headers: list[tuple[str, str]]
     body: bytes = b""
     stream: Stream | None = None
+    date: str | None = None
+    """``Date`` header to send instead of the real time (the changing host's virtual time)."""
+
+
+class VirtualClock:
+    """The changing host's notion of now: ``t`` at the moment it was set, running on at
+    ``rate`` virtual seconds per real second (0: it stands still, the default)."""
+
+    def __init__(self, t: float = CLOCK_START, rate: float = 0.0):
+        self.t = float(t)
+        self.rate = float(rate)
+        self.wall = time.time()
+
+    def now(self) -> float:
+        if not self.rate:
+            return self.t
+        return self.t + self.rate * (time.time() - self.wall)
+
+    def set(self, t: float | None = None, advance: float | None = None,
+            rate: float | None = None) -> float:
+        """Set (``t``), move on (``advance`` seconds) and/or change the ``rate``; returns now."""
+        now = self.now() if t is None else float(t)
+        if advance is not None:
+            now += float(advance)
+        self.t = now
+        self.wall = time.time()
+        if rate is not None:
+            if rate < 0:
+                raise ValueError(f"clock rate must be >= 0, got {rate}")
+            self.rate = float(rate)
+        return now
+
+    def state(self) -> dict:
+        return {"t": self.now(), "rate": self.rate}
 
 
 def not_modified(headers: dict[str, str], etag: str, last_modified: int) -> bool:
@@ -374,11 +469,35 @@ class HostProfile:
 
     kind = "base"
 
+    has_traps = False
+    """Whether :meth:`is_trap` can say yes (lets the oracle skip the call on other hosts)."""
+
     def __init__(self, web: Web, name: str, ip: str):
         self.web = web
         self.name = name
         self.ip = ip
         self.robots = Robots(groups={"*": []})
+
+    # What the oracle asks of the optional kinds (the defaults: none of it applies) ------
+    def is_trap(self, target: str) -> bool:
+        """Whether ``target`` is inside a crawler trap."""
+        return False
+
+    def good_pages(self) -> list[str]:
+        """Targets of a trap host's normal pages."""
+        return []
+
+    def change_period(self, target: str) -> float | None:
+        """Seconds between changes of ``target``; None when it never changes."""
+        return None
+
+    def version_at(self, target: str, t: float) -> int:
+        """Content version of ``target`` at virtual time ``t``."""
+        return 0
+
+    def change_kind(self, target: str) -> str:
+        """How a new version differs: ``"never"``, ``"content"`` or ``"timestamp"``."""
+        return "never"
 
     # URLs -------------------------------------------------------------------------------
     @property
@@ -509,10 +628,10 @@ class RegularHost(HostProfile):
         if web.hosts > 1:
             other = regular_name((i + 1) % web.hosts)
             links.append(self.link("/", host=other, text=f"Friends at {other}"))
-        specials = web.special_names()
+        specials = web.linked_names()
         if specials:
-            # Host 0 points at every special host, each other host at one of them: a crawl
-            # from regular seeds discovers all of them either way.
+            # Host 0 points at every special (and optional-kind) host, each other host at
+            # one of them: a crawl from regular seeds discovers all of them either way.
             chosen = specials if i == 0 else [specials[i % len(specials)]]
             links += [self.link("/", host=s, text=f"Visit {s}") for s in chosen]
         return Page(title=f"{self.name}: home", links=links, text_bytes=web.page_bytes,
@@ -755,28 +874,34 @@ class Web:
     """The whole test web for one set of parameters.
 
     ``Web(hosts=20, pages=10, page_bytes=3000, special=True, seed=0, port=8080)``; the server
-    and the test side each build one. ``port`` appears in every absolute URL.
+    and the test side each build one. ``port`` appears in every absolute URL. ``traps``,
+    ``neardups`` and ``changing`` add the optional kinds of hosts (module doc); ``clock`` is
+    the virtual clock the changing host reads.
     """
 
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
-                 special: bool = True, seed: int = 0, port: int = 80):
+                 special: bool = True, seed: int = 0, port: int = 80, traps: bool = False,
+                 neardups: bool = False, changing: bool = False):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
-        if hosts == 0 and not special:
-            raise ValueError("a web with no regular hosts needs special=True")
+        if hosts == 0 and not (special or traps or neardups or changing):
+            raise ValueError("a web with no regular hosts needs special=True (or another kind)")
         self.hosts = hosts
         self.pages = pages
         self.page_bytes = page_bytes
         self.special = special
         self.seed = seed
         self.port = port
+        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing)) if on)
+        self.clock = VirtualClock()
         self.cache = PageCache()
         self.profiles: dict[str, HostProfile] = {}
+        self._kind_names: list[str] = []
         self._build_profiles()
         self.by_ip = {p.ip: p for p in self.profiles.values()}
         self._by_netloc = {self.origin(name)[7:]: p for name, p in self.profiles.items()}
-        self._memo: dict = {}  # oracle answers for the default seeds (the web never changes)
+        self._memo: dict = {}  # oracle answers for the default seeds (links never change)
 
     def _build_profiles(self) -> None:
         for i in range(self.hosts):
@@ -791,6 +916,21 @@ class Web:
                     rules, bait = robots[short]
                     p = RobotsHost(self, short, special_ip(j), rules, bait)
                 self.profiles[p.name] = p
+        # Imported here: those modules build on this one.
+        if "traps" in self.kinds:
+            from cycles.testweb.traps import trap_hosts
+            self._add_kind(trap_hosts(self, KIND_IP_PREFIX["traps"]))
+        if "neardups" in self.kinds:
+            from cycles.testweb.neardups import neardup_hosts
+            self._add_kind(neardup_hosts(self, KIND_IP_PREFIX["neardups"]))
+        if "changing" in self.kinds:
+            from cycles.testweb.changing import changing_hosts
+            self._add_kind(changing_hosts(self, KIND_IP_PREFIX["changing"]))
+
+    def _add_kind(self, profiles: list[HostProfile]) -> None:
+        for p in profiles:
+            self.profiles[p.name] = p
+            self._kind_names.append(p.name)
 
     def warm(self) -> None:
         """Build what the first request would otherwise pay for (the filler pool, the
@@ -808,6 +948,14 @@ class Web:
 
     def special_names(self) -> list[str]:
         return [special_name(s) for s in SPECIAL_HOSTS] if self.special else []
+
+    def kind_names(self, kind: str | None = None) -> list[str]:
+        """Names of the optional kinds' hosts (of one kind: ``"traps"``...), in address order."""
+        return [n for n in self._kind_names if kind is None or self.profiles[n].kind == kind]
+
+    def linked_names(self) -> list[str]:
+        """Hosts that regular ``/`` pages link to: the special ones, then the optional kinds'."""
+        return self.special_names() + self._kind_names
 
     def resolve_map(self) -> dict[str, str]:
         """Host name -> loopback address, for ``config.fetch.resolve``."""
@@ -858,7 +1006,8 @@ class Web:
         robots nofollow on the linking page, redirects counted as links) leads to it from a
         seed, every URL of the chain being allowed by its host's robots.txt for ``agent``,
         within ``max_depth`` hops if given. 404s, 5xx, redirects and slow or huge bodies are
-        in the set (they must be requested); robots.txt files are not.
+        in the set (they must be requested); robots.txt files are not, nor are trap URLs
+        (:meth:`is_trap`), which the walk never enters.
         """
         memo_key = ("reach", agent) if seeds is None and max_depth is None else None
         if memo_key in self._memo:
@@ -870,6 +1019,8 @@ class Web:
         def visit(url: str, depth: int) -> None:
             seen.add(url)
             profile, target = self.split(url)
+            if profile is not None and profile.has_traps and profile.is_trap(target):
+                return  # a trap is neither required nor forbidden: the walk stays out
             if profile is not None and profile.robots.allows(target, agent):
                 allowed.add(url)
                 queue.append((profile, target, depth))
@@ -894,7 +1045,8 @@ class Web:
 
     def universe(self) -> set[str]:
         """Every URL of the web that some link (followable or not) or redirect points at,
-        plus the seeds: what a crawler could ever learn of, robots.txt aside."""
+        plus the seeds: what a crawler could ever learn of, robots.txt aside. Trap URLs
+        (endless) are left out."""
         seen = set(self.seeds())
         queue = deque(seen)
         while queue:
@@ -903,7 +1055,7 @@ class Web:
                 continue
             targets = [page.location] if page.location else [link.url for link in page.links]
             for nxt in targets:
-                if nxt not in seen:
+                if nxt not in seen and not self.is_trap(nxt):
                     seen.add(nxt)
                     queue.append(nxt)
         return seen
@@ -916,6 +1068,68 @@ class Web:
         if "universe" not in self._memo:
             self._memo["universe"] = self.universe()
         return self._memo["universe"] - self.expected_reachable(None, agent)
+
+    # The oracle of the optional kinds ---------------------------------------------------
+    def is_trap(self, url: str) -> bool:
+        """Whether ``url`` lies inside a crawler trap (``traps=True``); False off the web."""
+        profile, target = self.split(url)
+        return profile is not None and profile.has_traps and profile.is_trap(target)
+
+    def trap_hosts(self) -> list[str]:
+        """Names of the trap hosts (empty unless ``traps=True``)."""
+        return self.kind_names("trap")
+
+    def good_pages(self, host: str) -> list[str]:
+        """URLs of a trap host's normal pages (``/`` and ``/p/0.html`` .. ``/p/9.html``): a
+        crawler must keep finding these however deep it goes into the trap. ``host`` is a
+        full name or a short one (``trap-calendar``)."""
+        name = host if "." in host else f"{host}.{DOMAIN}"
+        profile = self.profiles.get(name)
+        if profile is None:
+            raise KeyError(f"no host {name} in this web (traps={'traps' in self.kinds})")
+        return [profile.url(t) for t in profile.good_pages()]
+
+    def neardup_pairs(self) -> list[tuple[str, str, bool, str]]:
+        """The labelled near-duplicate set (``neardups=True``): ``(url_a, url_b,
+        is_near_duplicate, kind)``. Kinds that are near-duplicates: ``date``, ``counter``,
+        ``ad`` (one line differs), ``boilerplate`` (same article, another site's header, nav
+        and footer), ``exact`` and ``mirror`` (same bytes). Kinds that are not:
+        ``same-template`` (other article, same template and the same date/counter/ad lines
+        as far as the template goes) and ``other-site`` (other article on another template)."""
+        from cycles.testweb.neardups import neardup_pairs
+        return neardup_pairs(self) if "neardups" in self.kinds else []
+
+    def exact_duplicate_groups(self) -> list[set[str]]:
+        """Sets of URLs whose responses have byte-identical bodies (``neardups=True``)."""
+        from cycles.testweb.neardups import exact_duplicate_groups
+        return exact_duplicate_groups(self) if "neardups" in self.kinds else []
+
+    def mirror_hosts(self) -> dict[str, str]:
+        """Mirror host name -> the host whose pages it serves byte for byte."""
+        return {name: p.source.name for name, p in self.profiles.items() if p.kind == "mirror"}
+
+    def change_period(self, url: str) -> float | None:
+        """Seconds of virtual time between changes of ``url``; None when it never changes
+        (every URL not on the changing host)."""
+        profile, target = self.split(url)
+        return profile.change_period(target) if profile is not None else None
+
+    def version_at(self, url: str, t: float) -> int:
+        """Content version of ``url`` at virtual time ``t`` (0 for pages that never change).
+        Two fetches got the same content exactly when their versions are equal."""
+        profile, target = self.split(url)
+        return profile.version_at(target, t) if profile is not None else 0
+
+    def change_kind(self, url: str) -> str:
+        """``"content"`` (new text each version), ``"timestamp"`` (only an "Updated" line
+        changes: a new version that is a near-duplicate of the old) or ``"never"``."""
+        profile, target = self.split(url)
+        return profile.change_kind(target) if profile is not None else "never"
+
+    def changing_pages(self) -> list[str]:
+        """URLs of the changing host's pages that have a period (``changing=True``)."""
+        return [p.url(t) for p in self.profiles.values() if p.kind == "changing"
+                for t in p.targets() if p.change_period(t) is not None]
 
 
 class PageCache:
