@@ -270,7 +270,7 @@ def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
     pow_, inv = _powers(n)
     prefix = np.empty(n + 1, dtype=np.uint64)
     prefix[0] = 0
-    np.cumsum(cps.astype(np.uint64) * pow_[:n], out=prefix[1:])
+    np.cumsum(cps * pow_[:n], out=prefix[1:])  # uint8/uint32 times uint64 is uint64
     return (prefix[ends] - prefix[starts]) * inv[starts]
 
 

@@ -476,3 +476,11 @@ def test_html5lib_link_inputs():
     assert found["<a href=a>aa<marquee>aa<a href=b>bb</marquee>aa"] == [
         "https://example.org/tests/a", "https://example.org/tests/b"]
     assert found["<a href='\\nbar'></a>"] == ["https://example.org/nbar"]  # backslash is a slash
+
+
+def test_page_url_that_is_not_http_resolves_only_absolute_links():
+    body = b'<a href="/x">x</a><a href="//h/y">y</a><a href="https://ok.example/z">z</a><a href="r">r</a>'
+    assert urls(parse(body, url="not a url")) == ["https://ok.example/z"]
+    # ... unless a <base href> gives an absolute base.
+    assert urls(parse(b'<base href="https://b.example/d/">' + body, url="")) == [
+        "https://b.example/x", "https://h/y", "https://ok.example/z", "https://b.example/d/r"]
