@@ -302,13 +302,16 @@ class TestWeb:
         return self._control()["t"]
 
     def set_clock(self, t: float | None = None, *, advance: float | None = None,
-                  rate: float | None = None) -> float:
+                  rate: float | None = None, offset: float | None = None) -> float:
         """Set the server's virtual clock to ``t``, move it on by ``advance`` seconds and/or
-        make it run at ``rate``; returns the new virtual time. The server has applied it
-        when this returns (requests sent afterwards see it), and the test side's model
-        follows, so :meth:`Web.page` answers as the server does."""
+        make it run at ``rate``; returns the new virtual time. ``offset=S`` makes it the
+        real time plus ``S`` at rate 1, in step with the crawler's ``cycles.clock.now()``
+        under ``CRAWL_CLOCK_OFFSET_S=S``. The server has applied it when this returns
+        (requests sent afterwards see it), and the test side's model follows, so
+        :meth:`Web.page` answers as the server does."""
         query = "&".join(f"{name}={float(value)!r}" for name, value in
-                         (("t", t), ("advance", advance), ("rate", rate)) if value is not None)
+                         (("t", t), ("advance", advance), ("rate", rate), ("offset", offset))
+                         if value is not None)
         state = self._control(query)
         self.web.clock.set(t=state["t"], rate=state["rate"])
         return state["t"]

@@ -30,8 +30,8 @@ produced it (a test may read it while the server runs):
 Control address
 ---------------
 ``site.CONTROL_IP`` (``127.0.0.2``) listens on the same port and answers only
-``GET /__clock`` (JSON ``{"t": ..., "rate": ...}``), with ``?t=``, ``?advance=`` and ``?rate=``
-to set the virtual clock first (see the site module doc). Its requests are logged with
+``GET /__clock`` (JSON ``{"t": ..., "rate": ...}``), with ``?t=``, ``?advance=``, ``?rate=``
+and ``?offset=`` to set the virtual clock first (see the site module doc). Its requests are logged with
 ``host`` null, like any request for no host.
 """
 
@@ -370,11 +370,12 @@ class TestWebServer:
             return Response(404, [("Content-Type", "text/plain")], b"only /__clock here\n")
         try:
             args = {k: float(v) for k, v in parse_qsl(query, strict_parsing=bool(query))}
-            unknown = set(args) - {"t", "advance", "rate"}
+            unknown = set(args) - {"t", "advance", "rate", "offset"}
             if unknown:
-                raise ValueError(f"unknown parameters {sorted(unknown)}; use t, advance, rate")
+                raise ValueError(f"unknown parameters {sorted(unknown)}; use t, advance, rate, offset")
             if args:
-                self.web.clock.set(args.get("t"), args.get("advance"), args.get("rate"))
+                self.web.clock.set(args.get("t"), args.get("advance"), args.get("rate"),
+                                   args.get("offset"))
         except ValueError as exc:
             return Response(400, [("Content-Type", "text/plain")], f"{exc}\n".encode())
         return Response(200, [("Content-Type", "application/json"), ("Cache-Control", "no-store")],

@@ -69,7 +69,8 @@ web stays a function of its parameters and the clock. The server moves it when t
 control address :data:`CONTROL_IP` (same port, not in the resolve map, so no crawler finds
 it): ``GET /__clock`` answers ``{"t": ..., "rate": ...}``; ``?t=T`` sets it, ``?advance=S``
 moves it on, ``?rate=R`` lets it run at ``R`` virtual seconds per real second (0 stops
-it). The answer comes after the change is made, so the next request sees the new time.
+it), ``?offset=S`` makes it the real time plus ``S`` seconds, running at rate 1: the
+crawler's own clock (``cycles/clock.py``) with ``CRAWL_CLOCK_OFFSET_S=S``. The answer comes after the change is made, so the next request sees the new time.
 :meth:`TestWeb.set_clock <cycles.testweb.harness.TestWeb.set_clock>` does this and keeps the
 test side's model in step; every request log line carries the virtual time it was served at
 (``clock_t``). Keep the virtual time before the real one if a crawler under test compares
@@ -425,8 +426,15 @@ class VirtualClock:
         return self.t + self.rate * (time.time() - self.wall)
 
     def set(self, t: float | None = None, advance: float | None = None,
-            rate: float | None = None) -> float:
-        """Set (``t``), move on (``advance`` seconds) and/or change the ``rate``; returns now."""
+            rate: float | None = None, offset: float | None = None) -> float:
+        """Set (``t``), move on (``advance`` seconds) and/or change the ``rate``; returns now.
+        ``offset`` makes it the real time shifted by that many seconds, running at rate 1
+        (``cycles.clock.now()`` with ``CRAWL_CLOCK_OFFSET_S`` set to the same value)."""
+        if offset is not None:
+            if t is not None:
+                raise ValueError("give t or offset, not both")
+            t = time.time() + float(offset)
+            rate = 1.0 if rate is None else rate
         now = self.now() if t is None else float(t)
         if advance is not None:
             now += float(advance)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 from collections import Counter, deque
 from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
@@ -354,6 +355,10 @@ def test_virtual_clock_over_http(kweb):
     kweb.set_clock(rate=1000)
     a = kweb.clock()
     assert kweb.clock() > a
+    # In step with the crawler's clock (real time + CRAWL_CLOCK_OFFSET_S).
+    before = time.time()
+    t = kweb.set_clock(offset=86400)
+    assert before + 86400 <= t <= time.time() + 86400 and kweb.web.clock.rate == 1
     kweb.set_clock(CLOCK_START, rate=0)
     assert kweb.clock() == kweb.clock() == CLOCK_START
     with pytest.raises(TestWebError, match="unknown parameters"):
