@@ -20,7 +20,7 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 
-from cycles import schema
+from cycles import clock, schema
 from cycles.config import Config
 from cycles.store import Manifest, Store, check_parquet_files, utcnow
 
@@ -118,7 +118,7 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
             old = f"read_parquet('{files[bucket]}')" if files else "empty_crawldb"
             sql = build_bucket(con, old, bucket)
             reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
-                             params={"now": now or utcnow()} if "$now" in sql else None
+                             params={"now": now or clock.now()} if "$now" in sql else None
                              ).to_arrow_reader(64 * 1024)
             rows += store.write_batches(store.bucket_file(folder, bucket), reader, schema.CRAWLDB)
             if not store.bucket_file(folder, bucket).exists():

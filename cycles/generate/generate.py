@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from cycles import schema
+from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, replace_crawldb, url_pattern_sql
 from cycles.errors import StageError
@@ -90,7 +90,7 @@ def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions:
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
              top_n: int | None = None) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due)."""
-    now = now or utcnow()
+    now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
     top_n, held = apply_feed_backpressure(store, config, top_n)
     if held:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
                             replace_crawldb, url_pattern_sql)
@@ -250,7 +250,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     if state in ("generated", "incomplete"):
         raise StageError(f"update: segment {segment} has not been fetched (state: {state}); run `crawl fetch {segment}` first")
     counters: Counter = Counter()
-    now = now or utcnow()
+    now = now or clock.now()
     seg_dir = store.segment_dir(segment)
     with store.lock("crawldb"):
         manifest, files = current_bucket_files(store)
