@@ -7,17 +7,19 @@
   Web Crawling", WWW 2007: f = 64, k = 3 for 8 billion pages; ChatNoir-CopyCat-21 uses the same
   threshold; see /work/shared/conformance/neardup-FACTS.md).
 
-Both are pure functions of the text, stable across processes, machines and Python versions:
-nothing here uses Python's ``hash()`` (salted per process) or platform byte order.
+Both are pure functions of the text, stable across processes and machines: nothing here uses
+Python's ``hash()`` (salted per process) or platform byte order. (Across Python versions, only
+characters new in a later Unicode version could be tokenised differently.)
 
 Features of the SimHash
 -----------------------
 The text is normalised (:func:`normalise`: lower case, whitespace collapsed) and cut into
 tokens: runs of letters and combining marks (Unicode categories L and M). Characters of
 scripts written without spaces (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar) are a
-token each, so that a Chinese paragraph is not one giant token. Numbers (category N),
-punctuation, symbols and emoji separate tokens and are not features themselves, except in a
-text that has no other token (then numbers count, so that number-only pages still differ).
+token each (their combining marks are left out), so that a Chinese paragraph is not one
+giant token. Numbers (category N), punctuation, symbols and emoji separate tokens and are not
+features themselves, except in a text that has no other token (then numbers count, so that
+number-only pages still differ).
 
 The features are **overlapping 3-token shingles** (Broder's w-shingling, w = 3: word
 trigrams; character trigrams in CJK and Thai), each weighted 1 per occurrence; a text of
@@ -183,11 +185,13 @@ def _build_classes() -> tuple[np.ndarray, np.ndarray]:
     letters[np.array([cp for cp, kind in enumerate(kinds) if kind in "LM"], dtype=np.int64)] = _WORD
     for low, high in _SINGLE_RANGES:
         if high < 0x10000:
-            # Only the letters of those blocks stand alone; their marks stay word parts
-            # (a Thai vowel sign belongs to its consonant).
+            # The letters of those blocks stand alone; their combining marks (Thai vowel
+            # signs and tone marks) are left out rather than made tokens of their own.
             for cp in range(low, high + 1):
                 if kinds[cp] == "L":
                     letters[cp] = _SINGLE
+                elif kinds[cp] == "M":
+                    letters[cp] = _SEP
         else:
             letters[low:high + 1] = _SINGLE
     with_numbers = letters.copy()

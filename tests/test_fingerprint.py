@@ -183,3 +183,11 @@ def test_collapse_whitespace_equals_split_join(seed):
             "\xa0", "\u2003", "\u3000", "\u2028", "\u200b", "x y"]
     text = "".join(rng.choice(pool) for _ in range(rng.randrange(0, 200)))
     assert collapse_whitespace(text) == " ".join(text.split())
+
+
+def test_thai_letters_are_tokens_and_marks_are_left_out():
+    # "ภาษาไทย" with and without its vowel sign and tone marks: the same letters.
+    with_marks = "ภาษาไทย " * 50 + "ข้อความ " * 50
+    without = "".join(char for char in with_marks if char not in "\u0e49\u0e31\u0e34")
+    assert simhash64(with_marks) == simhash64(without)
+    assert simhash64(with_marks) != simhash64("ภาษาไทย " * 100)
