@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 import pycurl
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles import clock, schema
 from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError
 from cycles.fetch.frontier import Frontier, HostSlot
@@ -209,7 +209,8 @@ class PartitionFetcher:
 
     def _finish_page(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, curl) -> None:
         item = transfer.request.item
-        started = _wall(transfer.started_wall)
+        # Scheduling time (cycles.clock, shiftable in simulations); politeness uses real time.
+        started = _wall(transfer.started_wall + clock.offset_s())
         duration_ms = int((transfer.ended - transfer.started) * 1000)
         common = dict(fetched_at=started, duration_ms=duration_ms, body_bytes=transfer.size)
         status = transfer.status_code()
