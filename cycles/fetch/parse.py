@@ -549,15 +549,21 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
     # "Home News", not "HomeNews".
     for element in root.iter(*BLOCK_TAGS):
         inner = element.text
-        if not inner:
-            element.text = " "
-        elif inner[0] not in _SPACE_CHARS:
-            element.text = " " + inner
         tail = element.tail
-        if not tail:
-            element.tail = " "
-        elif tail[0] not in _SPACE_CHARS:
-            element.tail = " " + tail
+        try:
+            if not inner:
+                element.text = " "
+            elif inner[0] not in _SPACE_CHARS:
+                element.text = " " + inner
+            if not tail:
+                element.tail = " "
+            elif tail[0] not in _SPACE_CHARS:
+                element.tail = " " + tail
+        except ValueError:
+            # libxml2 keeps control characters (U+000C, U+001F ...) in text, which lxml
+            # refuses to set back (after removing the old text): set it with them as spaces.
+            element.text = " " + _XML_INCOMPATIBLE.sub(" ", inner or "")
+            element.tail = " " + _XML_INCOMPATIBLE.sub(" ", tail or "")
 
     scan = _Scan()
     agent = agent.lower()
@@ -595,6 +601,9 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
         elif scan.base_href is None:  # _BASE
             scan.base_href = element.get("href")
     return scan
+
+
+_XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]+")
 
 
 def _clear(elements: list[etree._Element]) -> None:

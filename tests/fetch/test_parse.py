@@ -484,3 +484,10 @@ def test_page_url_that_is_not_http_resolves_only_absolute_links():
     # ... unless a <base href> gives an absolute base.
     assert urls(parse(b'<base href="https://b.example/d/">' + body, url="")) == [
         "https://b.example/x", "https://h/y", "https://ok.example/z", "https://b.example/d/r"]
+
+
+def test_control_characters_in_text_do_not_break_the_word_separation():
+    # libxml2 keeps U+000C and U+001F in text; lxml refuses to set such text back.
+    page = parse("<div>a\x1fb</div><p>c\x0cd</p><li>e</li>\x1ff")
+    assert_sane(page)
+    assert page.text == "a b c d e f"
