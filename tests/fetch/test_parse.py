@@ -433,8 +433,9 @@ def test_random_bytes_never_raise():
     rng = random.Random(7)
     fragments = [b"<a href='", b"'>", b"</a>", b"<p>", b"<script>", b"</script>", b"<!--", b"-->",
                  b"<base href=", b"<meta charset=", b"&amp;", b"&#", b"\x00", b"\xff", b"\xc3",
-                 b"<title>", b"<table>", b"<noscript>", b"<template>", b"</", b">", b" ", b"x"]
-    for _ in range(300):
+                 b"<title>", b"<table>", b"<noscript>", b"<template>", b"</", b">", b" ", b"x",
+                 b"<div>", b"<li>", b"\x1f", b"\x0c", b"\x01", "\ufffe".encode(), b"&#x1f;"]
+    for _ in range(1000):
         body = b"".join(rng.choice(fragments) for _ in range(rng.randrange(0, 60)))
         assert_sane(parse_html(body, PAGE, None))
 
