@@ -15,6 +15,25 @@
 Article texts are disjoint runs of the filler paragraph pool, so two articles share their
 template and nothing else. :func:`neardup_pairs` lists the labelled pairs and
 :func:`exact_duplicate_groups` the groups of identical bodies.
+
+The labels say what the pages are, not what a detector will manage. Measured with
+``cycles.fingerprint.simhash64`` over the lxml text (2-shingles, numbers left out, as it
+stood at commit 8c7d038), the Hamming distances over the pairs of each kind were:
+
+==============  =====  ==========================  ==================
+kind            label  words differing (of ~880)   SimHash bits apart
+==============  =====  ==========================  ==================
+counter         True   1 (a number)                0
+date            True   3                           0-2
+ad              True   about 12                    0-7
+boilerplate     True   about 35                    2-10
+exact, mirror   True   0                           0
+same-template   False  all but the template        23-37
+other-site      False  all                         24-36
+==============  =====  ==========================  ==================
+
+So at the usual k = 3 a SimHash finds every date and counter variant, most ad variants
+and few boilerplate ones, and never mistakes two articles for each other.
 """
 
 from __future__ import annotations
