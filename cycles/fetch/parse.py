@@ -624,16 +624,21 @@ def _links(scan: _Scan, url: str) -> tuple[list[Link], str | None]:
     page_nofollow = scan.nofollow
     links: list[Link] = []
     append = links.append
-    hrefs_seen: set[str] = set()
-    targets_seen: set[str] = set()
+    # Hrefs and URLs seen. One set serves both: a URL is only equal to an href that is the
+    # same absolute URL, which resolves to itself.
+    seen: set[str] = set()
+    add = seen.add
     for element, href, kind in scan.anchors:
-        if href in hrefs_seen:  # the same href gives the same URL: done already
+        if href in seen:  # the same href gives the same URL: done already
             continue
-        hrefs_seen.add(href)
+        add(href)
         target = resolve(href)
-        if target is None or target in targets_seen:
+        if target is None:
             continue
-        targets_seen.add(target)
+        if target != href:
+            if target in seen:
+                continue
+            add(target)
         if kind == _AREA:
             anchor = element.get("alt") or ""
         elif len(element):
