@@ -113,9 +113,28 @@ def collapse_whitespace(text: str) -> str:
     return text.strip(" ")
 
 
+# str.lower() of each Latin-1 character (all stay in Latin-1), as a bytes.translate table.
+_LATIN1_LOWER = bytes(ord(chr(code).lower()) for code in range(256))
+
+
+def lower(text: str) -> str:
+    """``text.lower()``, 3-4 times faster for Latin-1 text.
+
+    str.lower() takes a slow path for any non-ASCII text (a page with one "©"), while most
+    such pages are Latin-1, which a byte table lowers at C speed; the result is the same.
+    """
+    if text.isascii():
+        return text.lower()
+    try:
+        latin1 = text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.lower()
+    return latin1.translate(_LATIN1_LOWER).decode("latin-1")
+
+
 def normalise(text: str) -> str:
     """The text both fingerprints are taken of: lower case, whitespace collapsed."""
-    return collapse_whitespace(text.lower())
+    return collapse_whitespace(lower(text))
 
 
 def content_hash(text: str) -> str:
@@ -139,7 +158,7 @@ def fingerprints(text: str, *, collapsed: bool = False) -> tuple[str, int]:
     ``collapsed=True`` promises that the text's whitespace is already collapsed (as the
     text of cycles.fetch.parse is), which saves checking it.
     """
-    norm = text.lower() if collapsed else normalise(text)
+    norm = lower(text) if collapsed else normalise(text)
     return _content_hash_normalised(norm), _simhash_normalised(norm)
 
 
@@ -241,9 +260,9 @@ def _fmix64(x: np.ndarray) -> np.ndarray:
 def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
     """The polynomial hash (unmixed) of every token of the normalised text, in text order."""
     text = norm[:SIMHASH_MAX_CHARS]
-    if text.isascii():  # most pages: one byte a character, no UTF-32 copy
-        cps = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    else:
+    try:  # most pages are Latin-1: one byte a character, and the byte is the code point
+        cps = np.frombuffer(text.encode("latin-1"), dtype=np.uint8)
+    except UnicodeEncodeError:
         cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
     n = len(cps)
     if n == 0:

@@ -191,3 +191,10 @@ def test_thai_letters_are_tokens_and_marks_are_left_out():
     without = "".join(char for char in with_marks if char not in "\u0e49\u0e31\u0e34")
     assert simhash64(with_marks) == simhash64(without)
     assert simhash64(with_marks) != simhash64("ภาษาไทย " * 100)
+
+
+def test_lower_equals_str_lower():
+    for text in ("", "ABC", "Caf\\u00c9 \\u00bb \\u00a9 \\u00df \\u00b5 \\u00ff \\u00de", "\\u0130stanbul \\u0391\\u0392",
+                 "".join(map(chr, range(256))), "MIXED \\u00c0 and \\u4e2d"):
+        assert fingerprint.lower(text) == text.lower()
+
