@@ -116,15 +116,28 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
         GROUP BY p.host HAVING count(m.url) >= {u.dup_host_ratio} * count(*) AND count(m.url) > 0""").fetchall()
     low = sorted(host for host, _, _ in per_host)
     counters["dedup/low_priority_hosts"] += len(low)
+    # Mirrors: host pairs sharing many exact copies, over the whole crawl DB (earlier marks)
+    # and this segment's. Which page of a pair is canonical varies page by page, so pairs are
+    # counted in both directions; the mirror is the host with fewer canonical pages of the pair.
     mirror_rows = con.sql(f"""
         WITH copies AS (
-            SELECT m.host, k.host AS of_host, count(*) AS n
-            FROM marks m JOIN known_pages k ON k.url = m.canonical
-            WHERE m.kind = 'duplicate' AND k.host <> m.host GROUP BY ALL),
-        totals AS (SELECT host, count(*) AS pages FROM known_pages GROUP BY host)
-        SELECT c.host, arg_max(c.of_host, c.n) FROM copies c JOIN totals t USING (host)
-        WHERE c.n >= {u.mirror_min_pages} AND c.n >= {u.mirror_ratio} * t.pages
-        GROUP BY c.host""").fetchall()
+            SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host
+            FROM {db_source} db
+            WHERE status = 'duplicate' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM seg_pages)
+            UNION ALL
+            SELECT m.host, k.host FROM marks m JOIN known_pages k ON k.url = m.canonical WHERE m.kind = 'duplicate'),
+        directed AS (SELECT host, of_host, count(*) AS n FROM copies WHERE host <> of_host GROUP BY ALL),
+        pairs AS (
+            SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
+                   sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
+            FROM directed GROUP BY ALL),
+        sizes AS (SELECT host, count(*) AS pages FROM {db_source}
+                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate') GROUP BY host)
+        SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
+               CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
+        FROM pairs JOIN sizes sa ON sa.host = pairs.a JOIN sizes sb ON sb.host = pairs.b
+        WHERE shared >= {u.mirror_min_pages}
+          AND shared >= {u.mirror_ratio} * least(sa.pages, sb.pages)""").fetchall()
     mirrors = dict(mirror_rows)
     counters["dedup/mirror_hosts"] += len(mirrors)
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors)

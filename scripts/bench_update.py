@@ -1,0 +1,290 @@
+"""What the update stage decides, measured on the local test web (GitHub issue #4).
+
+Two runs, both real crawls (generate -> fetch -> update) of the test web on loopback:
+
+1. **dedup and traps** — regular hosts plus the trap hosts and the near-duplicate hosts,
+   crawled until nothing is due. Prints URLs dropped by reason, near-duplicate precision
+   and recall against the web's labels, exact-duplicate groups and mirrors found, trap URLs
+   requested against the budget, and what the outlink Bloom filter would save (its measured
+   false-positive rate on the real outlinks).
+2. **freshness** — the host whose pages change at known rates, recrawled over simulated
+   days (the crawler's clock and the web's virtual clock shifted in step). Prints the
+   freshness of our copies (time-weighted share of pages whose stored version is the live
+   one) against a uniform schedule with the same number of fetches, how often each change
+   class was fetched, and the share of unchanged refetches answered 304.
+
+    .venv/bin/python scripts/bench_update.py            # both, ~5 minutes
+    .venv/bin/python scripts/bench_update.py --only freshness --days 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cycles import clock  # noqa: E402
+from cycles.bloom import BloomFilter  # noqa: E402
+from cycles.config import Config  # noqa: E402
+from cycles.crawldb import current_bucket_files, url_pattern_sql  # noqa: E402
+from cycles.cycle import run_cycles  # noqa: E402
+from cycles.fetch.fetch import fetch_segment  # noqa: E402
+from cycles.generate.generate import generate  # noqa: E402
+from cycles.inject import inject  # noqa: E402
+from cycles.store import Store  # noqa: E402
+from cycles.testweb.harness import TestWeb  # noqa: E402
+from cycles.testweb.site import CLOCK_START  # noqa: E402
+from cycles.update.update import update_segment  # noqa: E402
+
+
+def base_config(web) -> Config:
+    config = Config()
+    config.fetch.resolve = dict(web.resolve_map())
+    config.fetch.timeout_s = 10.0
+    config.fetch.low_speed_time_s = 3
+    config.generate.max_urls_per_host = 1000
+    config.db.buckets = 4
+    return config
+
+
+def crawldb_rows(store: Store) -> list[dict]:
+    _, files = current_bucket_files(store)
+    return duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table().to_pylist()
+
+
+def segment_stats(store: Store, name: str) -> Counter:
+    total = Counter()
+    for segment in store.segments():
+        path = store.segment_dir(segment) / "stats" / name
+        if path.exists():
+            total.update(store.read_json(path))
+    return total
+
+
+# --- 1. dedup and traps ------------------------------------------------------------------
+def run_dedup_traps(args) -> None:
+    print("== dedup and traps ==")
+    with TestWeb(hosts=args.hosts, pages=8, page_bytes=4000, special=False, traps=True, neardups=True,
+                 max_seconds=1800) as web, tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "data")
+        config = base_config(web)
+        config.generate.max_urls_per_pattern = args.pattern_per_cycle
+        config.update.max_urls_per_pattern = args.pattern_total
+        seeds = Path(tmp) / "seeds.txt"
+        seeds.write_text("\n".join(web.seeds()) + "\n")
+        inject(store, config, seeds)
+        started = time.monotonic()
+        for line in run_cycles(store, config, cycles=args.cycles):
+            print("  " + line)
+        print(f"  crawl took {time.monotonic() - started:.0f}s")
+        report_drops(store)
+        report_neardups(store, web)
+        report_traps(store, web, config, args)
+        report_bloom(store)
+
+
+def report_drops(store: Store) -> None:
+    stats = segment_stats(store, "update.json")
+    print("\nURLs dropped by reason (all cycles):")
+    for key in sorted(k for k in stats if k.startswith(("filter/", "trap/", "outlinks/nofollow", "outlinks/from_dup"))):
+        print(f"  {key:<32} {stats[key]:>7}")
+    print(f"  {'(outlinks found)':<32} {stats['outlinks/found']:>7}   new URLs added: {stats['outlinks/new']}")
+
+
+def report_neardups(store: Store, web) -> None:
+    rows = {r["url"]: r for r in crawldb_rows(store)}
+    dup_status = {"duplicate", "near_duplicate"}
+
+    def same_cluster(a: str, b: str) -> bool | None:
+        ra, rb = rows.get(a), rows.get(b)
+        if not ra or not rb or ra["content_hash"] is None or rb["content_hash"] is None:
+            return None  # not both fetched
+        root = lambda r: r["duplicate_of"] if r["status"] in dup_status else r["url"]  # noqa: E731
+        return root(ra) == root(rb) or root(ra) == rb["url"] or root(rb) == ra["url"]
+
+    tp = fp = fn = tn = skipped = 0
+    for a, b, label, _kind in web.neardup_pairs():
+        found = same_cluster(a, b)
+        if found is None:
+            skipped += 1
+        elif label and found:
+            tp += 1
+        elif label:
+            fn += 1
+        elif found:
+            fp += 1
+        else:
+            tn += 1
+    precision = tp / (tp + fp) if tp + fp else float("nan")
+    recall = tp / (tp + fn) if tp + fn else float("nan")
+    print(f"\nnear-duplicates (labelled pairs {tp + fp + fn + tn}, {skipped} not both fetched): "
+          f"precision {precision:.3f}  recall {recall:.3f}  (tp {tp}, fp {fp}, fn {fn}, tn {tn})")
+    groups = web.exact_duplicate_groups()
+    whole = sum(1 for g in groups if sum(1 for u in g if rows.get(u, {}).get("status") != "duplicate") == 1
+                and all(u in rows for u in g))
+    print(f"exact-duplicate groups collapsed to one canonical URL: {whole} of {len(groups)}")
+    mirrors = {}
+    for segment in store.segments():
+        path = store.segment_dir(segment) / "stats" / "mirrors.json"
+        if path.exists():
+            mirrors.update(store.read_json(path))
+    print(f"mirror hosts: labelled {web.mirror_hosts()}, detected {mirrors}")
+
+
+def report_traps(store: Store, web, config: Config, args) -> None:
+    print("\ntrap hosts: requests to trap URLs vs budget, good pages harvested")
+    requests = web.requests()
+    budget = args.pattern_total
+    for host in web.trap_hosts():
+        mine = [r for r in requests if r["host_header"].split(":")[0] == host]
+        urls = {web.url(host, r["path"]) for r in mine}
+        trap_urls = sorted(u for u in urls if web.is_trap(u))
+        patterns = duckdb.connect().execute(
+            f"SELECT count(DISTINCT {url_pattern_sql('u')}) FROM unnest($urls) t(u)", {"urls": trap_urls}).fetchall()[0][0]
+        good = set(web.good_pages(host))
+        got = len(good & urls)
+        print(f"  {host:<24} trap URLs fetched {len(trap_urls):>4} in {patterns} URL patterns "
+              f"(budget {patterns} x {budget} = {patterns * budget}; {args.pattern_per_cycle}/pattern/cycle)  "
+              f"good pages {got}/{len(good)}")
+
+
+def report_bloom(store: Store) -> None:
+    """Replay the real outlinks of each segment partition through the Bloom filter the fetch
+    worker would use, against an exact set: false positives and rows saved."""
+    fp = written = seen_exact = total = 0
+    for segment in store.segments():
+        folder = store.segment_dir(segment) / "outlinks"
+        parts = defaultdict(list)
+        for path in sorted(folder.glob("part-*.parquet")):
+            parts[path.name.split("-c")[0]].append(path)
+        for files in parts.values():
+            urls = [u for f in files for u in pq.read_table(f, columns=["url"])["url"].to_pylist()]
+            bloom = BloomFilter(max(1000, len(urls)), 0.001)
+            exact: set[str] = set()
+            new = bloom.add_new(urls)
+            for url, is_new in zip(urls, new):
+                if url not in exact and not is_new:
+                    fp += 1
+                exact.add(url)
+            total += len(urls)
+            written += int(new.sum())
+            seen_exact += len(exact)
+    print(f"\noutlink Bloom filter (0.1% target), replayed on {total} outlinks written: "
+          f"would write {written} rows ({100 * (1 - written / max(1, total)):.1f}% fewer); "
+          f"false positives {fp} of {seen_exact} distinct = {100 * fp / max(1, seen_exact):.3f}%")
+
+
+# --- 2. freshness --------------------------------------------------------------------------
+def run_freshness(args) -> None:
+    print("== freshness ==")
+    step_s = args.step_hours * 3600
+    horizon = args.days * 86400
+    with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=3600) as web, \
+            tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "data")
+        config = base_config(web)
+        config.update.default_interval_s = 86400
+        config.update.min_interval_s = 2 * 3600
+        config.update.max_interval_s = 14 * 86400
+        config.update.deferred_retry_s = 3600
+        pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
+        seeds = Path(tmp) / "seeds.txt"
+        seeds.write_text("\n".join(pages) + "\n")
+        t = float(CLOCK_START)
+        shift(web, t)
+        inject(store, config, seeds)
+        fetches: dict[str, list[float]] = defaultdict(list)
+        outcomes = Counter()
+        steps = int(horizon // step_s)
+        for step in range(steps + 1):
+            shift(web, t)
+            generated = generate(store, config)
+            if generated.segment:
+                fetch_segment(store, config, generated.segment)
+                update_segment(store, config, generated.segment)
+                for row in pq.read_table(store.segment_dir(generated.segment) / "fetched").to_pylist():
+                    if row["fetched_at"] is None:
+                        continue
+                    when = row["fetched_at"].timestamp()
+                    url = row["url"]
+                    if fetches[url]:
+                        unchanged = web.version_at(url, when) == web.version_at(url, fetches[url][-1])
+                        outcomes[(unchanged, row["outcome"])] += 1
+                    fetches[url].append(when)
+            t += step_s
+        end = t
+        ours = freshness(web, fetches, CLOCK_START, end)
+        total = sum(len(v) for v in fetches.values())
+        uniform = uniform_freshness(web, pages, total, CLOCK_START, end)
+        print(f"  {len(pages)} pages, {args.days} simulated days in {args.step_hours} h steps, {total} fetches")
+        print(f"  freshness: ours {ours:.3f}   uniform schedule with the same {total} fetches {uniform:.3f}")
+        by_period = defaultdict(list)
+        for url in pages:
+            by_period[web.change_period(url)].append(len(fetches[url]))
+        for period, counts in sorted(by_period.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            label = "never" if period is None else f"{period / 3600:g} h"
+            print(f"  pages changing every {label:<7}: fetched {sum(counts) / len(counts):.1f} times each")
+        unchanged = sum(v for (same, _), v in outcomes.items() if same)
+        answered_304 = outcomes[(True, "not_modified")]
+        print(f"  unchanged refetches answered 304: {answered_304} of {unchanged} "
+              f"({100 * answered_304 / max(1, unchanged):.0f}%)")
+    os.environ.pop(clock.OFFSET_ENV, None)
+
+
+def shift(web, t: float) -> None:
+    """Put both clocks at virtual time t (the crawler's by an offset from real time)."""
+    offset = t - time.time()
+    os.environ[clock.OFFSET_ENV] = repr(offset)
+    web.set_clock(offset=offset)
+
+
+def freshness(web, fetches: dict[str, list[float]], start: float, end: float, sample_s: float = 300) -> float:
+    fresh = samples = 0
+    for url, times in fetches.items():
+        times = sorted(times)
+        i = 0
+        t = times[0] if times else end
+        while t < end:
+            while i + 1 < len(times) and times[i + 1] <= t:
+                i += 1
+            fresh += web.version_at(url, t) == web.version_at(url, times[i])
+            samples += 1
+            t += sample_s
+    return fresh / max(1, samples)
+
+
+def uniform_freshness(web, pages: list[str], budget: int, start: float, end: float) -> float:
+    per_page = max(1, budget // len(pages))
+    interval = (end - start) / per_page
+    schedule = {url: [start + k * interval for k in range(per_page)] for url in pages}
+    return freshness(web, schedule, start, end)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=["dedup", "freshness"])
+    parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--cycles", type=int, default=8)
+    parser.add_argument("--pattern-per-cycle", type=int, default=10)
+    parser.add_argument("--pattern-total", type=int, default=40)
+    parser.add_argument("--days", type=float, default=7)
+    parser.add_argument("--step-hours", type=float, default=4)
+    args = parser.parse_args()
+    if args.only in (None, "dedup"):
+        run_dedup_traps(args)
+    if args.only in (None, "freshness"):
+        run_freshness(args)
+
+
+if __name__ == "__main__":
+    main()
