@@ -178,7 +178,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
         return parse._visible_text(root)
 
     texts = [text_step(with_links(i)) for i in indexes]
-    lowered = [text.lower() for text in texts]
+    lowered = [fingerprint.lower(text) for text in texts]
     whole = lambda page: parse.parse_html(page[0], page[1], page[2])  # noqa: E731
     return {
         "parse_html (total)": best_per_item(whole, pages, repeat),
@@ -195,7 +195,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
             lambda state: parse._links(state[1], state[2]), indexes, repeat, setup=cleared),
         "  text (clear noscript, normalize-space)": best_per_item(text_step, indexes, repeat,
                                                                    setup=with_links),
-        "  lower case for the fingerprints": best_per_item(str.lower, texts, repeat),
+        "  lower case for the fingerprints": best_per_item(fingerprint.lower, texts, repeat),
         "  content hash (BLAKE2b)": best_per_item(_content_hash_normalised, lowered, repeat),
         "  simhash (numpy)": best_per_item(_simhash_normalised, lowered, repeat),
     }
