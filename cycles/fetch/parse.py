@@ -9,10 +9,13 @@ are run through it in ``tests/fetch/test_parse.py``), and a body with no markup 
 whitespace, a lone comment) gives an empty :class:`ParsedPage`.
 
 Speed is a requirement: the fetch stage has about 1.5 CPU-ms per page for fetch, parse and
-WARC write, and parsing a 30 KB page takes ~0.5 ms here (``scripts/bench_parse.py``). So
-the tree is walked with lxml's C iterators filtered by tag, the text is collected by one XPath
-``normalize-space()`` call, relative links are resolved by string concatenation (not
-``urljoin``, ~10 times slower), and the fingerprints are vectorised (:mod:`cycles.fingerprint`).
+WARC write. ``scripts/bench_parse.py`` times every step; on the 2-vCPU development VM a 30 KB
+page with 133 links takes about 0.85 ms of CPU, of which lxml's parse is ~0.2 ms, the walks
+over the tree ~0.2 ms, the links ~0.25 ms, the text ~0.08 ms and the fingerprints ~0.2 ms.
+So the tree is walked with lxml's C iterators filtered by tag (each element a walk yields
+costs a Python proxy), the text is collected by one XPath ``normalize-space()`` call, links
+are resolved by string concatenation (``urljoin`` is 5-10 times slower), and the fingerprints
+are vectorised with numpy (:mod:`cycles.fingerprint`).
 
 Charset precedence (WHATWG HTML "determining the character encoding", with one exception)
 -----------------------------------------------------------------------------------------
