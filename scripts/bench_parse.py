@@ -82,7 +82,8 @@ def make_article(seed: int, paragraphs: int = 28) -> list[str]:
             sentence = _sentence(rng)
             if rng.random() < 0.35:  # an inline link in about a third of the sentences
                 word = rng.choice(VOCABULARY)
-                link = f' <a href="../articles/{word}-{rng.randint(1, 9999)}.html">{word} {rng.choice(VOCABULARY)}</a> '
+                link = (f' <a href="../articles/{word}-{rng.randint(1, 9999)}.html">'
+                        f'{word} {rng.choice(VOCABULARY)}</a> ')
                 sentence = sentence.replace(" ", link, 1)
             sentences.append(sentence)
         out.append("<p>" + " ".join(sentences) + "</p>")
@@ -116,10 +117,13 @@ def make_page(article: int, template: int = 1, date: str = "12 March 2024",
 <link rel="stylesheet" href="/static/site.css"><style>{style}</style><script>{script}</script></head>
 <body><header><div class="logo"><a href="/">{site}</a></div><nav><ul>{nav}</ul></nav></header>{nl}
 <div class="crumbs"><a href="/">Home</a> &raquo; <a href="/section/world/">World</a></div>
-<main><article><h1>{title}</h1><div class="meta">Published on <time>{date}</time> by <a href="/authors/{author}">Author {author}</a></div>{nl}
+<main><article><h1>{title}</h1><div class="meta">Published on <time>{date}</time>
+by <a href="/authors/{author}">Author {author}</a></div>{nl}
 {nl.join(body)}</article>
 <aside><h2>Related</h2><ul>{related}</ul></aside></main>
-<footer><ul>{footer}</ul><p>&copy; 2024 {site}. All rights reserved. <a href="mailto:news@example.com">Contact</a> <a href="javascript:void(0)">Top</a> <a href="#top">Back to top</a></p></footer>
+<footer><ul>{footer}</ul><p>&copy; 2024 {site}. All rights reserved.
+<a href="mailto:news@example.com">Contact</a> <a href="javascript:void(0)">Top</a>
+<a href="#top">Back to top</a></p></footer>
 <script>window.dataLayer = window.dataLayer || []; function gtag(){{dataLayer.push(arguments);}}</script>
 </body></html>"""
     return html.encode("utf-8")

@@ -289,7 +289,8 @@ def test_fingerprints_are_of_the_text():
 
 # --- charset -------------------------------------------------------------------------------------
 
-LATIN1_PAGE = "<html><head><title>Caf\u00e9</title>{meta}</head><body><p>Cr\u00e8me br\u00fbl\u00e9e \u00e0 la carte</p></body></html>"
+LATIN1_PAGE = ("<html><head><title>Caf\u00e9</title>{meta}</head>"
+               "<body><p>Cr\u00e8me br\u00fbl\u00e9e \u00e0 la carte</p></body></html>")
 
 
 def test_latin1_page_declared_only_in_meta_decodes_right():
@@ -356,7 +357,8 @@ def test_meta_charset_rules():
     assert decode_html('<meta charset="utf-16"><p>\u00e9</p>'.encode("utf-8"))[1] == "utf-8"
     assert decode_html(b'<meta charset="no-such-charset">' + latin1)[1] == "windows-1252"
     # Labels map as in the Encoding Standard.
-    assert decode_html(b'<meta charset="GB2312">' + "\u4e2d\u6587".encode("gbk")) == ("<meta charset=\"GB2312\">\u4e2d\u6587", "gbk")
+    assert decode_html(b'<meta charset="GB2312">' + "\u4e2d\u6587".encode("gbk")) == (
+        '<meta charset="GB2312">\u4e2d\u6587', "gbk")
     assert decode_html(b"<meta charset='Shift_JIS'>" + "\u65e5\u672c".encode("cp932"))[1] == "shift_jis"
     assert decode_html(b"<meta content='text/html;charset=euc-kr' http-equiv=content-type>"
                        + "\ud55c\uad6d".encode("cp949"))[1] == "euc-kr"
