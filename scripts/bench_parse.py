@@ -8,13 +8,15 @@ Generates realistic ~30 KB news-like pages (head with inline script and style, a
 navigation, breadcrumbs, ~28 paragraphs of Zipf-distributed words with inline links, a
 related-articles list, a nofollow footer; half of them minified) and prints, per page:
 
-- microseconds for parse_html as a whole and for each step (decode, lxml parse, prepare =
-  strip script/style + block padding, scan = one pass collecting head data and anchors,
-  link resolution, text, normalise, content hash, SimHash);
+- microseconds for parse_html as a whole (wall clock and CPU time) and for each of its steps,
+  the same functions in the same order: decode, lxml parse, scan (pad block elements;
+  collect anchors, hidden elements and head data), clear script/style/template, links
+  (resolve, deduplicate, anchor text), text, lower case, content hash, SimHash;
 - near-duplicate sensitivity: Hamming distances between a page and the same page with its
   date changed, with one sentence added, with one paragraph replaced; a different article
-  on the same template; a page of another template; with --warc, real pages with one word
-  changed and pairs of different real pages. For the features used (3-token shingles
+  on the same template; a page of another template; two texts from an 80-word vocabulary;
+  with --warc, real pages with one word changed and pairs of different real pages. For the
+  features used (3-token shingles
   without numbers) and for the alternatives (2-token shingles, 3-token shingles with
   numbers, tokens, distinct tokens), so that the choice documented in
   cycles/fingerprint.py can be checked.
@@ -22,7 +24,8 @@ related-articles list, a nofollow footer; half of them minified) and prints, per
 Times are the best of ``--repeat`` runs over all pages, measured with time.perf_counter: the
 best run is the one least disturbed by other processes on a shared machine. The total is
 also given in CPU time of the process (time.process_time), which leaves out the time the
-process waited for a CPU: the fetch budget is in CPU time. With --warc, the
+process waited for a CPU: the fetch budget is in CPU time. With --warc (by default the
+Common Crawl sample of /work/shared/conformance/warc, when present; read, not copied), the
 same timings are also taken over the HTML responses of a WARC file (real pages).
 """
 
