@@ -152,6 +152,22 @@ class FetchConfig:
     robots_cache_s: int = 24 * 3600
     """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h)."""
 
+    robots_error_cache_s: int = 3600
+    """An *unreachable* robots.txt (5xx, 429, network error, redirect loop) is asked again
+    after this many seconds, not after ``robots_cache_s``: a host whose robots.txt failed
+    once must not be kept out for a day. Matches ``update.deferred_retry_s``, after which
+    the host's deferred URLs are due again."""
+
+    robots_unreachable_fallback_s: int = 30 * 86400
+    """When robots.txt has been unreachable for this long without a break, RFC 9309
+    §2.3.1.4 lets a crawler stop assuming complete disallow: the last good copy (a 2xx or
+    4xx answer, kept in the host DB) is obeyed, or, if there is none, everything is allowed."""
+
+    progress_s: float = 1.0
+    """How often (seconds) fetch workers publish their counters under
+    ``segments/<id>/stats/progress/`` and, on a terminal, the one-line progress display
+    is redrawn. 0 turns both off."""
+
     max_retry_after_s: float = 3600.0
     """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside."""
 

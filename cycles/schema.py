@@ -150,6 +150,13 @@ HOSTS = _schema("hosts", [
     _field("robots_fetched_at", TS, "When robots.txt was fetched"),
     _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes)"),
     _field("crawl_delay_s", pa.float32(), "Delay used for the host (max of floor and Crawl-delay)"),
+    _field("robots_good_status", pa.int16(), "HTTP status of the last robots.txt answer that was not an "
+           "error (2xx or 4xx); obeyed once robots.txt has been unreachable for "
+           "fetch.robots_unreachable_fallback_s (RFC 9309 §2.3.1.4)"),
+    _field("robots_good_fetched_at", TS, "When that last good robots.txt was fetched"),
+    _field("robots_good_body", pa.binary(), "Body of that last good robots.txt (2xx only)"),
+    _field("robots_errors_since", TS, "Start of the current unbroken run of robots.txt errors (5xx, 429, "
+           "network error, redirect loop); null when the last answer was not an error"),
 ])
 
 PAGES = _schema("pages", [

@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+SPACING_MARGIN_S = 0.02
+"""Added to every delay. We time a response's end when libcurl reports the transfer done;
+the server may log its own end a few milliseconds later (an aborted transfer is noticed by
+the server only when the close reaches it, and a busy server is descheduled between writing
+and reading its clock). The margin keeps the delay true as the server measures it."""
+
+
 @dataclass
 class HostSlot:
     host: str
@@ -33,6 +40,13 @@ class HostSlot:
     robots_body: bytes | None = None
     robots_fetched_at: Any = None
     robots_from_cache: bool = False
+    robots_good_status: int | None = None
+    """Last robots.txt answer that was not an error (2xx or 4xx), kept for RFC 9309 §2.3.1.4's
+    fallback when robots.txt stays unreachable; with its body and time."""
+    robots_good_body: bytes | None = None
+    robots_good_fetched_at: Any = None
+    robots_errors_since: Any = None
+    """Start (UTC datetime) of the current unbroken run of robots.txt errors, or None."""
     failures: int = 0
     """Consecutive network errors or 5xx; past fetch.max_host_failures the host is set aside."""
     backoffs: int = 0

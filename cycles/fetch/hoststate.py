@@ -4,6 +4,11 @@ The host DB (``hostdb/``, schema.HOSTS) is merged by update from each segment's
 ``hosts/`` output. A fetch also reads the ``hosts/`` output of segments fetched but not
 yet updated, so two fetches in a row without an update in between still keep a host's
 spacing.
+
+Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
+``robots_fetched_at``) and the last *good* one (``robots_good_*``: a 2xx or 4xx), with
+``robots_errors_since`` marking an unbroken run of errors. Host files written before these
+columns existed are read with them null.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.store import Store, read_parquet_checked
@@ -31,8 +35,13 @@ def host_state_files(store: Store, include_segment: str | None = None) -> list[P
     return files
 
 
+ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "crawl_delay_s", "robots_errors_since")
+ROBOTS_GOOD = ("robots_good_status", "robots_good_fetched_at", "robots_good_body")
+
+
 def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
-    """Latest knowledge per host: the latest request end, and the newest robots.txt."""
+    """Latest knowledge per host: the latest request end, the newest robots.txt answer and
+    the newest good robots.txt (the same rules as ``merge_hostdb`` in cycles/update/update.py)."""
     merged: dict[str, dict] = {}
     for table in tables:
         for row in table.to_pylist():
@@ -43,9 +52,22 @@ def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
             if row["last_request_end"] and (old["last_request_end"] is None or row["last_request_end"] > old["last_request_end"]):
                 old["last_request_end"] = row["last_request_end"]
             if row["robots_fetched_at"] and (old["robots_fetched_at"] is None or row["robots_fetched_at"] > old["robots_fetched_at"]):
-                for key in ("robots_status", "robots_fetched_at", "robots_body", "crawl_delay_s"):
+                for key in ROBOTS_LATEST:
+                    old[key] = row[key]
+            if row["robots_good_fetched_at"] and (old["robots_good_fetched_at"] is None
+                                                  or row["robots_good_fetched_at"] > old["robots_good_fetched_at"]):
+                for key in ROBOTS_GOOD:
                     old[key] = row[key]
     return merged
+
+
+def read_host_file(path: Path) -> pa.Table:
+    """One hosts file in the current schema; columns added since it was written are null."""
+    table = read_parquet_checked(path)
+    for name in schema.HOSTS.names:
+        if name not in table.column_names:
+            table = table.append_column(schema.HOSTS.field(name), pa.nulls(table.num_rows, schema.HOSTS.field(name).type))
+    return table.select(schema.HOSTS.names).cast(schema.HOSTS)
 
 
 def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -> dict[str, dict]:
@@ -53,11 +75,11 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
     wanted = pa.array(sorted(hosts), pa.string())
     tables = []
     for path in host_state_files(store, include_segment=segment):
-        table = read_parquet_checked(path, schema.HOSTS)
+        table = read_host_file(path)
         tables.append(table.filter(pc.is_in(table["host"], value_set=wanted)))
     return merge_host_rows(tables)
 
 
 def read_all_host_files(paths: list[Path]) -> pa.Table:
-    tables = [pq.read_table(p).select(schema.HOSTS.names).cast(schema.HOSTS) for p in paths]
+    tables = [read_host_file(p) for p in paths]
     return pa.concat_tables(tables) if tables else schema.HOSTS.empty_table()

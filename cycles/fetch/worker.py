@@ -9,7 +9,22 @@ request end is persisted in the host DB).
 Per host the first request is for robots.txt unless a copy younger than
 ``fetch.robots_cache_s`` is known. RFC 9309 §2.3.1: 2xx → obey; 4xx (not 429) → allow
 all; 5xx, 429 or a network error → assume complete disallow, so the host's URLs are
-deferred to a later cycle (never fetched, never marked failed).
+deferred to a later cycle (never fetched, never marked failed). An unreachable robots.txt
+is asked again after ``fetch.robots_error_cache_s`` (not kept for a day), and after
+``fetch.robots_unreachable_fallback_s`` of unbroken errors the last good copy is obeyed,
+or everything allowed if there is none (§2.3.1.4).
+
+Page redirects are not followed inline: a 3xx is recorded (outcome ``redirect``, target in
+``redirect_to``) and its target becomes a URL of its own, fetched in a later cycle through
+its host's slot. Each hop is thus one fetched row, a loop costs one request per URL per
+refetch interval (update adds a target only if the crawl DB does not know it), and a
+chain is bounded by ``update.max_depth``. A redirect to the URL itself is a loop: recorded,
+target dropped. (Following inline would need update to accept results for URLs new to the
+crawl DB; without it every hop target would be fetched twice.)
+
+Politeness survives crashes: each partition holds a lock file while it runs, a resumed
+partition waits a full delay before asking any host again, and a pool worker dies with the
+process that started it (``kill -9`` of ``crawl fetch`` leaves no orphan still fetching).
 
 :func:`fetch_partition` is a module-level function taking plain data so that it can run
 in a pool process (spawned, inheriting nothing) or in-process with the same interface.
@@ -17,9 +32,13 @@ in a pool process (spawned, inheriting nothing) or in-process with the same inte
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import email.utils
+import fcntl
 import json
+import os
+import signal
 import time
 import traceback
 from collections import Counter
@@ -31,11 +50,11 @@ import pyarrow.parquet as pq
 from cycles import clock, schema
 from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError
-from cycles.fetch.frontier import Frontier, HostSlot
+from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
-from cycles.fetch.robots import RobotsRules, robots_redirect_ok
+from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, robots_redirect_ok
 from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body, resolve_entries
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
@@ -85,12 +104,18 @@ class PartitionFetcher:
         self.free: list[pycurl.Curl] = []
         self.active: dict[pycurl.Curl, tuple[Transfer, HostSlot]] = {}
         self.output: PartitionOutput | None = None
+        self.resumed = False
+        """Set by fetch_partition when an earlier run of this partition started and did not finish."""
+        self.parent_pid: int | None = None
+        """In a pool worker: the pid of the process that started us (checked every loop)."""
+        self.progress_path = self.seg_dir / "stats" / "progress" / f"part-{partition:05d}.json"
+        self._last_progress = 0.0
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
         items = pq.read_table(self.seg_dir / "fetchlist" / f"part-{self.partition:05d}.parquet").to_pylist()
         done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
-        resumed = bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
+        resumed = self.resumed or bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
         self.stats["fetch/resumed_skipped"] += len(done)
         self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
                                       next_chunk, self.fc.user_agent)
@@ -112,28 +137,58 @@ class PartitionFetcher:
         if state is not None:
             if state["crawl_delay_s"]:
                 slot.delay_s = max(self.floor_s, float(state["crawl_delay_s"]))
+            slot.robots_good_status = state["robots_good_status"]
+            slot.robots_good_body = state["robots_good_body"]
+            slot.robots_good_fetched_at = state["robots_good_fetched_at"]
+            slot.robots_errors_since = state["robots_errors_since"]
             fetched_at = state["robots_fetched_at"]
-            if fetched_at is not None and now_wall - fetched_at.timestamp() < self.fc.robots_cache_s:
-                slot.robots_status = state["robots_status"]
-                slot.robots_body = state["robots_body"]
-                slot.robots_fetched_at = fetched_at
-                slot.robots_from_cache = True
-                self._apply_robots(slot, RobotsRules.from_response(
-                    slot.robots_status, slot.robots_body, self.fc.robots_agent, self.fc.max_robots_bytes))
-                self.stats["robots/cached"] += 1
+            if fetched_at is not None:
+                # RFC 9309 §2.4: reuse for at most 24 h; an error result only briefly, so
+                # that a host whose robots.txt failed once is not kept out for a day.
+                error = self._robots_error(state["robots_status"])
+                max_age = self.fc.robots_error_cache_s if error else self.fc.robots_cache_s
+                if now_wall - fetched_at.timestamp() < max_age:
+                    slot.robots_status = state["robots_status"]
+                    slot.robots_body = state["robots_body"]
+                    slot.robots_fetched_at = fetched_at
+                    slot.robots_from_cache = True
+                    self.stats["robots/cached_error" if error else "robots/cached"] += 1
+                    self._apply_robots(slot, self._robots_rules(slot, now_wall))
             if state["last_request_end"] is not None:
                 # Keep the spacing across cycles: the wall-clock end of the last response,
                 # mapped onto this process's monotonic clock.
-                wait = state["last_request_end"].timestamp() + slot.delay_s - now_wall
+                wait = state["last_request_end"].timestamp() + slot.delay_s + SPACING_MARGIN_S - now_wall
                 slot.next_allowed = now_mono + max(0.0, wait)
                 slot.last_request_end_wall = state["last_request_end"].timestamp()
         if resumed:
             # A killed run may have asked this host after its last flush: wait a full delay.
-            slot.next_allowed = max(slot.next_allowed, now_mono + slot.delay_s)
+            slot.next_allowed = max(slot.next_allowed, now_mono + slot.delay_s + SPACING_MARGIN_S)
         if slot.robots is None:
             slot.robots_url = robots_url_for(first_url)
 
     # --- robots -----------------------------------------------------------------------
+    def _robots_error(self, status: int | None) -> bool:
+        """Is this robots.txt answer an error (unreachable: 5xx, 429, network, redirects)?"""
+        return RobotsRules.from_response(status, b"", self.fc.robots_agent).kind == DISALLOW_ALL
+
+    def _robots_rules(self, slot: HostSlot, now_wall: float) -> RobotsRules:
+        """Rules from the slot's robots.txt answer, with RFC 9309 §2.3.1.4's way out of a long
+        outage: unreachable for fetch.robots_unreachable_fallback_s → the last good copy, else
+        allow all."""
+        rules = RobotsRules.from_response(slot.robots_status, slot.robots_body, self.fc.robots_agent,
+                                          self.fc.max_robots_bytes)
+        since = slot.robots_errors_since
+        if rules.kind != DISALLOW_ALL or since is None:
+            return rules
+        if now_wall - since.timestamp() < self.fc.robots_unreachable_fallback_s:
+            return rules
+        if slot.robots_good_fetched_at is not None:
+            self.stats["robots/fallback_last_good"] += 1
+            return RobotsRules.from_response(slot.robots_good_status, slot.robots_good_body,
+                                             self.fc.robots_agent, self.fc.max_robots_bytes)
+        self.stats["robots/fallback_allow"] += 1
+        return RobotsRules(ALLOW_ALL, "unreachable_too_long")
+
     def _apply_robots(self, slot: HostSlot, rules: RobotsRules) -> None:
         slot.robots = rules
         slot.robots_url = None
@@ -171,8 +226,17 @@ class PartitionFetcher:
         slot.robots_status = status
         slot.robots_body = body if status is not None and 200 <= status < 300 else None
         slot.robots_fetched_at = _wall(transfer.started_wall)
+        slot.robots_from_cache = False
         self.stats[f"robots/status/{status if status is not None else 'none'}"] += 1
-        self._apply_robots(slot, RobotsRules.from_response(status, body, self.fc.robots_agent, self.fc.max_robots_bytes))
+        if self._robots_error(status):
+            if slot.robots_errors_since is None:
+                slot.robots_errors_since = slot.robots_fetched_at
+        else:
+            slot.robots_errors_since = None
+            slot.robots_good_status = status
+            slot.robots_good_body = slot.robots_body
+            slot.robots_good_fetched_at = slot.robots_fetched_at
+        self._apply_robots(slot, self._robots_rules(slot, time.time()))
 
     # --- pages ------------------------------------------------------------------------
     def _row(self, item: dict, outcome: str, **values) -> dict:
@@ -240,6 +304,14 @@ class PartitionFetcher:
             self.output.add(self._row(item, O.NOT_MODIFIED, **common), [])
         elif 300 <= status < 400 and transfer.header("location"):
             target = urljoin(item["url"], transfer.header("location"))
+            self.stats["fetch/redirect"] += 1
+            if target.split("#", 1)[0] == item["url"]:
+                # A redirect to itself can only loop: record it, follow nothing.
+                self.stats["fetch/redirect_loop"] += 1
+                self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error="redirect to itself", **common), [])
+                return
+            if urlsplit(target).netloc.lower() != urlsplit(item["url"]).netloc.lower():
+                self.stats["fetch/redirect_cross_host"] += 1
             self.output.add(self._row(item, O.REDIRECT, redirect_to=target, **common),
                             [self._link(item, target, "", False)])
         elif status in (404, 410):
@@ -309,7 +381,8 @@ class PartitionFetcher:
         if wait > self.fc.max_retry_after_s or slot.failures >= self.fc.max_host_failures:
             self._set_aside(slot, f"host asked us to wait {wait:.0f}s (HTTP {status}); set aside for this cycle")
             return
-        slot.next_allowed = max(slot.next_allowed, transfer.ended + wait)
+        self.stats["fetch/retry_after"] += 1 if transfer.header("retry-after") else 0
+        slot.next_allowed = max(slot.next_allowed, transfer.ended + wait + SPACING_MARGIN_S)
 
     def _delay_after(self, slot: HostSlot, transfer: Transfer) -> float:
         """Spacing before the next request: the host's delay, longer for a slow host."""
@@ -339,7 +412,7 @@ class PartitionFetcher:
             self._finish_page(slot, transfer, error, curl)
         # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and
         # a back-off may already have pushed next_allowed further.
-        slot.next_allowed = max(slot.next_allowed, transfer.ended + self._delay_after(slot, transfer))
+        slot.next_allowed = max(slot.next_allowed, transfer.ended + self._delay_after(slot, transfer) + SPACING_MARGIN_S)
         curl.reset()
         self.free.append(curl)
         self.frontier.schedule(slot)
@@ -362,6 +435,12 @@ class PartitionFetcher:
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
         while True:
             now = time.monotonic()
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                # The `crawl fetch` that started us is gone (kill -9): stop at once, without
+                # committing, so a resumed run never shares this partition with us.
+                os._exit(3)
+            if self.fc.progress_s > 0 and now - self._last_progress >= self.fc.progress_s:
+                self.publish_progress(now)
             if deadline is not None and now >= deadline:
                 for slot in self.frontier.slots.values():
                     if not slot.set_aside:
@@ -395,11 +474,27 @@ class PartitionFetcher:
         self.stats["fetch/chunks"] += 1 if committed else 0
         self.write_hosts()
 
+    def publish_progress(self, now: float) -> None:
+        """Counters so far, for the parent's progress display (a small JSON file, replaced)."""
+        self._last_progress = now
+        active = len(self.active)
+        waiting = self.frontier.waiting_hosts()
+        data = {"partition": self.partition, "time": time.time(), "hosts_active": active,
+                "hosts_waiting": waiting, "counters": dict(self.stats)}
+        path = self.progress_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
     def write_hosts(self) -> None:
         rows = [{"host": s.host,
                  "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
                  "robots_status": s.robots_status, "robots_fetched_at": s.robots_fetched_at,
-                 "robots_body": s.robots_body, "crawl_delay_s": s.delay_s}
+                 "robots_body": s.robots_body, "crawl_delay_s": s.delay_s,
+                 "robots_good_status": s.robots_good_status, "robots_good_body": s.robots_good_body,
+                 "robots_good_fetched_at": s.robots_good_fetched_at,
+                 "robots_errors_since": s.robots_errors_since}
                 for s in self.frontier.slots.values()
                 if s.last_request_end_wall is not None or s.robots_fetched_at is not None]
         import pyarrow as pa
@@ -417,24 +512,78 @@ def started_iso(transfer: Transfer) -> str:
     return _wall(transfer.started_wall).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+LOCK_WAIT_S = 120.0
+"""How long a partition waits for the lock of an earlier run of itself (an orphan of a
+killed ``crawl fetch`` notices within a second that its parent is gone, and exits)."""
+
+
 def fetch_partition(root: str, segment: str, partition: int, config_values: dict) -> dict:
     """Fetch one partition of a segment; returns its counters. Safe to call again after a crash."""
     store = Store(root)
     config = config_from_dict(config_values)
-    stats_path = store.segment_dir(segment) / "stats" / f"fetch-part-{partition:05d}.json"
+    seg_dir = store.segment_dir(segment)
+    stats_path = seg_dir / "stats" / f"fetch-part-{partition:05d}.json"
     if stats_path.exists():
         return json.loads(stats_path.read_text())["counters"]
-    started = time.monotonic()
-    fetcher = PartitionFetcher(store, segment, partition, config)
-    fetcher.load()
-    try:
-        fetcher.run()
-    finally:
-        fetcher.close()
-    fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
-    counters = dict(fetcher.stats)
-    store.write_json(stats_path, {"partition": partition, "counters": counters})
+    lock_path = seg_dir / f".fetch-part-{partition:05d}.lock"
+    # The lock file outlives a crash: finding it means an earlier run started this partition
+    # and may have asked hosts after its last flush.
+    started_before = lock_path.exists()
+    with open(lock_path, "a+") as lock:
+        _lock_partition(lock, lock_path, segment, partition)
+        if stats_path.exists():  # finished by the run we waited for
+            return json.loads(stats_path.read_text())["counters"]
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        started = time.monotonic()
+        fetcher = PartitionFetcher(store, segment, partition, config)
+        fetcher.resumed = started_before
+        fetcher.parent_pid = _PARENT_PID
+        fetcher.load()
+        try:
+            fetcher.run()
+        finally:
+            fetcher.close()
+        fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
+        counters = dict(fetcher.stats)
+        store.write_json(stats_path, {"partition": partition, "counters": counters})
+        fetcher.progress_path.unlink(missing_ok=True)
+    lock_path.unlink(missing_ok=True)
     return counters
+
+
+def _lock_partition(lock, lock_path, segment: str, partition: int) -> None:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StageError(f"fetch: partition {partition} of segment {segment} is locked by another "
+                                 f"process ({lock_path}, pid inside); stop that process, then run "
+                                 f"`crawl fetch {segment}` again") from None
+            time.sleep(0.1)
+
+
+_PARENT_PID: int | None = None
+"""In a pool worker, the pid of the fetch that started it (see :func:`pool_worker_init`)."""
+
+
+def pool_worker_init(parent_pid: int) -> None:
+    """Pool initializer: die with the parent. On Linux the kernel sends SIGKILL when the
+    parent exits (prctl PR_SET_PDEATHSIG); elsewhere the run loop notices a new parent pid."""
+    global _PARENT_PID
+    _PARENT_PID = parent_pid
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(3)
 
 
 def fetch_partition_task(args: tuple) -> dict:

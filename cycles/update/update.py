@@ -193,12 +193,18 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     table = read_all_host_files(files)
     con = connect(store, config)
     con.register("hosts", table)
+    # arg_max_null, not arg_max: arg_max skips NULL values, so a newer network error
+    # (robots_status NULL) or 4xx (robots_body NULL) would take the older row's value.
     merged = con.sql("""
         SELECT host, max(last_request_end) AS last_request_end,
-               arg_max(robots_status, robots_fetched_at) AS robots_status,
+               arg_max_null(robots_status, robots_fetched_at) AS robots_status,
                max(robots_fetched_at) AS robots_fetched_at,
-               arg_max(robots_body, robots_fetched_at) AS robots_body,
-               arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s
+               arg_max_null(robots_body, robots_fetched_at) AS robots_body,
+               arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s,
+               arg_max_null(robots_good_status, robots_good_fetched_at) AS robots_good_status,
+               max(robots_good_fetched_at) AS robots_good_fetched_at,
+               arg_max_null(robots_good_body, robots_good_fetched_at) AS robots_good_body,
+               arg_max_null(robots_errors_since, robots_fetched_at) AS robots_errors_since
         FROM hosts GROUP BY host ORDER BY host""").to_arrow_table()
     version, folder = store.new_version_dir("hostdb")
     store.write_table(folder / "hosts.parquet", merged, schema.HOSTS)
