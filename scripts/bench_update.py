@@ -81,7 +81,11 @@ def run_dedup_traps(args) -> None:
         config.generate.max_urls_per_pattern = args.pattern_per_cycle
         config.update.max_urls_per_pattern = args.pattern_total
         seeds = Path(tmp) / "seeds.txt"
-        seeds.write_text("\n".join(web.seeds()) + "\n")
+        # A copied site's links point at the original, so its pages are only found from
+        # outside: seed them, as links from elsewhere on the web would.
+        mirror_pages = sorted(u for group in web.exact_duplicate_groups() for u in group
+                              if any(f"//{m}" in u for m in web.mirror_hosts()))
+        seeds.write_text("\n".join(web.seeds() + mirror_pages) + "\n")
         inject(store, config, seeds)
         started = time.monotonic()
         for line in run_cycles(store, config, cycles=args.cycles):
@@ -89,6 +93,7 @@ def run_dedup_traps(args) -> None:
         print(f"  crawl took {time.monotonic() - started:.0f}s")
         report_drops(store)
         report_neardups(store, web)
+        compare_neardup_methods(store, web, config)
         report_traps(store, web, config, args)
         report_bloom(store)
 
@@ -139,6 +144,57 @@ def report_neardups(store: Store, web) -> None:
         if path.exists():
             mirrors.update(store.read_json(path))
     print(f"mirror hosts: labelled {web.mirror_hosts()}, detected {mirrors}")
+
+
+def compare_neardup_methods(store: Store, web, config: Config) -> None:
+    """SimHash (64 bits, k = 3, what update uses) against MinHash LSH (datasketch) on the same
+    fetched texts and the same labelled pairs: precision, recall, CPU time per page."""
+    from datasketch import MinHash, MinHashLSH
+
+    from cycles.fingerprint import hamming, simhash64
+
+    texts = {}
+    for segment in store.segments():
+        table = pq.read_table(store.segment_dir(segment) / "fetched", columns=["url", "outcome", "text"])
+        for row in table.to_pylist():
+            if row["outcome"] == "ok" and row["text"]:
+                texts[row["url"]] = row["text"]
+    pairs = [(a, b, label) for a, b, label, _ in web.neardup_pairs() if a in texts and b in texts]
+    urls = sorted({u for a, b, _ in pairs for u in (a, b)})
+
+    def score(decide) -> tuple[float, float]:
+        tp = sum(1 for a, b, label in pairs if label and decide(a, b))
+        fp = sum(1 for a, b, label in pairs if not label and decide(a, b))
+        fn = sum(1 for a, b, label in pairs if label and not decide(a, b))
+        return tp / max(1, tp + fp), tp / max(1, tp + fn)
+
+    started = time.process_time()
+    sims = {u: simhash64(texts[u]) for u in urls}
+    sim_ms = (time.process_time() - started) * 1000 / max(1, len(urls))
+    k = config.update.simhash_max_distance
+    sim_p, sim_r = score(lambda a, b: hamming(sims[a], sims[b]) <= k)
+
+    def shingles(text: str) -> set[bytes]:
+        words = text.lower().split()
+        return {" ".join(words[i:i + 3]).encode() for i in range(max(1, len(words) - 2))}
+
+    results = []
+    for threshold in (0.5, 0.7, 0.9):
+        started = time.process_time()
+        lsh = MinHashLSH(threshold=threshold, num_perm=128)
+        hashes = {}
+        for url in urls:
+            m = MinHash(num_perm=128)
+            m.update_batch(list(shingles(texts[url])))
+            hashes[url] = m
+            lsh.insert(url, m)
+        near = {u: set(lsh.query(hashes[u])) for u in urls}
+        ms = (time.process_time() - started) * 1000 / max(1, len(urls))
+        results.append((threshold, *score(lambda a, b: b in near[a]), ms))
+    print(f"\nnear-duplicate method on {len(pairs)} labelled pairs of fetched pages:")
+    print(f"  SimHash 64-bit, k={k}:                precision {sim_p:.3f}  recall {sim_r:.3f}  {sim_ms:.2f} CPU-ms/page")
+    for threshold, p_, r_, ms in results:
+        print(f"  MinHash LSH 128 perm, J>={threshold}:      precision {p_:.3f}  recall {r_:.3f}  {ms:.2f} CPU-ms/page")
 
 
 def report_traps(store: Store, web, config: Config, args) -> None:
