@@ -69,16 +69,17 @@ class Transfer:
         status = self.status_code()
         if status is None or not 200 <= status < 300:
             return None
-        length = self.header("content-length")
-        if length and length.isdigit() and int(length) > self.max_bytes:
-            self.abort = ABORT_TOO_LARGE
-            return 0  # abort now: not one byte of the body is read
+        # The type first: a large PDF is "not HTML", which says more than "too large".
         ctype = self.header("content-type")
         if self.html_only and ctype is not None:
             self._checked_type = True
             if not sniff_html(b"", ctype):
                 self.abort = ABORT_NOT_HTML
-                return 0
+                return 0  # abort now: not one byte of the body is read
+        length = self.header("content-length")
+        if length and length.isdigit() and int(length) > self.max_bytes:
+            self.abort = ABORT_TOO_LARGE
+            return 0
         return None
 
     def on_body(self, data: bytes):

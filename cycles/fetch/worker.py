@@ -295,7 +295,8 @@ class PartitionFetcher:
             self._count_failure(slot)
             self.output.add(self._row(item, O.NETWORK_ERROR, error=f"curl {errno}: {message}", **common), [])
             return
-        slot.failures = 0
+        if not (status == 429 or status >= 500):
+            slot.failures = 0  # the host answered; 5xx failures are counted in _back_off
         if 200 <= status < 300:
             slot.backoffs = 0
             self._store_page(slot, transfer, item, common, curl)
@@ -378,7 +379,10 @@ class PartitionFetcher:
         if wait is None:
             wait = min(self.fc.max_retry_after_s, slot.delay_s * 2 ** slot.backoffs)
         self.stats["fetch/backoff"] += 1
-        if wait > self.fc.max_retry_after_s or slot.failures >= self.fc.max_host_failures:
+        if slot.failures >= self.fc.max_host_failures:
+            self._set_aside(slot, f"{slot.failures} consecutive failures (last HTTP {status}); host set aside for this cycle")
+            return
+        if wait > self.fc.max_retry_after_s:
             self._set_aside(slot, f"host asked us to wait {wait:.0f}s (HTTP {status}); set aside for this cycle")
             return
         self.stats["fetch/retry_after"] += 1 if transfer.header("retry-after") else 0
