@@ -85,3 +85,24 @@ def assert_polite(requests: list[dict], delay_s: float = 1.0, delays: dict[str, 
             assert gap >= need - CLOCK_SLACK_S, (host, prev["path"], nxt["path"], round(gap, 3))
             checked += 1
     return checked
+
+
+def crawldb_rows(store: Store) -> dict[str, dict]:
+    """The current crawl DB by URL."""
+    import duckdb
+
+    from cycles.crawldb import current_bucket_files
+
+    _, files = current_bucket_files(store)
+    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    return {r["url"]: r for r in table.to_pylist()}
+
+
+def make_all_due(store: Store) -> None:
+    """Every URL due now, as if time had passed (a new crawl DB version, as update makes)."""
+    from cycles.config import Config
+    from cycles.crawldb import replace_crawldb
+
+    with store.lock():
+        replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}",
+                        who="test")
