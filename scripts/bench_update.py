@@ -143,7 +143,11 @@ def report_neardups(store: Store, web) -> None:
         path = store.segment_dir(segment) / "stats" / "mirrors.json"
         if path.exists():
             mirrors.update(store.read_json(path))
-    print(f"mirror hosts: labelled {web.mirror_hosts()}, detected {mirrors}")
+    labelled = {frozenset(pair) for pair in web.mirror_hosts().items()}
+    found = {frozenset(pair) for pair in mirrors.items()}
+    print(f"mirror host pairs: labelled {len(labelled)}, detected {len(found & labelled)} of them, "
+          f"{len(found - labelled)} wrong  (detected mirror -> original: {mirrors}; which side is the "
+          "'original' follows the canonical-URL rule: score, first seen, shortest URL)")
 
 
 def compare_neardup_methods(store: Store, web, config: Config) -> None:
