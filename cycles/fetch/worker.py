@@ -553,7 +553,8 @@ def fetch_partition(root: str, segment: str, partition: int, config_values: dict
         fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
         counters = dict(fetcher.stats)
         store.write_json(stats_path, {"partition": partition, "counters": counters})
-        fetcher.progress_path.unlink(missing_ok=True)
+        if config.fetch.progress_s > 0:
+            fetcher.publish_progress(time.monotonic())  # final counters (fetch_segment removes the folder)
     lock_path.unlink(missing_ok=True)
     return counters
 
