@@ -50,6 +50,7 @@ class Transfer:
         self.started_wall = time.time()
         self.started = time.monotonic()
         self.ended = 0.0
+        self.duration_s = 0.0
         self._checked_type = False
 
     # --- callbacks --------------------------------------------------------------------

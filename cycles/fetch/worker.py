@@ -118,7 +118,7 @@ class PartitionFetcher:
         resumed = self.resumed or bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
         self.stats["fetch/resumed_skipped"] += len(done)
         self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
-                                      next_chunk, self.fc.user_agent)
+                                      next_chunk, self.fc.user_agent, self.fc.warc_gzip_level)
         items = [i for i in items if i["url"] not in done]
         states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
@@ -130,6 +130,24 @@ class PartitionFetcher:
             slot.queue.append(item)
         for slot in self.frontier.slots.values():
             self.frontier.schedule(slot)
+        self._size_connection_cache(len(self.frontier.slots))
+
+    def _size_connection_cache(self, hosts: int) -> None:
+        """Keep one idle connection per host between its requests.
+
+        libcurl's default cache (4 per transfer in flight) is far smaller than the number of
+        hosts waiting out their delay, so connections were closed and every page paid a new
+        TCP (and TLS) handshake — on both sides. The file-descriptor limit is raised to fit.
+        """
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = hosts + self.fc.max_in_flight + 256
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            new_soft = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+            soft = new_soft
+        self.multi.setopt(pycurl.M_MAXCONNECTS, max(16, min(hosts + self.fc.max_in_flight, soft - 256)))
 
     def _init_slot(self, slot: HostSlot, first_url: str, state: dict | None, now_mono: float,
                    now_wall: float, resumed: bool) -> None:
@@ -275,7 +293,7 @@ class PartitionFetcher:
         item = transfer.request.item
         # Scheduling time (cycles.clock, shiftable in simulations); politeness uses real time.
         started = _wall(transfer.started_wall + clock.offset_s())
-        duration_ms = int((transfer.ended - transfer.started) * 1000)
+        duration_ms = int(transfer.duration_s * 1000)
         common = dict(fetched_at=started, duration_ms=duration_ms, body_bytes=transfer.size)
         status = transfer.status_code()
         if status is not None:
@@ -390,7 +408,7 @@ class PartitionFetcher:
 
     def _delay_after(self, slot: HostSlot, transfer: Transfer) -> float:
         """Spacing before the next request: the host's delay, longer for a slow host."""
-        duration = transfer.ended - transfer.started
+        duration = transfer.duration_s
         return max(slot.delay_s, min(self.fc.max_crawl_delay_s, self.fc.delay_factor * duration))
 
     # --- the loop -----------------------------------------------------------------------
@@ -404,12 +422,15 @@ class PartitionFetcher:
         self.multi.add_handle(curl)
         self.stats["fetch/requests"] += 1
 
-    def _finish(self, curl, error: tuple[int, str] | None) -> None:
+    def _finish(self, curl, error: tuple[int, str] | None, ended: float, ended_wall: float) -> None:
         transfer, slot = self.active.pop(curl)
         self.multi.remove_handle(curl)
-        transfer.ended = time.monotonic()
+        transfer.ended = ended
+        # libcurl's own timer: our `ended` is when we got round to the transfer, which
+        # includes parsing the pages that completed alongside it.
+        transfer.duration_s = curl.getinfo(pycurl.TOTAL_TIME)
         slot.in_flight = False
-        slot.last_request_end_wall = time.time()
+        slot.last_request_end_wall = ended_wall
         if transfer.request.kind == "robots":
             self._finish_robots(slot, transfer, error)
         else:
@@ -428,10 +449,14 @@ class PartitionFetcher:
                 break
         while True:
             queued, ok, failed = self.multi.info_read()
+            # One timestamp for the batch, taken before any of it is processed: it is after
+            # every response in it ended (so delays counted from it are never short), and it
+            # does not grow with the time spent parsing the batch's other pages.
+            ended, ended_wall = time.monotonic(), time.time()
             for curl in ok:
-                self._finish(curl, None)
+                self._finish(curl, None, ended, ended_wall)
             for curl, errno, message in failed:
-                self._finish(curl, (errno, message))
+                self._finish(curl, (errno, message), ended, ended_wall)
             if not queued:
                 break
 
