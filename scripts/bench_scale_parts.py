@@ -1,0 +1,374 @@
+"""Where generate's and update's time goes, part by part, on a store left by bench_scale.py --keep.
+
+Usage::
+
+    .venv/bin/python scripts/bench_scale_parts.py --store /tmp/bench-scale/10M [--parts outlinks,dedup,select,write]
+        [--src DIR] [--explain]
+
+Each part prints wall seconds and CPU seconds (user + system of this process, all threads:
+less disturbed by other work on the machine than wall time):
+
+- ``outlinks``: cycles.update.update.prepare_outlinks step by step (read, unique, the
+  Python normalise + filter loop, the DuckDB dedupe, the ``NOT IN`` max-depth count,
+  ``url_host`` per URL, ``host_hashes``);
+- ``dedup``: cycles.update.dedup.find_duplicates with every DuckDB statement timed (a
+  proxy connection), on the crawl DB version update started from; ``--explain`` adds
+  DuckDB's EXPLAIN ANALYZE of the slowest statement; then an alternative near-duplicate
+  query that probes with the crawl DB instead of materialising 20 key rows per stored page;
+- ``select``: generate's select_due as it is, without the per-pattern window, with only
+  the needed columns read, and per bucket (each bucket's best top_n, then one merge);
+- ``lease``: generate's lease join of one bucket with the whole fetch list and with the
+  bucket's own part of it;
+- ``write``: one bucket written with pyarrow zstd (as Store.write_batches: 64 Ki-row row
+  groups, cast per batch), zstd level 1 and 3, snappy, lz4, one large row group, and by
+  DuckDB COPY; size and time to read back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def _src_dir() -> str:
+    if "--src" in sys.argv[:-1]:
+        return str(Path(sys.argv[sys.argv.index("--src") + 1]).resolve())
+    return str(Path(__file__).resolve().parent.parent)
+
+
+sys.path.insert(0, _src_dir())
+
+import duckdb  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from cycles import schema  # noqa: E402
+from cycles.config import Config  # noqa: E402
+from cycles.store import Store  # noqa: E402
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Timer:
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, label: str):
+        timer = self
+
+        class _T:
+            def __enter__(self):
+                self.w, self.c = time.perf_counter(), cpu()
+
+            def __exit__(self, *exc):
+                timer.rows.append((label, time.perf_counter() - self.w, cpu() - self.c))
+                print(f"  {label:<62} {timer.rows[-1][1]:8.2f} s wall {timer.rows[-1][2]:8.2f} s CPU", flush=True)
+        return _T()
+
+
+def connect(store: Store, threads: int, memory_limit: str) -> duckdb.DuckDBPyConnection:
+    from cycles.crawldb import connect as cycles_connect
+    config = Config()
+    config.db.duckdb_threads = threads
+    config.db.duckdb_memory_limit = memory_limit
+    return cycles_connect(store, config)
+
+
+def versions(store: Store) -> tuple[list[str], list[str]]:
+    """(files of the version update started from, files of the current version)."""
+    current = store.manifest("crawldb").version
+    names = sorted(p.name for p in store.path("crawldb").iterdir() if p.is_dir() and p.name.startswith("v"))
+    older = [v for v in names if v != current]
+    old = older[-1] if older else current
+    files = lambda v: [str(p) for p in sorted(store.path("crawldb", v).glob("bucket-*.parquet"))]  # noqa: E731
+    return files(old), files(current)
+
+
+def segment_dir(store: Store) -> Path:
+    return store.segment_dir([s for s in store.segments() if store.segment_state(s) in ("updated", "fetched")][-1])
+
+
+# --- outlinks ------------------------------------------------------------------------------
+def part_outlinks(store: Store, t: Timer) -> None:
+    from cycles.update.update import read_segment_table
+    from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
+    config = Config()
+    seg = segment_dir(store)
+    with t("read outlinks (read_segment_table)"):
+        links = read_segment_table(seg / "outlinks", schema.OUTLINKS)
+    with t("nofollow filter + pc.unique + to_pylist"):
+        follow = links.filter(pc.invert(links["nofollow"]))
+        raw = pc.unique(follow["url"]).to_pylist()
+    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
+    counters = Counter()
+    with t(f"normalise {len(raw):,} distinct URLs (Normalizer.normalize)"):
+        norms = [normalizer.normalize(u) for u in raw]
+    with t("filter them (UrlFilter.reason / rejection_reason)"):
+        out = []
+        for url, norm in zip(raw, norms):
+            reason = rejection_reason(url) if norm is None else url_filter.reason(norm)
+            if reason:
+                counters[reason] += 1
+                norm = None
+            out.append(norm)
+    mapping = pa.table({"raw": pa.array(raw, pa.string()), "url": pa.array(out, pa.string())})
+    con = duckdb.connect()
+    con.register("links", follow)
+    con.register("mapping", mapping)
+    with t("DuckDB dedupe (join mapping, group by url)"):
+        deduped = con.sql(f"""
+            SELECT m.url, min(l.depth) AS depth FROM links l JOIN mapping m ON l.url = m.raw
+            WHERE m.url IS NOT NULL GROUP BY m.url HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
+    with t("DuckDB too_deep count (NOT IN subquery)"):
+        con.execute("""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
+            WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()
+    with t(f"url_host for {deduped.num_rows:,} URLs (Python)"):
+        hosts = [url_host(u) for u in deduped["url"].to_pylist()]
+    with t("url_host vectorised instead (pc.extract_regex)"):
+        pc.struct_field(pc.extract_regex(deduped["url"], r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?(?P<h>\[[^\]/?#]*\]|[^:/?#]*)"), [0])
+    with t("host_hashes"):
+        host_hashes(hosts)
+
+
+# --- dedup ---------------------------------------------------------------------------------
+class TimedRel:
+    def __init__(self, rel, label, t, con, sql, explain):
+        self.rel, self.label, self.t, self.con, self.sql, self.explain = rel, label, t, con, sql, explain
+
+    def _run(self, how):
+        with self.t(self.label):
+            result = getattr(self.rel, how)()
+        if self.explain and self.t.rows[-1][1] > 5:  # only the slow statements
+            plan = self.con.execute("EXPLAIN ANALYZE " + self.sql).fetchall()
+            Path(f"/tmp/bench-scale-explain-{abs(hash(self.sql)) % 10**6}.txt").write_text(plan[0][1])
+            print(f"    EXPLAIN ANALYZE in /tmp/bench-scale-explain-{abs(hash(self.sql)) % 10**6}.txt")
+        return result
+
+    def to_arrow_table(self):
+        return self._run("to_arrow_table")
+
+    def fetchall(self):
+        return self._run("fetchall")
+
+
+class TimedCon:
+    """Passes everything to a DuckDB connection, timing execute() and each query's result."""
+
+    def __init__(self, con, t: Timer, explain: bool):
+        self.con, self.t, self.explain = con, t, explain
+
+    @staticmethod
+    def label(sql: str) -> str:
+        words = " ".join(sql.split())
+        return "  sql: " + words[:56]
+
+    def execute(self, sql, *args):
+        with self.t(self.label(sql)):
+            return self.con.execute(sql, *args)
+
+    def sql(self, sql, **kwargs):
+        return TimedRel(self.con.sql(sql, **kwargs), self.label(sql), self.t, self.con, sql, self.explain)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def part_dedup(store: Store, t: Timer, threads: int, memory_limit: str, explain: bool) -> None:
+    from cycles.crawldb import crawldb_source_sql
+    from cycles.update.dedup import block_masks, find_duplicates
+    from cycles.update.update import stored_pages
+    config = Config()
+    old_files, _ = versions(store)
+    seg = segment_dir(store)
+    con = connect(store, threads, memory_limit)
+    with t("stored_pages (reads the text column to get its length)"):
+        pages = stored_pages(seg)
+    with t("find_duplicates (total)"):
+        result = find_duplicates(TimedCon(con, t, explain), crawldb_source_sql([Path(f) for f in old_files]),
+                                 pages, config, Counter())
+    near_rows = pc.sum(pc.equal(result.marks["kind"], "near_duplicate")).as_py() or 0
+    print(f"  -> {result.marks.num_rows:,} marks, {near_rows:,} near", flush=True)
+    # Alternative near-duplicate search: the segment's keys are few (20 per page); probe
+    # them with the crawl DB's stored pages straight from Parquet (semi-join first, so no
+    # 20-rows-per-page table of the whole DB is built).
+    u = config.update
+    masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
+    con.register("seg_pages", pages)
+    src = crawldb_source_sql([Path(f) for f in old_files])
+    mine_keys = " UNION ALL ".join(
+        f"SELECT url, simhash, {i}::UTINYINT AS t, simhash & {m}::UBIGINT AS key FROM mine" for i, m in enumerate(masks))
+    db_keys = " UNION ALL ".join(
+        f"SELECT d.url, d.simhash, {i}::UTINYINT AS t, d.simhash & {m}::UBIGINT AS key FROM db d "
+        f"WHERE d.simhash & {m}::UBIGINT IN (SELECT key FROM mine_keys WHERE t = {i})" for i, m in enumerate(masks))
+    with t("alt near-dup: probe DB Parquet against segment keys"):
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE mine AS SELECT url, simhash FROM seg_pages
+                        WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}""")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE mine_keys AS {mine_keys}")
+        alt = con.sql(f"""
+            WITH db AS (SELECT url, simhash FROM {src}
+                        WHERE simhash IS NOT NULL AND simhash <> 0
+                          AND status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')),
+            db_keys AS ({db_keys})
+            SELECT DISTINCT a.url, b.url AS other
+            FROM mine_keys a JOIN db_keys b ON a.t = b.t AND a.key = b.key AND a.url <> b.url
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""").to_arrow_table()
+    print(f"  -> {alt.num_rows:,} candidate pairs within {u.simhash_max_distance} bits "
+          "(before the canonical-order pick; same pairs as the original's 'pairs' CTE up to "
+          "the segment's own fingerprints)", flush=True)
+
+
+# --- select ----------------------------------------------------------------------------------
+def part_select(store: Store, t: Timer, threads: int, memory_limit: str, top_n: int, cap: int) -> None:
+    import datetime as dt
+
+    from cycles.crawldb import crawldb_source_sql, url_pattern_sql
+    from cycles.generate.generate import select_due
+    _, files = versions(store)
+    config = Config()
+    config.generate.max_urls_per_host = cap
+    now = dt.datetime.now(dt.timezone.utc)
+    con = connect(store, threads, memory_limit)
+    src = crawldb_source_sql([Path(f) for f in files])
+    with t("select_due as it is (pattern window + host window, all columns)"):
+        a = select_due(con, src, config, now, top_n)
+    pat = int(config.generate.max_urls_per_pattern)
+    cols = "url, host, host_hash, score, depth, etag, last_modified, next_fetch"
+    base_where = "next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)"
+    with t("same, reading only the needed columns"):
+        b = con.sql(f"""
+            SELECT url, host, host_hash, score, depth, etag, last_modified FROM (
+              SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank FROM (
+                SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')} ORDER BY score DESC, next_fetch, url) AS pattern_rank
+                FROM (SELECT {cols} FROM {src} WHERE {base_where}))
+              WHERE pattern_rank <= {pat})
+            WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table()
+    with t("without the pattern window (host window only)"):
+        con.sql(f"""
+            SELECT url, host, host_hash, score, depth, etag, last_modified FROM (
+              SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
+              FROM (SELECT {cols} FROM {src} WHERE {base_where}))
+            WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table()
+    with t("per bucket: each bucket's top_n (needed columns), then one merge"):
+        parts = []
+        for f in files:
+            parts.append(con.sql(f"""
+                SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch FROM (
+                  SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank FROM (
+                    SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')} ORDER BY score DESC, next_fetch, url) AS pattern_rank
+                    FROM (SELECT {cols} FROM read_parquet('{f}') WHERE {base_where}))
+                  WHERE pattern_rank <= {pat})
+                WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table())
+        con.register("cands", pa.concat_tables(parts))
+        c = con.sql(f"SELECT * EXCLUDE (next_fetch) FROM cands ORDER BY score DESC, next_fetch, url LIMIT {top_n}").to_arrow_table()
+    same = lambda x, y: set(x["url"].to_pylist()) == set(y["url"].to_pylist())  # noqa: E731
+    print(f"  -> {a.num_rows:,} selected; columns-only same set: {same(a, b)}; per-bucket same set: {same(a, c)}", flush=True)
+
+
+# --- lease ---------------------------------------------------------------------------------
+def part_lease(store: Store, t: Timer, threads: int, memory_limit: str, top_n: int, cap: int) -> None:
+    """generate's lease_bucket: one bucket LEFT JOIN the whole fetch list, or only its bucket's part."""
+    import datetime as dt
+
+    from cycles.crawldb import CRAWLDB_COLUMNS, crawldb_source_sql
+    from cycles.generate.generate import select_due
+    _, files = versions(store)
+    config = Config()
+    config.generate.max_urls_per_host = cap
+    now = dt.datetime.now(dt.timezone.utc)
+    con = connect(store, threads, memory_limit)
+    selected = select_due(con, crawldb_source_sql([Path(f) for f in files]), config, now, top_n)
+    con.register("selected", selected)
+    buckets = len(files)
+    lease = "TIMESTAMPTZ '2030-01-01 00:00:00+00'"
+    for label, sel in (("whole fetch list", "selected"),
+                       ("this bucket's part only", f"(SELECT url FROM selected WHERE host_hash % {buckets} = 0)")):
+        sql = f"""SELECT {CRAWLDB_COLUMNS} FROM (
+                    SELECT db.* REPLACE (CASE WHEN s.url IS NULL THEN db.lease_until ELSE {lease} END AS lease_until,
+                                         CASE WHEN s.url IS NULL THEN db.lease_segment ELSE 'x' END AS lease_segment)
+                    FROM read_parquet('{files[0]}') db LEFT JOIN {sel} s ON db.url = s.url) ORDER BY host, url"""
+        with t(f"lease one bucket (of {buckets}) joining the {label} ({selected.num_rows:,} selected)"):
+            reader = con.sql(sql).to_arrow_reader(64 * 1024)
+            n = sum(b.num_rows for b in reader)
+        print(f"      {n:,} rows", flush=True)
+
+
+# --- write -----------------------------------------------------------------------------------
+def part_write(store: Store, t: Timer) -> None:
+    _, files = versions(store)
+    table = pq.read_table(files[0])
+    out = store.path(".parts-write")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    print(f"  one bucket: {table.num_rows:,} rows, {Path(files[0]).stat().st_size / 1e6:.0f} MB as stored", flush=True)
+    names = schema.CRAWLDB.names
+
+    def batches_write(path, **kw):
+        with pq.ParquetWriter(path, schema.CRAWLDB, **kw) as w:
+            for batch in table.to_batches(64 * 1024):
+                w.write_table(pa.Table.from_batches([batch]).select(names).cast(schema.CRAWLDB))
+    variants = {
+        "as Store.write_batches: zstd (default level), 64Ki-row groups": lambda p: batches_write(p, compression="zstd"),
+        "zstd level 1, 64Ki-row groups": lambda p: batches_write(p, compression="zstd", compression_level=1),
+        "zstd level 3, 64Ki-row groups": lambda p: batches_write(p, compression="zstd", compression_level=3),
+        "snappy, 64Ki-row groups": lambda p: batches_write(p, compression="snappy"),
+        "lz4, 64Ki-row groups": lambda p: batches_write(p, compression="lz4"),
+        "zstd, no dictionary for url/content_hash": lambda p: batches_write(
+            p, compression="zstd", use_dictionary=[n for n in names if n not in ("url", "content_hash", "simhash", "etag")]),
+        "zstd, one write_table (1Mi-row groups)": lambda p: pq.write_table(table, p, compression="zstd"),
+    }
+    for label, fn in variants.items():
+        path = out / "x.parquet"
+        with t(label):
+            fn(path)
+        size = path.stat().st_size
+        w0 = time.perf_counter()
+        pq.read_table(path)
+        print(f"      {size / 1e6:7.1f} MB, read back in {time.perf_counter() - w0:.2f} s", flush=True)
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.register("t", table)
+    with t("DuckDB COPY zstd (its own writer)"):
+        con.execute(f"COPY t TO '{out / 'y.parquet'}' (FORMAT parquet, COMPRESSION zstd)")
+    print(f"      {(out / 'y.parquet').stat().st_size / 1e6:7.1f} MB", flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", required=True)
+    p.add_argument("--src")
+    p.add_argument("--parts", default="outlinks,dedup,select,lease,write")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--memory-limit", default="4GB")
+    p.add_argument("--explain", action="store_true")
+    p.add_argument("--cap", type=int, default=100)
+    p.add_argument("--top-n-pct", type=int, default=10)
+    args = p.parse_args()
+    store = Store(args.store)
+    t = Timer()
+    size = sum(pq.read_metadata(f).num_rows for f in versions(store)[1])
+    for part in args.parts.split(","):
+        print(f"[{part}] {store.root} ({size:,} URLs)", flush=True)
+        if part == "outlinks":
+            part_outlinks(store, t)
+        elif part == "dedup":
+            part_dedup(store, t, args.threads, args.memory_limit, args.explain)
+        elif part == "select":
+            part_select(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
+        elif part == "lease":
+            part_lease(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
+        elif part == "write":
+            part_write(store, t)
+
+
+if __name__ == "__main__":
+    main()
