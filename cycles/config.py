@@ -146,6 +146,14 @@ class FetchConfig:
     fixed level): 1.16 ms / 35 %. Compression is the largest single cost of fetching a page,
     so the default buys CPU with ~10 % more WARC bytes than level 9."""
 
+    outlink_bloom_fp: float = 0.001
+    """False-positive rate of the per-partition Bloom filter that writes each outlink once
+    per segment (cycles/bloom.py); a false positive loses that link for this segment only.
+    0 turns the filter off (every outlink of every page is written)."""
+
+    outlink_bloom_links_per_page: int = 40
+    """Sizing of that filter: expected distinct outlinks per fetched page (14 bits each at 0.1 %)."""
+
     delay_factor: float = 2.0
     """A slow host gets a proportionally longer delay: at least this many times its last
     response time (capped at ``max_crawl_delay_s``). A server that takes 3 s to answer is

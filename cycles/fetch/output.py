@@ -29,6 +29,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from cycles import schema
+from cycles.bloom import BloomFilter
 from cycles.store import Store
 
 
@@ -59,9 +60,12 @@ class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
     def __init__(self, store: Store, segment: str, segment_dir: Path, partition: int,
-                 first_chunk: int, user_agent: str, gzip_level: int = 3):
+                 first_chunk: int, user_agent: str, gzip_level: int = 3,
+                 bloom: BloomFilter | None = None):
         self.store = store
         self.gzip_level = gzip_level
+        self.bloom = bloom
+        self.bloom_dropped = 0
         self.segment = segment
         self.dir = segment_dir
         self.partition = partition
@@ -146,8 +150,15 @@ class PartitionOutput:
             self._warc_fh.close()
             os.replace(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
             self._writer = self._warc_fh = self._warc_tmp = None
+        links = self.links
+        if self.bloom is not None and links:
+            # Navigation links repeat on every page of a site: write each link once per
+            # partition (probably — see cycles/bloom.py for what a false positive costs).
+            keep = self.bloom.add_new([link["url"] for link in links])
+            self.bloom_dropped += len(links) - int(keep.sum())
+            links = [link for link, new in zip(links, keep) if new]
         self.store.write_table(self.dir / "outlinks" / f"{name}.parquet",
-                               pa.Table.from_pylist(self.links, schema=schema.OUTLINKS), schema.OUTLINKS)
+                               pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
         self.store.write_table(self.dir / "fetched" / f"{name}.parquet",
                                pa.Table.from_pylist(self.rows, schema=schema.FETCHED), schema.FETCHED)
         committed = len(self.rows)

@@ -48,6 +48,7 @@ import pycurl
 import pyarrow.parquet as pq
 
 from cycles import clock, schema
+from cycles.bloom import BloomFilter
 from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
@@ -117,9 +118,13 @@ class PartitionFetcher:
         done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
         resumed = self.resumed or bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
         self.stats["fetch/resumed_skipped"] += len(done)
-        self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
-                                      next_chunk, self.fc.user_agent, self.fc.warc_gzip_level)
         items = [i for i in items if i["url"] not in done]
+        bloom = None
+        if self.fc.outlink_bloom_fp > 0:
+            bloom = BloomFilter(max(100_000, len(items) * self.fc.outlink_bloom_links_per_page),
+                                self.fc.outlink_bloom_fp)
+        self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
+                                      next_chunk, self.fc.user_agent, self.fc.warc_gzip_level, bloom)
         states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
         for item in items:
@@ -501,6 +506,7 @@ class PartitionFetcher:
     def flush(self) -> None:
         committed = self.output.flush()
         self.stats["fetch/chunks"] += 1 if committed else 0
+        self.stats["outlinks/bloom_dropped"] = self.output.bloom_dropped
         self.write_hosts()
 
     def publish_progress(self, now: float) -> None:
