@@ -37,7 +37,8 @@ state = State()
 
 @app.callback()
 def main(
-    data: str = typer.Option("./data", "--data", help="Store folder (crawl DB, segments, pages feed)."),
+    data: str = typer.Option("./data", "--data", help="Store: a folder, or s3://bucket/prefix (endpoint and "
+                             "credentials from the AWS settings: AWS_ENDPOINT_URL, AWS_PROFILE, ...)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file (see cycles/config.py)."),
 ) -> None:
     """Global options: where the store is, which config to use."""
@@ -45,7 +46,10 @@ def main(
         state.config = load_config(config)
     except CrawlError as exc:
         fail(exc)
-    state.store = Store(data)
+    try:
+        state.store = Store(data)
+    except CrawlError as exc:
+        fail(exc)
 
 
 def fail(exc: Exception) -> None:

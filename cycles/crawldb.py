@@ -14,7 +14,6 @@ import datetime as dt
 import os
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import duckdb
@@ -22,7 +21,7 @@ import pyarrow as pa
 
 from cycles import clock, schema
 from cycles.config import Config
-from cycles.store import Manifest, Store, check_parquet_files, utcnow
+from cycles.store import Manifest, Store, StorePath, utcnow
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 
@@ -30,8 +29,7 @@ CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 def connect(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the configured memory limit, spilling into the store."""
     con = duckdb.connect()
-    spill = store.path(".duckdb-tmp")
-    spill.mkdir(parents=True, exist_ok=True)
+    spill = store.scratch_dir()
     con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
     con.execute(f"SET threads = {int(config.db.duckdb_threads)}")
     con.execute(f"SET temp_directory = '{spill}'")
@@ -45,20 +43,27 @@ def bucket_of(host_hash_sql: str, buckets: int) -> str:
     return f"({host_hash_sql} % {int(buckets)})"
 
 
-def current_bucket_files(store: Store) -> tuple[Manifest | None, list[Path]]:
+def current_bucket_files(store: Store) -> tuple[Manifest | None, list[StorePath]]:
     """The installed manifest and its bucket files, each checked to be readable Parquet."""
     manifest = store.manifest("crawldb")
     if manifest is None:
         return None, []
     files = [store.bucket_file(store.path("crawldb", manifest.version), b) for b in range(manifest.buckets)]
-    check_parquet_files(files)
+    store.check_parquet(files)
     return manifest, files
 
 
-def crawldb_source_sql(files: list[Path]) -> str:
-    """SQL table expression over the whole crawl DB (all buckets)."""
+def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | None = None,
+                       store: Store | None = None) -> str:
+    """SQL table expression over the whole crawl DB (all buckets).
+
+    Give ``con`` and ``store`` for a store on S3 (the files are then registered on ``con``);
+    without them the files are local paths.
+    """
     if not files:
         return "empty_crawldb"
+    if store is not None:
+        return store.duckdb_source(con, files)
     quoted = ", ".join(f"'{f}'" for f in files)
     return f"read_parquet([{quoted}])"
 
@@ -115,14 +120,13 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
     rows = 0
     try:
         for bucket in range(buckets):
-            old = f"read_parquet('{files[bucket]}')" if files else "empty_crawldb"
+            old = store.duckdb_source(con, [files[bucket]]) if files else "empty_crawldb"
             sql = build_bucket(con, old, bucket)
             reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
                              params={"now": now or clock.now()} if "$now" in sql else None
                              ).to_arrow_reader(64 * 1024)
+            # write_batches leaves a file even when the bucket is empty.
             rows += store.write_batches(store.bucket_file(folder, bucket), reader, schema.CRAWLDB)
-            if not store.bucket_file(folder, bucket).exists():
-                store.write_table(store.bucket_file(folder, bucket), schema.CRAWLDB.empty_table(), schema.CRAWLDB)
     except BaseException:
         store.discard_version("crawldb", version)
         raise

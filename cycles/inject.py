@@ -92,6 +92,4 @@ def inject(store: Store, config: Config, seeds_path: str | Path) -> InjectResult
 def _count(store: Store, manifest) -> int:
     if manifest is None:
         return 0
-    import pyarrow.parquet as pq
-
-    return sum(pq.read_metadata(f).num_rows for f in store.version_files("crawldb", manifest))
+    return sum(store.read_metadata(f).num_rows for f in store.version_files("crawldb", manifest))

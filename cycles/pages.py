@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.errors import CrawlError
-from cycles.store import Store, read_parquet_checked, utcnow
+from cycles.store import Store, utcnow
 
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -32,8 +31,7 @@ class FeedRead:
 
 
 def batches(store: Store) -> list[str]:
-    folder = store.path("pages")
-    return sorted(p.name for p in folder.glob("*.parquet")) if folder.exists() else []
+    return [p.name for p in store.list(store.path("pages"), "*.parquet")]
 
 
 def _cursor_path(store: Store, consumer: str):
@@ -43,20 +41,20 @@ def _cursor_path(store: Store, consumer: str):
 
 
 def consumers(store: Store) -> dict[str, str | None]:
-    folder = store.path("pages", "_consumers")
-    if not folder.exists():
-        return {}
-    return {p.stem: store.read_json(p).get("last") for p in sorted(folder.glob("*.json"))}
+    return {p.stem: store.read_json(p).get("last") for p in store.list(store.path("pages", "_consumers"), "*.json")}
 
 
 def read_feed(store: Store, consumer: str, commit: bool = True, limit: int | None = None) -> FeedRead:
     """The pages of every batch after the consumer's cursor (at most ``limit`` batches)."""
     path = _cursor_path(store, consumer)
-    last = store.read_json(path).get("last") if path.exists() else None
+    try:
+        last, registered = store.read_json(path).get("last"), True
+    except FileNotFoundError:
+        last, registered = None, False
     pending = [b for b in batches(store) if last is None or b > last][:limit]
-    tables = [read_parquet_checked(store.path("pages", b), schema.PAGES) for b in pending]
+    tables = [store.read_table(store.path("pages", b), schema.PAGES) for b in pending]
     table = pa.concat_tables(tables) if tables else schema.PAGES.empty_table()
-    if commit and (pending or not path.exists()):
+    if commit and (pending or not registered):
         store.write_json(path, {"last": pending[-1] if pending else last, "updated_at": utcnow().isoformat()})
     return FeedRead(consumer, pending, table.num_rows, table, commit)
 

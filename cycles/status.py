@@ -24,25 +24,26 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
     con = connect(store, config)
     register_empty(con)
     _, files = current_bucket_files(store)
-    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {crawldb_source_sql(files)}")
+    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {crawldb_source_sql(files, con, store)}")
     manifest = store.manifest("hostdb")
     host_files = store.version_files("hostdb", manifest) if manifest else []
     if host_files:
-        con.execute(f"CREATE VIEW hosts AS SELECT * FROM read_parquet('{host_files[0]}')")
+        con.execute(f"CREATE VIEW hosts AS SELECT * FROM {store.duckdb_source(con, host_files[:1])}")
+    segments = store.segments()
     for name in ("fetched", "outlinks"):
-        pattern = store.path("segments", "*", name, "part-*.parquet")
-        if any(store.path("segments").glob(f"*/{name}/part-*.parquet")) if store.path("segments").exists() else False:
-            con.execute(f"""CREATE VIEW {name} AS SELECT *, split_part(filename, '/', -3) AS segment
-                            FROM read_parquet('{pattern}', filename = true)""")
-    if store.path("pages").exists() and any(store.path("pages").glob("*.parquet")):
-        con.execute(f"CREATE VIEW pages AS SELECT * FROM read_parquet('{store.path('pages', '*.parquet')}')")
+        parts = [p for s in segments for p in store.list(store.path("segments", s, name), "part-*.parquet")]
+        if parts:
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM {store.duckdb_source(con, parts, segment_column=True)}")
+    pages = store.list(store.path("pages"), "*.parquet")
+    if pages:
+        con.execute(f"CREATE VIEW pages AS SELECT * FROM {store.duckdb_source(con, pages)}")
     return con
 
 
 def crawl_status(store: Store, config: Config) -> dict:
     manifest, files = current_bucket_files(store)
     if manifest is None:
-        raise CrawlError(f"no crawl DB in {store.root}; start with `crawl inject seeds.txt`")
+        raise CrawlError(f"no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
     con = open_views(store, config)
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
     total, hosts, due, leased = con.execute("""
@@ -52,7 +53,7 @@ def crawl_status(store: Store, config: Config) -> dict:
     dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
                                GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())
     consumer, lag = feed_lag(store)
-    return {"store": str(store.root), "crawldb_version": manifest.version, "buckets": manifest.buckets,
+    return {"store": store.uri, "crawldb_version": manifest.version, "buckets": manifest.buckets,
             "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,
             "segments": segments, "dead_letters": dead, "feed_batches": len(batches(store)),
             "feed_consumers": consumers(store), "feed_lag": {"consumer": consumer, "batches": lag}}

@@ -1,6 +1,13 @@
-"""Where everything lives, and how it is written safely.
+"""Where everything lives, and how it is written safely — on a local disk or on S3.
 
-Layout of a store (a local folder, ``./data`` by default)::
+A store is a local folder (``./data`` by default, the embedded store) or an
+``s3://bucket/prefix`` URI. Both go through one :class:`Store`, which holds a pyarrow
+``FileSystem`` and a root; every stage reads and writes through it. For S3 the endpoint
+and credentials come from the standard AWS settings (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ``AWS_DEFAULT_REGION`` …),
+so the same command works against AWS, MinIO or any S3-compatible server.
+
+Layout (the same on both)::
 
     crawldb/CURRENT                    JSON manifest naming the current version (written last)
     crawldb/<version>/bucket-NNNNN.parquet   one file per host-hash bucket (schema.CRAWLDB)
@@ -16,13 +23,22 @@ Layout of a store (a local folder, ``./data`` by default)::
 
 Rules that keep a crash harmless:
 
-- Every file is written to a temporary name in the same folder and renamed into place,
-  so a reader sees a whole file or none.
+- A reader sees a whole file or none. Locally every file is written to a temporary name
+  in the same folder, fsynced and renamed into place. S3 has no rename, but a PUT (or
+  the completion of a multipart upload) is atomic per object, so files are written under
+  their final name; a file interrupted mid-upload never appears.
+- A reader only trusts what a file written *last* names: ``CURRENT`` names the crawl DB
+  version, a segment's markers and the fetch chunks' ``fetched/`` file commit what was
+  written before them. So a version folder or chunk cut short by a crash is ignored.
 - The crawl DB is never edited: a stage writes a complete new version beside the current
-  one and then replaces ``CURRENT`` (one atomic rename). A crash at any moment leaves the
-  old or the new version, never a mix. Old versions are removed after the swap.
-- Stages that replace the crawl DB hold ``crawldb/.lock`` (an advisory file lock) from
-  reading ``CURRENT`` until the swap.
+  one and then replaces ``CURRENT`` (one atomic rename, or one PUT on S3). A crash at any
+  moment leaves the old or the new version, never a mix. Old versions are removed after
+  the swap.
+- Stages that replace the crawl DB hold the ``crawldb`` lock from reading ``CURRENT``
+  until the swap: locally an advisory ``fcntl`` lock on ``crawldb/.lock`` (released by
+  the kernel when the process dies); on S3 a lock object ``crawldb/.lock`` created with
+  a conditional PUT (``If-None-Match: *``), renewed while held, and taken over when its
+  holder is a dead process on this machine or its lease expired (:class:`S3Lock`).
 """
 
 from __future__ import annotations
@@ -30,18 +46,29 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import fnmatch
+import hashlib
+import itertools
 import json
 import os
 import secrets
 import shutil
+import socket
+import tempfile
+import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cycles.errors import LockedError, SegmentNotFound, StoreError
+
+StorePath = Path | PurePosixPath
+"""A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
 
 
 def utcnow() -> dt.datetime:
@@ -83,25 +110,173 @@ class Manifest:
         return cls(**data)
 
 
+_source_names = itertools.count()
+
+
 class Store:
-    """A crawl store on the local file system."""
+    """A crawl store: a local folder or ``s3://bucket/prefix``.
+
+    Paths handed out (``path``, ``segment_dir``, ``list`` …) are ``Path`` objects for a
+    local store and ``PurePosixPath('bucket/prefix/…')`` for S3; read and write them
+    through the store's methods, which work on both.
+    """
 
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root).absolute()
+        text = os.fspath(root)
+        if isinstance(text, str) and text.startswith("s3://"):
+            try:
+                self.fs, key = pafs.FileSystem.from_uri(text.rstrip("/"))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise StoreError(f"cannot open store {text}: {exc}; check AWS_ENDPOINT_URL, the "
+                                 "credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket name") from None
+            self.local = False
+            self.root: StorePath = PurePosixPath(key)
+            self.uri = "s3://" + key
+        else:
+            self.fs = pafs.LocalFileSystem()
+            self.local = True
+            self.root = Path(text).absolute()
+            self.uri = str(self.root)
+        self._s3_client = None
+        self._held: dict[str, S3Lock] = {}
 
     def __repr__(self) -> str:
-        return f"Store({str(self.root)!r})"
+        return f"Store({self.uri!r})"
 
-    # --- generic safe writes ---------------------------------------------------------
-    def path(self, *parts: str) -> Path:
+    # --- paths and listing -----------------------------------------------------------
+    def path(self, *parts: str) -> StorePath:
         return self.root.joinpath(*parts)
 
+    def uri_of(self, path: StorePath) -> str:
+        """How to name a path in messages: the local path, or ``s3://bucket/key``."""
+        return str(path) if self.local else "s3://" + str(path)
+
+    def _info(self, path: StorePath) -> pafs.FileInfo:
+        return self.fs.get_file_info(str(path))
+
+    def exists(self, path: StorePath) -> bool:
+        return self._info(path).type != pafs.FileType.NotFound
+
+    def is_dir(self, path: StorePath) -> bool:
+        """A folder locally; on S3, a prefix under which some object exists."""
+        return self._info(path).type == pafs.FileType.Directory
+
+    def _entries(self, folder: StorePath) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(str(folder), allow_not_found=True))
+
+    def names(self, folder: StorePath) -> set[str]:
+        """Names of everything directly inside ``folder`` (empty if it does not exist)."""
+        return {info.base_name for info in self._entries(folder)}
+
+    def list(self, folder: StorePath, pattern: str = "*") -> list[StorePath]:
+        """Files directly inside ``folder`` whose name matches ``pattern`` (fnmatch), sorted.
+
+        As with ``Path.glob``, names starting with a dot (temporaries, locks) only match a
+        pattern that starts with a dot.
+        """
+        hidden = pattern.startswith(".")
+        return sorted(folder / info.base_name for info in self._entries(folder)
+                      if info.type == pafs.FileType.File and info.base_name.startswith(".") == hidden
+                      and fnmatch.fnmatchcase(info.base_name, pattern))
+
+    def list_dirs(self, folder: StorePath) -> list[str]:
+        """Names of the sub-folders of ``folder`` (not starting with a dot), sorted."""
+        return sorted(info.base_name for info in self._entries(folder)
+                      if info.type == pafs.FileType.Directory and not info.base_name.startswith("."))
+
+    # --- reading ---------------------------------------------------------------------
+    def read_bytes(self, path: StorePath) -> bytes:
+        """The whole file; ``FileNotFoundError`` if it does not exist."""
+        if self.local:
+            return Path(path).read_bytes()
+        try:
+            with self.fs.open_input_stream(str(path)) as fh:
+                return fh.read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if not self.exists(path):
+                raise FileNotFoundError(self.uri_of(path)) from None
+            raise StoreError(f"cannot read {self.uri_of(path)}: {exc}") from None
+
+    def read_json(self, path: StorePath) -> dict:
+        text = self.read_bytes(path)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise StoreError(f"{self.uri_of(path)} is unreadable or not JSON ({exc}); "
+                             "restore it or remove it") from None
+
+    def read_table(self, path: StorePath, schema: pa.Schema | None = None,
+                   columns: list[str] | None = None) -> pa.Table:
+        """One Parquet file; a missing or corrupt file is a StoreError that says what to do."""
+        return read_parquet_checked(path, schema, filesystem=self.fs, columns=columns)
+
+    def read_tables(self, paths: Iterable[StorePath], schema: pa.Schema,
+                    columns: list[str] | None = None) -> pa.Table:
+        """Several Parquet files of one schema as one table (the selected ``columns``)."""
+        wanted = pa.schema([schema.field(c) for c in (columns or schema.names)])
+        tables = [self.read_table(p, columns=columns).cast(wanted) for p in paths]
+        return pa.concat_tables(tables) if tables else wanted.empty_table()
+
+    def read_metadata(self, path: StorePath) -> pq.FileMetaData:
+        return pq.read_metadata(str(path), filesystem=self.fs)
+
+    def check_parquet(self, paths: list[StorePath]) -> None:
+        """Open each file's footer: fails fast, naming the file, before a long query starts."""
+        check_parquet_files(paths, filesystem=self.fs)
+
+    def dataset(self, paths: list[StorePath], segment_column: bool = False) -> ds.Dataset:
+        """A pyarrow dataset over Parquet files (for pyarrow, Polars, or DuckDB on S3).
+
+        With ``segment_column`` the files must lie under ``segments/<id>/``, and the
+        dataset gets a ``segment`` column from that folder name.
+        """
+        extra = {}
+        if segment_column:
+            extra = dict(partitioning=ds.DirectoryPartitioning(pa.schema([("segment", pa.string())])),
+                         partition_base_dir=str(self.path("segments")))
+        return ds.dataset([str(p) for p in paths], filesystem=self.fs, format="parquet", **extra)
+
+    def duckdb_source(self, con, paths: list[StorePath], segment_column: bool = False) -> str:
+        """SQL table expression reading these Parquet files in DuckDB.
+
+        Locally DuckDB reads the files itself; on S3 they are read through a pyarrow dataset
+        registered on ``con`` (DuckDB's own S3 support would need an extension download).
+        """
+        if not paths:
+            raise ValueError("duckdb_source needs at least one file")
+        if self.local:
+            quoted = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+            if segment_column:
+                return (f"(SELECT * EXCLUDE (filename), split_part(filename, '/', -3) AS segment "
+                        f"FROM read_parquet([{quoted}], filename = true))")
+            return f"read_parquet([{quoted}])"
+        name = f"store_source_{next(_source_names)}"
+        con.register(name, self.dataset(paths, segment_column))
+        return name
+
+    def scratch_dir(self) -> Path:
+        """A local folder for spill files (DuckDB's temp directory); inside a local store."""
+        if self.local:
+            folder = self.path(".duckdb-tmp")
+        else:
+            digest = hashlib.sha1(self.uri.encode()).hexdigest()[:12]
+            folder = Path(tempfile.gettempdir()) / f"crawl-duckdb-{digest}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    # --- writing ---------------------------------------------------------------------
     @staticmethod
     def _tmp_name(path: Path) -> Path:
         return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
 
-    def write_bytes(self, path: Path, data: bytes) -> None:
-        """Write a whole file atomically (temporary name, fsync, rename)."""
+    def write_bytes(self, path: StorePath, data: bytes) -> None:
+        """Write a whole file atomically (local: temporary name, fsync, rename; S3: one PUT)."""
+        if not self.local:
+            with self.fs.open_output_stream(str(path)) as out:
+                out.write(data)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_name(path)
         with open(tmp, "wb") as fh:
@@ -110,58 +285,107 @@ class Store:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
 
-    def write_json(self, path: Path, data: dict) -> None:
+    def write_json(self, path: StorePath, data: dict) -> None:
         self.write_bytes(path, (json.dumps(data, indent=1, default=str) + "\n").encode())
 
-    def read_json(self, path: Path) -> dict:
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{path} is unreadable or not JSON ({exc}); restore it or remove it") from None
+    def put_file(self, local_file: Path, path: StorePath) -> None:
+        """Move a finished local file into the store (rename locally, upload to S3)."""
+        if self.local:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(local_file, path)
+            return
+        pafs.copy_files(str(local_file), str(path), source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self.fs)
+        Path(local_file).unlink(missing_ok=True)
 
-    def write_table(self, path: Path, table: pa.Table, schema: pa.Schema) -> None:
+    def write_table(self, path: StorePath, table: pa.Table, schema: pa.Schema) -> None:
         """Write one Parquet file atomically, cast to its documented schema."""
+        table = table.select(schema.names).cast(schema)
+        if not self.local:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            self.write_bytes(path, sink.getvalue().to_pybytes())
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_name(path)
-        pq.write_table(table.select(schema.names).cast(schema), tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)
 
-    def write_batches(self, path: Path, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
-        """Stream record batches into one Parquet file atomically; returns rows written."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._tmp_name(path)
-        rows = 0
-        try:
-            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+    def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
+        """Stream record batches into one Parquet file atomically; returns rows written.
+
+        The file always exists afterwards, with no rows if no batch had any. On S3 it is a
+        multipart upload that only becomes an object when complete; if the batches fail
+        midway the object is deleted again.
+        """
+        def write(sink) -> int:
+            rows = 0
+            with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
                 for batch in batches:
                     if batch.num_rows:
-                        table = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
-                        writer.write_table(table)
+                        writer.write_table(pa.Table.from_batches([batch]).select(schema.names).cast(schema))
                         rows += batch.num_rows
+            return rows
+
+        if not self.local:
+            try:
+                with self.fs.open_output_stream(str(path)) as out:
+                    return write(out)
+            except BaseException:
+                # Closing the stream completed the upload: remove the partial file.
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(str(path))
+                raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._tmp_name(path)
+        try:
+            rows = write(str(tmp))
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         return rows
 
-    def remove_temporaries(self, folder: Path, prefix: str = "") -> int:
+    def delete(self, path: StorePath) -> None:
+        """Delete one file; a missing file is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(str(path))
+
+    def delete_dir(self, folder: StorePath) -> None:
+        """Delete a folder and everything in it; a missing folder is fine."""
+        if self.local:
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(str(folder))
+
+    def remove_temporaries(self, folder: StorePath, prefix: str = "") -> int:
         """Delete leftovers of writes interrupted by a crash; returns how many.
 
         ``prefix`` limits it to files whose name starts with it: a folder shared by several
-        writers (the fetch partitions) must only lose the caller's own leftovers.
+        writers (the fetch partitions) must only lose the caller's own leftovers. On S3
+        nothing is written under a temporary name, so there is nothing to remove.
         """
         removed = 0
-        if folder.exists():
+        if self.local and folder.exists():
             for tmp in folder.glob(f".{prefix}*.tmp"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
         return removed
 
-    # --- crawl DB and host DB versions -------------------------------------------------
+    # --- locks -----------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, name: str = "crawldb", wait: bool = False) -> Iterator[None]:
-        """Hold the advisory lock guarding the swap of a versioned table."""
+        """Hold the lock guarding the swap of a versioned table (or a store-wide stage)."""
+        if not self.local:
+            lock = S3Lock(self, name)
+            lock.acquire(wait)
+            self._held[name] = lock
+            try:
+                yield
+            finally:
+                self._held.pop(name, None)
+                lock.release()
+            return
         folder = self.path(name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / ".lock", "a+") as fh:
@@ -176,72 +400,84 @@ class Store:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def s3_client(self):
+        """A boto3 S3 client (same AWS settings as pyarrow's); for conditional writes."""
+        if self._s3_client is None:
+            import boto3
+
+            self._s3_client = boto3.client("s3")
+        return self._s3_client
+
+    # --- crawl DB and host DB versions -------------------------------------------------
     def manifest(self, name: str = "crawldb") -> Manifest | None:
         """The current version's manifest, or None if the table was never written."""
         current = self.path(name, "CURRENT")
-        if not current.exists():
+        try:
+            text = self.read_bytes(current)
+        except FileNotFoundError:
             return None
         try:
-            manifest = Manifest.from_json(current.read_text())
+            manifest = Manifest.from_json(text)
         except (ValueError, TypeError, KeyError) as exc:
-            raise StoreError(f"{current} is corrupt ({exc}); point it at an intact version folder "
-                             f"under {self.path(name)} or restore it from backup") from None
-        if not self.path(name, manifest.version).is_dir():
-            raise StoreError(f"{current} names version {manifest.version}, which is missing; "
-                             f"point CURRENT at an intact version folder under {self.path(name)}")
+            raise StoreError(f"{self.uri_of(current)} is corrupt ({exc}); point it at an intact version "
+                             f"folder under {self.uri_of(self.path(name))} or restore it from backup") from None
+        if not self.is_dir(self.path(name, manifest.version)):
+            raise StoreError(f"{self.uri_of(current)} names version {manifest.version}, which is missing; "
+                             f"point CURRENT at an intact version folder under {self.uri_of(self.path(name))}")
         return manifest
 
-    def new_version_dir(self, name: str = "crawldb") -> tuple[str, Path]:
+    def new_version_dir(self, name: str = "crawldb") -> tuple[str, StorePath]:
         version = "v" + new_id()
         folder = self.path(name, version)
-        folder.mkdir(parents=True)
+        if self.local:
+            folder.mkdir(parents=True)
         return version, folder
 
     def install(self, name: str, manifest: Manifest, keep: int) -> None:
-        """Make ``manifest.version`` current (atomic rename), then prune old versions."""
+        """Make ``manifest.version`` current (atomic rename or PUT), then prune old versions."""
+        for lock in self._held.values():
+            lock.check()  # never swap after losing the lock (S3 lease expired and taken over)
         self.write_bytes(self.path(name, "CURRENT"), manifest.to_json().encode())
-        versions = sorted(p for p in self.path(name).iterdir() if p.is_dir() and p.name.startswith("v"))
+        versions = [v for v in self.list_dirs(self.path(name)) if v.startswith("v")]
         for old in versions[: max(0, len(versions) - keep)]:
-            if old.name != manifest.version:
-                shutil.rmtree(old, ignore_errors=True)
+            if old != manifest.version:
+                self.delete_dir(self.path(name, old))
 
     def discard_version(self, name: str, version: str) -> None:
-        shutil.rmtree(self.path(name, version), ignore_errors=True)
+        self.delete_dir(self.path(name, version))
 
-    def version_files(self, name: str, manifest: Manifest) -> list[Path]:
-        return sorted(self.path(name, manifest.version).glob("*.parquet"))
+    def version_files(self, name: str, manifest: Manifest) -> list[StorePath]:
+        return self.list(self.path(name, manifest.version), "*.parquet")
 
-    def bucket_file(self, folder: Path, bucket: int) -> Path:
+    def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"
 
     # --- segments ----------------------------------------------------------------------
     def segments(self) -> list[str]:
-        folder = self.path("segments")
-        if not folder.exists():
-            return []
-        return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return self.list_dirs(self.path("segments"))
 
-    def segment_dir(self, segment: str, must_exist: bool = True) -> Path:
+    def segment_dir(self, segment: str, must_exist: bool = True) -> StorePath:
         folder = self.path("segments", segment)
-        if must_exist and not folder.is_dir():
+        if must_exist and not self.is_dir(folder):
             known = self.segments()
             hint = f"known segments: {', '.join(known[-5:])}" if known else "run `crawl generate` first"
-            raise SegmentNotFound(f"segment {segment!r} does not exist in {self.path('segments')}; {hint}")
+            raise SegmentNotFound(f"segment {segment!r} does not exist in {self.uri_of(self.path('segments'))}; {hint}")
         return folder
 
     def marker(self, segment: str, stage: str) -> dict | None:
-        path = self.segment_dir(segment) / f"_{stage.upper()}"
-        if not path.exists():
+        try:
+            return self.read_json(self.segment_dir(segment) / f"_{stage.upper()}")
+        except FileNotFoundError:
             return None
-        return self.read_json(path)
 
     def write_marker(self, segment: str, stage: str, data: dict) -> None:
         self.write_json(self.segment_dir(segment) / f"_{stage.upper()}", data)
 
     def segment_state(self, segment: str) -> str:
         """generated, fetched or updated — the last stage whose marker exists ("incomplete" if none)."""
+        names = self.names(self.segment_dir(segment))  # one listing, not a request per marker
         for stage in ("updated", "fetched", "generated"):
-            if (self.segment_dir(segment) / f"_{stage.upper()}").exists():
+            if f"_{stage.upper()}" in names:
                 return stage
         return "incomplete"
 
@@ -250,33 +486,160 @@ class Store:
         for segment in reversed(self.segments()):
             if self.segment_state(segment) == state:
                 return segment
-        raise SegmentNotFound(f"no segment in state {state!r} in {self.path('segments')}")
+        raise SegmentNotFound(f"no segment in state {state!r} in {self.uri_of(self.path('segments'))}")
 
 
-def read_parquet_checked(path: Path, schema: pa.Schema | None = None) -> pa.Table:
+class S3Lock:
+    """A lock object on S3, for stores that have no file locks.
+
+    Taken by creating ``<name>/.lock`` with a conditional PUT (``If-None-Match: *``): S3
+    lets exactly one of several concurrent creators succeed. The object says who holds it
+    (host, pid, a random token) and until when (``expires_at``); a thread renews it every
+    ``RENEW_S`` seconds with a PUT conditional on its ETag, so a lease only expires when its
+    holder stopped. A lock is taken over (deleted, conditional on the ETag seen, then
+    created again) when it expired or when its holder is a process of this machine that no
+    longer exists (``kill -9`` of a stage). A holder that loses its lock — its lease ran out
+    while it was stalled and another process took over — refuses to swap ``CURRENT``.
+    """
+
+    TTL_S = 120.0
+    RENEW_S = 30.0
+    WAIT_S = 1.0
+
+    def __init__(self, store: Store, name: str):
+        self.store = store
+        self.client = store.s3_client()
+        self.bucket, _, prefix = str(store.path(name, ".lock")).partition("/")
+        self.key = prefix
+        self.uri = store.uri_of(store.path(name, ".lock"))
+        self.token = secrets.token_hex(8)
+        self.etag: str | None = None
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        now = utcnow()
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
+                           "acquired_at": now.isoformat(),
+                           "expires_at": (now + dt.timedelta(seconds=self.TTL_S)).isoformat()}).encode()
+
+    @staticmethod
+    def _code(exc) -> str:
+        return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+    def _stale(self, holder: dict) -> bool:
+        try:
+            if dt.datetime.fromisoformat(holder["expires_at"]) < utcnow():
+                return True
+            if holder["host"] == socket.gethostname() and holder["pid"] != os.getpid():
+                try:
+                    os.kill(int(holder["pid"]), 0)
+                except ProcessLookupError:
+                    return True  # its holder died on this machine (kill -9, crash)
+                except PermissionError:
+                    return False
+        except (KeyError, ValueError, TypeError):
+            return True  # not a lock object we understand: written by a crashed writer
+        return False
+
+    def acquire(self, wait: bool) -> None:
+        from botocore.exceptions import ClientError
+
+        while True:
+            try:
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                                   IfNoneMatch="*")["ETag"]
+                break
+            except ClientError as exc:
+                if self._code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+                    raise StoreError(f"cannot take lock {self.uri}: {exc}") from None
+            try:
+                held = self.client.get_object(Bucket=self.bucket, Key=self.key)
+                holder_etag, raw = held["ETag"], held["Body"].read()
+            except ClientError as exc:
+                if self._code(exc) in ("NoSuchKey", "404"):
+                    continue  # released meanwhile: try again
+                raise StoreError(f"cannot read lock {self.uri}: {exc}") from None
+            try:
+                holder = json.loads(raw)
+            except ValueError:
+                holder = {}
+            if self._stale(holder):
+                with contextlib.suppress(ClientError):  # someone else may take it over first
+                    self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=holder_etag)
+                continue
+            if not wait:
+                raise LockedError(
+                    f"{self.uri} is held by process {holder.get('pid')} on {holder.get('host')} until "
+                    f"{holder.get('expires_at')} (renewed while it runs); wait for it to finish (two stages "
+                    "must not replace the crawl DB at once)")
+            self._stop.wait(self.WAIT_S)
+        self._thread = threading.Thread(target=self._renew, name=f"s3-lock-{self.key}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        from botocore.exceptions import ClientError
+
+        while not self._stop.wait(self.RENEW_S):
+            try:
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                                   IfMatch=self.etag)["ETag"]
+            except ClientError as exc:
+                if self._code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                    self.lost = True
+                    return
+                # a transient error: try again at the next renewal, the lease still runs
+
+    def check(self) -> None:
+        if self.lost:
+            raise LockedError(f"lost lock {self.uri}: its lease ran out while this process was stalled and "
+                              "another process took it over; nothing was swapped, run the stage again")
+
+    def release(self) -> None:
+        from botocore.exceptions import ClientError
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if not self.lost and self.etag:
+            with contextlib.suppress(ClientError):
+                self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
+
+
+def _name(path, filesystem) -> str:
+    if filesystem is not None and filesystem.type_name == "s3":
+        return "s3://" + str(path)
+    return str(path)
+
+
+def read_parquet_checked(path: StorePath, schema: pa.Schema | None = None, *,
+                         filesystem: pafs.FileSystem | None = None, columns: list[str] | None = None) -> pa.Table:
     """Read a Parquet file, turning a corrupt or missing file into a StoreError that says what to do."""
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(str(path), filesystem=filesystem, columns=columns)
     except FileNotFoundError:
-        raise StoreError(f"{path} is missing") from None
+        raise StoreError(f"{_name(path, filesystem)} is missing") from None
     except (pa.ArrowInvalid, OSError) as exc:
-        raise StoreError(f"{path} is not a readable Parquet file ({exc}); restore it, or remove its "
-                         "folder and rerun the stage that wrote it") from None
+        raise StoreError(f"{_name(path, filesystem)} is not a readable Parquet file ({exc}); restore it, or "
+                         "remove its folder and rerun the stage that wrote it") from None
     if schema is not None:
         missing = [n for n in schema.names if n not in table.column_names]
         if missing:
-            raise StoreError(f"{path} lacks columns {missing}; it was written by another program or version")
+            raise StoreError(f"{_name(path, filesystem)} lacks columns {missing}; it was written by another "
+                             "program or version")
         table = table.select(schema.names).cast(schema)
     return table
 
 
-def check_parquet_files(paths: list[Path]) -> None:
+def check_parquet_files(paths: list[StorePath], *, filesystem: pafs.FileSystem | None = None) -> None:
     """Open each file's footer: fails fast, naming the file, before a long query starts."""
     for path in paths:
         try:
-            pq.read_metadata(path)
+            pq.read_metadata(str(path), filesystem=filesystem)
         except FileNotFoundError:
-            raise StoreError(f"{path} is missing; restore it, or point CURRENT at an intact version") from None
+            raise StoreError(f"{_name(path, filesystem)} is missing; restore it, or point CURRENT at an intact "
+                             "version") from None
         except (pa.ArrowInvalid, OSError) as exc:
-            raise StoreError(f"{path} is corrupt ({exc}); restore it from backup, or point "
-                             f"{path.parent.parent / 'CURRENT'} at an older intact version") from None
+            raise StoreError(f"{_name(path, filesystem)} is corrupt ({exc}); restore it from backup, or point "
+                             f"{_name(path.parent.parent / 'CURRENT', filesystem)} at an older intact version") from None

@@ -99,10 +99,10 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     with store.lock("crawldb"):
         manifest, files = current_bucket_files(store)
         if manifest is None:
-            raise StageError(f"generate: there is no crawl DB in {store.root}; add seeds first "
+            raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
         con = connect(store, config)
-        selected = select_due(con, crawldb_source_sql(files), config, now, top_n)
+        selected = select_due(con, crawldb_source_sql(files, con, store), config, now, top_n)
         if selected.num_rows == 0:
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         segment = new_id(now)

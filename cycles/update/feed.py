@@ -32,17 +32,16 @@ def feed_candidates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
 
 def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, counters: Counter) -> str | None:
     """Write the segment's feed batch; returns its name (None when nothing is new)."""
-    files = sorted((seg_dir / "fetched").glob("part-*.parquet"))
+    files = store.list(seg_dir / "fetched", "part-*.parquet")
     if not files or changed.num_rows == 0:
         return None
     con = duckdb.connect()
     con.register("changed", changed)
-    quoted = ", ".join(f"'{f}'" for f in files)
     table = con.sql(f"""
         SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.simhash,
                f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
                '{segment}' AS segment
-        FROM read_parquet([{quoted}]) f JOIN changed c ON f.url = c.url
+        FROM {store.duckdb_source(con, files)} f JOIN changed c ON f.url = c.url
         WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)
         ORDER BY f.host, f.url""").to_arrow_table()
     counters["feed/noindex"] += changed.num_rows - table.num_rows

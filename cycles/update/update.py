@@ -24,14 +24,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
                             replace_crawldb, url_pattern_sql)
 from cycles.errors import StageError
-from cycles.fetch.hoststate import read_all_host_files
 from cycles.store import Manifest, Store, utcnow
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
@@ -46,12 +44,11 @@ class UpdateResult:
     reason: str = ""
 
 
-def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    files = sorted(folder.glob("part-*.parquet")) if folder.exists() else []
-    if not files:
-        return table_schema.empty_table().select(columns or table_schema.names)
-    tables = [pq.read_table(f, columns=columns) for f in files]
-    return pa.concat_tables(tables).cast(pa.schema([table_schema.field(c) for c in (columns or table_schema.names)]))
+def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | None = None,
+                       store: Store | None = None) -> pa.Table:
+    """All ``part-*.parquet`` files of a segment folder (``store`` given: read through it)."""
+    store = store or Store(folder.parent.parent.parent)
+    return store.read_tables(store.list(folder, "part-*.parquet"), table_schema, columns)
 
 
 def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.Table:
@@ -189,8 +186,8 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     """Fold the segment's host state into a new host DB version; returns hosts held."""
     manifest = store.manifest("hostdb")
     files = store.version_files("hostdb", manifest) if manifest else []
-    files += sorted((store.segment_dir(segment) / "hosts").glob("part-*.parquet"))
-    table = read_all_host_files(files)
+    files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
+    table = read_host_files(store, files)
     con = connect(store, config)
     con.register("hosts", table)
     # arg_max_null, not arg_max: arg_max skips NULL values, so a newer network error
@@ -211,6 +208,19 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,
                                      written_at=utcnow().isoformat(), written_by="update"), keep=config.db.keep_versions)
     return merged.num_rows
+
+
+def read_host_files(store: Store, paths: list) -> pa.Table:
+    """Host files in the current schema; columns added since one was written are null."""
+    tables = []
+    for path in paths:
+        table = store.read_table(path)
+        for name in schema.HOSTS.names:
+            if name not in table.column_names:
+                field = schema.HOSTS.field(name)
+                table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+        tables.append(table.select(schema.HOSTS.names).cast(schema.HOSTS))
+    return pa.concat_tables(tables) if tables else schema.HOSTS.empty_table()
 
 
 def trap_limited_sql(new: str, old: str, config: Config) -> str:
@@ -235,9 +245,10 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
         FROM ranked"""
 
 
-def stored_pages(seg_dir) -> pa.Table:
+def stored_pages(seg_dir, store: Store | None = None) -> pa.Table:
     """This segment's stored pages, for dedup: (url, host, content_hash, simhash, text_chars)."""
-    table = read_segment_table(seg_dir / "fetched", schema.FETCHED, ["url", "host", "outcome", "content_hash", "simhash", "text"])
+    table = read_segment_table(seg_dir / "fetched", schema.FETCHED, ["url", "host", "outcome", "content_hash", "simhash", "text"],
+                               store)
     table = table.filter(pc.equal(table["outcome"], "ok"))
     return pa.table({"url": table["url"], "host": table["host"], "content_hash": table["content_hash"],
                      "simhash": table["simhash"],
@@ -250,7 +261,8 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     if segment is None:
         pending = [s for s in store.segments() if store.segment_state(s) == "fetched"]
         if not pending:
-            raise StageError(f"update: no fetched segment waiting in {store.path('segments')}; run `crawl fetch` first")
+            raise StageError(f"update: no fetched segment waiting in {store.uri_of(store.path('segments'))}; "
+                             "run `crawl fetch` first")
         segment = pending[0]
     state = store.segment_state(segment)
     if state in ("generated", "incomplete"):
@@ -261,20 +273,21 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     with store.lock("crawldb"):
         manifest, files = current_bucket_files(store)
         if manifest is None:
-            raise StageError(f"update: there is no crawl DB in {store.root}; run `crawl inject` first")
+            raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
             return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
         fetched = read_segment_table(seg_dir / "fetched", schema.FETCHED, [
             "url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified", "redirect_to",
-            "error", "content_hash", "simhash"])
+            "error", "content_hash", "simhash"], store)
         counters["update/results"] += fetched.num_rows
         fetched = fetched.append_column("host_hash", host_hashes(fetched["host"].to_pylist()))
         con = connect(store, config)
-        pages = stored_pages(seg_dir)
-        dedup = find_duplicates(con, crawldb_source_sql(files), pages, config, counters)
-        changed = feed_candidates(con, crawldb_source_sql(files), pages, dedup)
+        pages = stored_pages(seg_dir, store)
+        db_source = crawldb_source_sql(files, con, store)
+        dedup = find_duplicates(con, db_source, pages, config, counters)
+        changed = feed_candidates(con, db_source, pages, dedup)
         # Outlinks of an exact copy were already followed from its canonical page.
-        raw_links = read_segment_table(seg_dir / "outlinks", schema.OUTLINKS)
+        raw_links = read_segment_table(seg_dir / "outlinks", schema.OUTLINKS, store=store)
         copies = pa.array([u for u, k in zip(dedup.marks["url"].to_pylist(), dedup.marks["kind"].to_pylist())
                            if k == "duplicate"], pa.string())
         from_copy = pc.is_in(raw_links["from_url"], value_set=copies)

@@ -1,0 +1,319 @@
+"""The store on S3: the stages against ``s3://bucket/prefix`` on a local S3-compatible server.
+
+The server is moto's standalone server, started by this module on its own loopback
+address and a free port, bounded in time and stopped when the module ends; the AWS
+settings (AWS_ENDPOINT_URL, keys, region) point at it only for these tests. Nothing
+reaches the internet. Each test uses its own prefix in one bucket.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from cycles import schema
+from cycles.cli import app
+from cycles.config import Config
+from cycles.crawldb import current_bucket_files
+from cycles.errors import LockedError, StoreError
+from cycles.generate.generate import generate
+from cycles.inject import inject
+from cycles.pages import read_feed
+from cycles.status import crawl_status, run_sql
+from cycles.store import S3Lock, Store, utcnow
+from cycles.update.update import update_segment
+
+HOST = "127.0.83.1"
+BUCKET = "crawl-test"
+SERVER_MAX_S = 900
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    """Start moto_server on loopback, point the AWS settings at it, create the bucket."""
+    moto = Path(sys.executable).parent / "moto_server"
+    if not moto.exists():
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    port = free_port(HOST)
+    proc = subprocess.Popen([str(moto), "-H", HOST, "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watchdog = threading.Timer(SERVER_MAX_S, proc.kill)  # never outlives a hung test run
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection((HOST, port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        env = {"AWS_ENDPOINT_URL": f"http://{HOST}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+                patch.delenv(key, raising=False)
+            import boto3
+
+            boto3.client("s3").create_bucket(Bucket=BUCKET)
+            yield env
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+def s3_store(s3_env) -> Store:
+    return Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/data")
+
+
+@pytest.fixture
+def config() -> Config:
+    config = Config()
+    config.db.buckets = 3
+    return config
+
+
+URLS = ["http://a.example/", "http://a.example/x", "http://b.example/", "http://c.example/p"]
+
+
+def seed(store, config, tmp_path, urls=URLS):
+    path = tmp_path / "seeds.txt"
+    path.write_text("\n".join(urls) + "\n")
+    return inject(store, config, path)
+
+
+def write_fetched(store: Store, segment: str, urls: list[str], links=()) -> None:
+    """What fetch would have written: one chunk of ok pages, its outlinks, the marker."""
+    rows = []
+    for url in urls:
+        row = {name: None for name in schema.FETCHED.names}
+        row.update(url=url, host=url.split("/")[2], fetched_at=utcnow(), http_status=200, outcome="ok",
+                   text="text of " + url, title="t", content_hash=uuid.uuid4().hex, simhash=7,
+                   warc_file="warc/part-00000-c000001.warc.gz", warc_offset=0, warc_length=1)
+        rows.append(row)
+    folder = store.segment_dir(segment)
+    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
+    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(rows, schema=schema.FETCHED), schema.FETCHED)
+    store.write_marker(segment, "fetched", {"segment": segment})
+
+
+def crawldb_rows(store: Store) -> dict[str, dict]:
+    _, files = current_bucket_files(store)
+    return {r["url"]: r for r in store.read_tables(files, schema.CRAWLDB).to_pylist()}
+
+
+def test_store_paths_and_files_on_s3(s3_store):
+    assert s3_store.uri.startswith(f"s3://{BUCKET}/") and not s3_store.local
+    path = s3_store.path("x", "a.json")
+    assert not s3_store.exists(path)
+    with pytest.raises(FileNotFoundError):
+        s3_store.read_json(path)
+    s3_store.write_json(path, {"n": 1})
+    assert s3_store.read_json(path) == {"n": 1} and s3_store.is_dir(s3_store.path("x"))
+    s3_store.write_bytes(s3_store.path("x", "b.bin"), b"raw")
+    assert [p.name for p in s3_store.list(s3_store.path("x"))] == ["a.json", "b.bin"]
+    assert [p.name for p in s3_store.list(s3_store.path("x"), "*.json")] == ["a.json"]
+    assert s3_store.list_dirs(s3_store.path()) == ["x"]
+    s3_store.delete_dir(s3_store.path("x"))
+    assert not s3_store.exists(path) and s3_store.list(s3_store.path("x")) == []
+
+
+def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
+    injected = seed(s3_store, config, tmp_path)
+    assert injected.added == 4
+    manifest = s3_store.manifest()
+    assert manifest.buckets == 3 and len(s3_store.version_files("crawldb", manifest)) == 3
+
+    generated = generate(s3_store, config)
+    assert generated.urls == 4 and s3_store.segment_state(generated.segment) == "generated"
+    fetchlist = s3_store.read_tables(s3_store.list(s3_store.segment_dir(generated.segment) / "fetchlist",
+                                                   "part-*.parquet"), schema.FETCHLIST)
+    assert sorted(fetchlist["url"].to_pylist()) == sorted(URLS)
+    assert all(r["lease_segment"] == generated.segment for r in crawldb_rows(s3_store).values())
+
+    links = [{"from_url": "http://a.example/", "url": "http://a.example/new", "anchor": "n", "nofollow": False,
+              "depth": 1},
+             {"from_url": "http://a.example/", "url": "http://a.example/f.jpg", "anchor": "", "nofollow": False,
+              "depth": 1}]
+    write_fetched(s3_store, generated.segment, URLS[:3], links)
+    result = update_segment(s3_store, config, generated.segment)
+    assert result.applied and result.counters["outlinks/new"] == 1 and result.counters["filter/extension"] == 1
+    rows = crawldb_rows(s3_store)
+    assert rows["http://a.example/new"]["status"] == "unfetched"
+    assert {rows[u]["status"] for u in URLS[:3]} == {"fetched"} and rows[URLS[3]]["status"] == "unfetched"
+    assert all(r["lease_segment"] is None for r in rows.values())
+    assert s3_store.segment_state(generated.segment) == "updated"
+    assert update_segment(s3_store, config, generated.segment).applied is False  # idempotent
+    assert s3_store.manifest("hostdb") is not None
+    # no lock object outlives its stage
+    assert not s3_store.exists(s3_store.path("crawldb", ".lock"))
+
+    report = crawl_status(s3_store, config)
+    assert report["store"] == s3_store.uri and report["urls"] == 5 and report["by_status"]["fetched"] == 3
+    assert run_sql(s3_store, config, "SELECT count(*) FROM fetched WHERE segment = "
+                   f"'{generated.segment}'").fetchall() == [(3,)]
+    assert run_sql(s3_store, config, "SELECT count(*) FROM pages").fetchall() == [(3,)]
+
+    feed = read_feed(s3_store, "indexer")
+    assert feed.pages == 3 and feed.batches == [f"{generated.segment}.parquet"]
+    assert feed.table["warc_file"][0].as_py().startswith(f"segments/{generated.segment}/warc/")
+    assert read_feed(s3_store, "indexer").pages == 0  # the cursor moved
+
+
+def test_old_versions_are_pruned_on_s3(s3_store, config, tmp_path):
+    config.db.keep_versions = 2
+    for i in range(4):
+        seed(s3_store, config, tmp_path, [f"http://h{i}.example/"])
+    versions = [v for v in s3_store.list_dirs(s3_store.path("crawldb")) if v.startswith("v")]
+    assert len(versions) == 2 and s3_store.manifest().version == versions[-1]
+    assert len(crawldb_rows(s3_store)) == 4
+
+
+def test_cli_on_s3(s3_store, tmp_path):
+    runner = CliRunner()
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\nnot a url\nhttp://b.example/\n")
+    result = runner.invoke(app, ["--data", s3_store.uri, "inject", str(seeds)])
+    assert result.exit_code == 0 and "injected: 2 new" in result.output, result.output
+    result = runner.invoke(app, ["--data", s3_store.uri, "generate"])
+    assert result.exit_code == 0 and "2 URLs" in result.output, result.output
+    result = runner.invoke(app, ["--data", s3_store.uri, "status", "--json"])
+    assert result.exit_code == 0 and '"urls": 2' in result.output and s3_store.uri in result.output
+    result = runner.invoke(app, ["--data", s3_store.uri, "sql", "SELECT count(*) AS n FROM crawldb"])
+    assert result.exit_code == 0 and "2" in result.output
+    result = runner.invoke(app, ["--data", s3_store.uri, "update"])
+    assert result.exit_code == 2 and "run `crawl fetch` first" in result.output
+
+
+def test_corrupt_crawldb_file_on_s3_is_named(s3_store, config, tmp_path):
+    seed(s3_store, config, tmp_path)
+    manifest, files = current_bucket_files(s3_store)
+    s3_store.write_bytes(files[1], b"PAR1 not really")
+    with pytest.raises(StoreError, match=r"s3://.*bucket-00001\.parquet is corrupt"):
+        generate(s3_store, config)
+    assert s3_store.manifest() == manifest
+
+
+def test_s3_lock_excludes_and_is_taken_over_from_dead_or_expired_holders(s3_store):
+    with s3_store.lock("crawldb"):
+        with pytest.raises(LockedError, match=r"s3://.*crawldb/\.lock is held by process"):
+            with Store(s3_store.uri).lock("crawldb"):
+                pass
+    # released: free again
+    with Store(s3_store.uri).lock("crawldb"):
+        pass
+    client = s3_store.s3_client()
+    bucket, _, key = str(s3_store.path("crawldb", ".lock")).partition("/")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    later = (utcnow() + dt.timedelta(hours=1)).isoformat()
+    client.put_object(Bucket=bucket, Key=key, Body=(
+        f'{{"host": "{socket.gethostname()}", "pid": {int(dead.stdout)}, "token": "x", "expires_at": "{later}"}}'))
+    with s3_store.lock("crawldb"):  # holder's process is gone
+        pass
+    earlier = (utcnow() - dt.timedelta(seconds=1)).isoformat()
+    client.put_object(Bucket=bucket, Key=key, Body=(
+        f'{{"host": "elsewhere", "pid": 1, "token": "x", "expires_at": "{earlier}"}}'))
+    with s3_store.lock("crawldb"):  # lease expired
+        pass
+    client.put_object(Bucket=bucket, Key=key, Body=(
+        f'{{"host": "elsewhere", "pid": 1, "token": "x", "expires_at": "{later}"}}'))
+    with pytest.raises(LockedError):  # alive elsewhere: respected
+        with s3_store.lock("crawldb"):
+            pass
+
+
+def test_lost_s3_lock_refuses_the_swap(s3_store, config, tmp_path, monkeypatch):
+    seed(s3_store, config, tmp_path)
+    before = s3_store.manifest()
+    monkeypatch.setattr(S3Lock, "RENEW_S", 0.2)
+    client = s3_store.s3_client()
+    bucket, _, key = str(s3_store.path("crawldb", ".lock")).partition("/")
+    with pytest.raises(LockedError, match="lost lock"):
+        with s3_store.lock("crawldb"):
+            client.put_object(Bucket=bucket, Key=key, Body=b'{"host": "other"}')  # taken over meanwhile
+            time.sleep(1.0)
+            from cycles.crawldb import replace_crawldb
+
+            replace_crawldb(s3_store, config, lambda con, old, b: f"SELECT * FROM {old}", who="test")
+    assert s3_store.manifest() == before
+
+
+KILL_AFTER_FIRST_BUCKET = textwrap.dedent("""
+    import os, signal, sys
+    from cycles.store import Store
+
+    write_batches = Store.write_batches
+
+    def write_then_die(self, path, batches, schema):
+        rows = write_batches(self, path, batches, schema)
+        if "crawldb" in str(path) and path.name == "bucket-00000.parquet":
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9 between two bucket writes
+        return rows
+
+    Store.write_batches = write_then_die
+    from cycles.cli import app
+    app(["--data", sys.argv[1], "update"], prog_name="crawl")
+""")
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_killed_update_leaves_the_old_crawldb_intact(where, request, config, tmp_path):
+    store = Store(tmp_path / "data") if where == "local" else request.getfixturevalue("s3_store")
+    seed(store, config, tmp_path)
+    segment = generate(store, config).segment
+    write_fetched(store, segment, URLS[:2])
+    before = store.manifest()
+    before_rows = crawldb_rows(store)
+
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_BUCKET, store.uri],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # The new version was begun (its first bucket is there) but never installed.
+    versions = [v for v in store.list_dirs(store.path("crawldb")) if v.startswith("v")]
+    partial = [v for v in versions if v > before.version]
+    assert len(partial) == 1
+    assert [p.name for p in store.list(store.path("crawldb", partial[0]), "*.parquet")] == ["bucket-00000.parquet"]
+    assert store.manifest() == before
+    assert crawldb_rows(store) == before_rows
+    assert store.segment_state(segment) == "fetched"
+
+    # Still usable: the update runs again (taking over the dead process's lock on S3) ...
+    result = update_segment(store, config, segment)
+    assert result.applied
+    rows = crawldb_rows(store)
+    assert {rows[u]["status"] for u in URLS[:2]} == {"fetched"}
+    assert all(r["lease_segment"] is None for r in rows.values())
+    # ... and so does the next cycle's generate.
+    assert generate(store, config).reason in ("", "no URL is due")
