@@ -50,7 +50,9 @@ def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -
         FROM (
             SELECT *, row_number() OVER (PARTITION BY host ORDER BY priority DESC, next_fetch, url) AS host_rank
             FROM (
-                SELECT *, {PRIORITY_SQL} AS priority,
+                -- Only the columns needed: the windows would otherwise carry whole rows.
+                SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch,
+                       {PRIORITY_SQL} AS priority,
                        row_number() OVER (PARTITION BY host, {url_pattern_sql('url')}
                                           ORDER BY {PRIORITY_SQL} DESC, next_fetch, url) AS pattern_rank
                 FROM {source}
