@@ -4,7 +4,8 @@ Usage::
 
     .venv/bin/python scripts/bench_scale.py --sizes 1M,10M,100M [--root /tmp/bench-scale]
         [--memory-limit 4GB] [--threads 2] [--bucket-rows 1600000] [--buckets N]
-        [--cap 100] [--top-n-pct 10] [--keep] [--py-spy]
+        [--cap 100] [--top-n-pct 10] [--text-chars 1000] [--keep] [--resume] [--max-temp 25GB]
+        [--py-spy] [--src DIR]
 
 For each size it
 
@@ -37,6 +38,11 @@ The stage children can also be run by hand::
     .venv/bin/python scripts/bench_scale.py --stage update --store DIR --segment ID
 
 Synthetic stores live under ``--root`` and are deleted after each size unless ``--keep``.
+``--src DIR`` measures another copy of the code, e.g. a commit exported with
+``git archive <commit> cycles | tar -x -C DIR``, while others edit this checkout;
+columns of a newer schema the builder does not know are written as nulls.
+Disk: about 85 bytes per crawl DB row per version (8.1 GB at 100M); a stage keeps up to
+three versions while it runs, plus DuckDB's spill (``--max-temp`` caps it).
 """
 
 from __future__ import annotations
@@ -296,7 +302,7 @@ def build_db(store: Store, size: int, n_hosts: int, buckets: int, con, seed: int
                1.0::FLOAT AS crawl_delay_s
         FROM hosts_all WHERE hash(hid, 34) % 10 < 9""", params={"now": now}).to_arrow_table()
     hversion, hfolder = store.new_version_dir("hostdb")
-    store.write_table(hfolder / "hosts.parquet", host_rows, schema.HOSTS)
+    store.write_table(hfolder / "hosts.parquet", fill_schema(host_rows, schema.HOSTS), schema.HOSTS)
     store.install("hostdb", Manifest(version=hversion, buckets=1, schema_version=schema.SCHEMA_VERSION,
                                      written_at=now.isoformat(), written_by="bench_scale"), keep=2)
     con.unregister("hosts_all")
@@ -309,6 +315,14 @@ def build_db(store: Store, size: int, n_hosts: int, buckets: int, con, seed: int
             "avg_url_len": round(stats[1], 1), "min_url_len": stats[2], "max_url_len": stats[3],
             "due": stats[4], "max_host_urls": int(counts.max()), "db_bytes": du(folder),
             "_hosts": hosts, "_counts": counts}
+
+
+def fill_schema(table: pa.Table, table_schema: pa.Schema) -> pa.Table:
+    """Add the columns of a newer schema this benchmark does not know, as nulls."""
+    for f in table_schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+    return table.select(table_schema.names).cast(table_schema)
 
 
 def du(path: Path) -> int:
@@ -383,7 +397,7 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [len(key)]])
     names = [f"part-{part_np[s]:05d}-c{chunk_np[s]:06d}" for s in starts]
-    fetched_out = fetched.select(schema.FETCHED.names).cast(schema.FETCHED)
+    fetched_out = fill_schema(fetched.select([n for n in schema.FETCHED.names if n in fetched.column_names]), schema.FETCHED)
     for name, s, e in zip(names, starts, ends):
         con.register("chunk_rows", fetched_out.slice(s, e - s))
         chunk = con.sql("""SELECT * REPLACE (CASE WHEN outcome = 'ok' THEN
@@ -444,7 +458,7 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
     lb = np.flatnonzero(np.diff(lkey)) + 1
     lstarts = np.concatenate([[0], lb])
     lends = np.concatenate([lb, [len(lkey)]])
-    out = outlinks.select(schema.OUTLINKS.names).cast(schema.OUTLINKS)
+    out = fill_schema(outlinks.select([n for n in schema.OUTLINKS.names if n in outlinks.column_names]), schema.OUTLINKS)
     for s, e in zip(lstarts, lends):
         name = f"part-{lkey[s] // 10_000_000:05d}-c{lkey[s] % 10_000_000:06d}"
         pq.write_table(out.slice(s, e - s), seg / "outlinks" / f"{name}.parquet", compression="zstd")
@@ -459,7 +473,7 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
                    CASE WHEN hash(host, 70) % 10 = 0 THEN encode('User-agent: *' || chr(10) || 'Disallow: /private/' || chr(10)) END AS robots_body,
                    CASE WHEN hash(host, 70) % 10 = 0 THEN 1.0 END::FLOAT AS crawl_delay_s
             FROM fetched_t WHERE part = {part} GROUP BY host ORDER BY host""").to_arrow_table()
-        store.write_table(seg / "hosts" / f"part-{part:05d}.parquet", host_rows, schema.HOSTS)
+        store.write_table(seg / "hosts" / f"part-{part:05d}.parquet", fill_schema(host_rows, schema.HOSTS), schema.HOSTS)
     con.unregister("fetched_t")
     outcome_counts = collections.Counter(fetched["outcome"].to_pylist())
     counters = {f"fetch/outcome/{k}": v for k, v in outcome_counts.items()}
@@ -548,6 +562,17 @@ def run_stage(args) -> None:
     config = stage_config(args)
     phases = Phases()
     _instrument_writes(phases)
+    if args.max_temp:  # a guard for a shared machine: DuckDB's default spill cap is 90 % of free disk
+        import cycles.crawldb as crawldb
+        import cycles.generate.generate as gen_mod
+        import cycles.update.update as upd_mod
+        original_connect = crawldb.connect
+
+        def capped_connect(store_, config_):
+            con = original_connect(store_, config_)
+            con.execute(f"SET max_temp_directory_size = '{args.max_temp}'")
+            return con
+        crawldb.connect = gen_mod.connect = upd_mod.connect = capped_connect
     started = time.perf_counter()
     if args.stage == "generate":
         from cycles.generate import generate as gen
@@ -672,6 +697,8 @@ def bench_size(args, size: int) -> dict:
             "--threads", str(args.threads), "--cap", str(args.cap), "--partitions", str(args.partitions)]
     if args.fine:
         base.append("--fine")
+    if args.max_temp:
+        base += ["--max-temp", args.max_temp]
     top_n = size * args.top_n_pct // 100
     spy = (lambda s: Path(args.root) / f"py-spy-{human(size)}-{s}.txt") if args.py_spy else (lambda s: None)
     if resume:
@@ -753,6 +780,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resume", action="store_true",
                    help="reuse a store left after generate (crawl DB + generated segment): redo the segment output, update")
     p.add_argument("--py-spy", action="store_true", help="profile each stage with py-spy")
+    p.add_argument("--max-temp", default="", help="cap DuckDB's spill (max_temp_directory_size) in the stages, e.g. 25GB")
     p.add_argument("--fine", action="store_true", help="also time each Normalizer.normalize call (adds overhead)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     # child mode

@@ -15,6 +15,8 @@ less disturbed by other work on the machine than wall time):
   proxy connection), on the crawl DB version update started from; ``--explain`` adds
   DuckDB's EXPLAIN ANALYZE of the slowest statement; then an alternative near-duplicate
   query that probes with the crawl DB instead of materialising 20 key rows per stored page;
+- ``neardup``: the near-duplicate pairs found with 20 small joins whose build side is the
+  segment's keys and whose probe side streams the stored pages (no 20x key table);
 - ``select``: generate's select_due as it is, without the per-pattern window, with only
   the needed columns read, and per bucket (each bucket's best top_n, then one merge);
 - ``lease``: generate's lease join of one bucket with the whole fetch list and with the
@@ -226,6 +228,43 @@ def part_dedup(store: Store, t: Timer, threads: int, memory_limit: str, explain:
           "the segment's own fingerprints)", flush=True)
 
 
+def part_neardup(store: Store, t: Timer, threads: int, memory_limit: str) -> None:
+    """Near-duplicate pairs, probing instead of building: for each of the 20 block masks,
+    hash the segment's keys (small) and stream the stored pages' (url, simhash) past them.
+    No table of 20 key rows per stored page is built, so nothing spills."""
+    from cycles.crawldb import crawldb_source_sql
+    from cycles.update.dedup import block_masks
+    from cycles.update.update import stored_pages
+    config = Config()
+    u = config.update
+    old_files, _ = versions(store)
+    con = connect(store, threads, memory_limit)
+    pages = stored_pages(segment_dir(store))
+    con.register("seg_pages", pages)
+    src = crawldb_source_sql([Path(f) for f in old_files])
+    masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
+    with t("probe near-dup: cand (url, simhash) once"):
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE cand2 AS
+            SELECT db.url, coalesce(p.simhash, db.simhash) AS simhash, p.url IS NOT NULL AS in_segment,
+                   coalesce(p.text_chars, {u.simhash_min_chars}) AS text_chars
+            FROM {src} db LEFT JOIN seg_pages p ON db.url = p.url
+            WHERE (p.url IS NOT NULL OR (db.status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+                                         AND db.content_hash IS NOT NULL))""")
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE cand2 AS SELECT url, simhash, in_segment FROM cand2
+            WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}""")
+    with t("probe near-dup: 20 joins, build = segment keys, probe = stored pages"):
+        pairs = []
+        for m in masks:
+            pairs.append(con.sql(f"""
+                SELECT a.url, b.url AS other
+                FROM (SELECT url, simhash, simhash & {m}::UBIGINT AS key FROM cand2 WHERE in_segment) a
+                JOIN cand2 b ON a.key = (b.simhash & {m}::UBIGINT) AND a.url <> b.url
+                WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""").to_arrow_table())
+        con.register("pairs_all", pa.concat_tables(pairs))
+        n = con.sql("SELECT count(*) FROM (SELECT DISTINCT url, other FROM pairs_all)").fetchall()[0][0]
+    print(f"  -> {n:,} distinct candidate pairs (the original's 'pairs' CTE)", flush=True)
+
+
 # --- select ----------------------------------------------------------------------------------
 def part_select(store: Store, t: Timer, threads: int, memory_limit: str, top_n: int, cap: int) -> None:
     import datetime as dt
@@ -364,6 +403,8 @@ def main() -> None:
             part_dedup(store, t, args.threads, args.memory_limit, args.explain)
         elif part == "select":
             part_select(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
+        elif part == "neardup":
+            part_neardup(store, t, args.threads, args.memory_limit)
         elif part == "lease":
             part_lease(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
         elif part == "write":
