@@ -190,7 +190,7 @@ class Store:
         if self.local:
             return Path(path).read_bytes()
         try:
-            with self.fs.open_input_stream(str(path)) as fh:
+            with self.fs.open_input_stream(str(path), compression=None) as fh:
                 return fh.read()
         except FileNotFoundError:
             raise
@@ -218,6 +218,11 @@ class Store:
         wanted = pa.schema([schema.field(c) for c in (columns or schema.names)])
         tables = [self.read_table(p, columns=columns).cast(wanted) for p in paths]
         return pa.concat_tables(tables) if tables else wanted.empty_table()
+
+    def read_range(self, path: StorePath, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (one ranged GET on S3): a WARC record, for example."""
+        with self.fs.open_input_file(str(path)) as fh:
+            return fh.read_at(length, offset)
 
     def read_metadata(self, path: StorePath) -> pq.FileMetaData:
         return pq.read_metadata(str(path), filesystem=self.fs)
@@ -261,10 +266,31 @@ class Store:
         if self.local:
             folder = self.path(".duckdb-tmp")
         else:
-            digest = hashlib.sha1(self.uri.encode()).hexdigest()[:12]
-            folder = Path(tempfile.gettempdir()) / f"crawl-duckdb-{digest}"
+            folder = self._machine_dir() / "duckdb-tmp"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    def _machine_dir(self) -> Path:
+        digest = hashlib.sha1(self.uri.encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"crawl-store-{digest}"
+
+    def local_dir(self, folder: StorePath) -> Path:
+        """A local folder standing for ``folder``, for what only this machine needs (lock files,
+        progress counters, files being written): the folder itself in a local store, a mirror
+        of it under the system's temp directory for S3. Not created."""
+        if self.local:
+            return Path(folder)
+        return self._machine_dir().joinpath(PurePosixPath(folder).relative_to(self.root))
+
+    def staging_file(self, path: StorePath) -> Path:
+        """A local temporary file to build ``path`` in, then :meth:`put_file` it into place.
+
+        Locally it sits beside ``path`` (renamed into place; :meth:`remove_temporaries`
+        finds it after a crash); for S3 it sits in :meth:`local_dir` of its folder.
+        """
+        folder = self.local_dir(path.parent)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f".{path.name}.{secrets.token_hex(4)}.tmp"
 
     # --- writing ---------------------------------------------------------------------
     @staticmethod
@@ -274,7 +300,7 @@ class Store:
     def write_bytes(self, path: StorePath, data: bytes) -> None:
         """Write a whole file atomically (local: temporary name, fsync, rename; S3: one PUT)."""
         if not self.local:
-            with self.fs.open_output_stream(str(path)) as out:
+            with self.fs.open_output_stream(str(path), compression=None) as out:
                 out.write(data)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -294,8 +320,8 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(local_file, path)
             return
-        pafs.copy_files(str(local_file), str(path), source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=self.fs)
+        with open(local_file, "rb") as src, self.fs.open_output_stream(str(path), compression=None) as out:
+            shutil.copyfileobj(src, out, 8 * 1024 * 1024)
         Path(local_file).unlink(missing_ok=True)
 
     def write_table(self, path: StorePath, table: pa.Table, schema: pa.Schema) -> None:
@@ -329,7 +355,7 @@ class Store:
 
         if not self.local:
             try:
-                with self.fs.open_output_stream(str(path)) as out:
+                with self.fs.open_output_stream(str(path), compression=None) as out:
                     return write(out)
             except BaseException:
                 # Closing the stream completed the upload: remove the partial file.
@@ -363,11 +389,13 @@ class Store:
 
         ``prefix`` limits it to files whose name starts with it: a folder shared by several
         writers (the fetch partitions) must only lose the caller's own leftovers. On S3
-        nothing is written under a temporary name, so there is nothing to remove.
+        nothing is written under a temporary name; the local staging files of
+        :meth:`staging_file` are removed instead.
         """
         removed = 0
-        if self.local and folder.exists():
-            for tmp in folder.glob(f".{prefix}*.tmp"):
+        local = self.local_dir(folder)
+        if local.exists():
+            for tmp in local.glob(f".{prefix}*.tmp"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
         return removed

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from cycles.config import Config
 from cycles.errors import StageError
-from cycles.fetch.worker import fetch_partition, fetch_partition_task, pool_worker_init
+from cycles.fetch.worker import fetch_partition, fetch_partition_task, pool_worker_init, progress_dir
 from cycles.store import Store, utcnow
 
 
@@ -41,7 +41,7 @@ class FetchResult:
 
 def partitions_of(store: Store, segment: str) -> list[int]:
     folder = store.segment_dir(segment) / "fetchlist"
-    return sorted(int(p.stem.split("-")[1]) for p in folder.glob("part-*.parquet"))
+    return sorted(int(p.stem.split("-")[1]) for p in store.list(folder, "part-*.parquet"))
 
 
 def fetch_segment(store: Store, config: Config, segment: str | None = None,
@@ -59,12 +59,12 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     processes = max(1, min(processes, len(partitions)))
     started = time.monotonic()
     values = config.to_dict()
-    tasks = [(str(store.root), segment, p, values) for p in partitions]
+    tasks = [(store.uri, segment, p, values) for p in partitions]
     counters: Counter = Counter()
     # One store-wide fetch at a time: two fetches of different segments could otherwise
     # both ask the same host.
-    progress_dir = store.segment_dir(segment) / "stats" / "progress"
-    progress = Progress(progress_dir, segment, len(partitions), config.fetch.progress_s)
+    progress_folder = progress_dir(store, segment)
+    progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s)
     with store.lock("fetch"):
         progress.start()
         try:
@@ -78,7 +78,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
                         counters.update(result)
         finally:
             progress.stop()
-    shutil.rmtree(progress_dir, ignore_errors=True)
+    shutil.rmtree(progress_folder, ignore_errors=True)
     seconds = round(time.monotonic() - started, 3)
     counters.pop("fetch/seconds", None)
     store.write_json(store.segment_dir(segment) / "stats" / "fetch.json", dict(sorted(counters.items())))

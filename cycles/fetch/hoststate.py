@@ -13,25 +13,23 @@ columns existed are read with them null.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles import schema
-from cycles.store import Store, read_parquet_checked
+from cycles.store import Store, StorePath, read_parquet_checked
 
 
-def host_state_files(store: Store, include_segment: str | None = None) -> list[Path]:
+def host_state_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
     """Host DB file plus the hosts outputs of segments not yet merged by update."""
-    files: list[Path] = []
+    files: list[StorePath] = []
     manifest = store.manifest("hostdb")
     if manifest is not None:
         files += store.version_files("hostdb", manifest)
     for segment in store.segments():
         state = store.segment_state(segment)
         if state in ("fetched", "generated") or segment == include_segment:
-            files += sorted((store.segment_dir(segment) / "hosts").glob("part-*.parquet"))
+            files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
     return files
 
 
@@ -61,9 +59,11 @@ def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
     return merged
 
 
-def read_host_file(path: Path) -> pa.Table:
-    """One hosts file in the current schema; columns added since it was written are null."""
-    table = read_parquet_checked(path)
+def read_host_file(path: StorePath, store: Store | None = None) -> pa.Table:
+    """One hosts file in the current schema; columns added since it was written are null.
+
+    ``store`` given: read through it (needed for S3); else ``path`` is a local file."""
+    table = store.read_table(path) if store is not None else read_parquet_checked(path)
     for name in schema.HOSTS.names:
         if name not in table.column_names:
             table = table.append_column(schema.HOSTS.field(name), pa.nulls(table.num_rows, schema.HOSTS.field(name).type))
@@ -75,11 +75,11 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
     wanted = pa.array(sorted(hosts), pa.string())
     tables = []
     for path in host_state_files(store, include_segment=segment):
-        table = read_host_file(path)
+        table = read_host_file(path, store)
         tables.append(table.filter(pc.is_in(table["host"], value_set=wanted)))
     return merge_host_rows(tables)
 
 
-def read_all_host_files(paths: list[Path]) -> pa.Table:
-    tables = [read_host_file(p) for p in paths]
+def read_all_host_files(paths: list[StorePath], store: Store | None = None) -> pa.Table:
+    tables = [read_host_file(p, store) for p in paths]
     return pa.concat_tables(tables) if tables else schema.HOSTS.empty_table()

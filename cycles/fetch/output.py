@@ -2,16 +2,18 @@
 
 Results are buffered and committed as a *chunk* every ``fetch.flush_s`` seconds or
 ``fetch.flush_pages`` results. A chunk is three files sharing a name,
-``part-NNNNN-cNNNNNN``, committed in this order, each by an atomic rename:
+``part-NNNNN-cNNNNNN``, committed in this order, each atomically (a rename locally, one
+object on S3 — see cycles/store.py):
 
-1. ``warc/<chunk>.warc.gz``   the raw requests and responses (gzip per record);
+1. ``warc/<chunk>.warc.gz``   the raw requests and responses (gzip per record), written to
+   a local temporary file while the chunk fills and put into the store at commit;
 2. ``outlinks/<chunk>.parquet``;
 3. ``fetched/<chunk>.parquet`` — the commit record: a result exists iff its row is here.
 
 After ``kill -9``, :func:`resume_state` deletes temporary files and any WARC or outlinks
 chunk without its fetched file (a chunk cut in the middle of committing), and returns the
 URLs already committed so the worker does not fetch them again. Every file left behind is
-complete.
+complete. The same holds on S3.
 """
 
 from __future__ import annotations
@@ -24,34 +26,32 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from cycles import schema
 from cycles.bloom import BloomFilter
-from cycles.store import Store
+from cycles.store import Store, StorePath
 
 
 def chunk_name(partition: int, chunk: int) -> str:
     return f"part-{partition:05d}-c{chunk:06d}"
 
 
-def resume_state(store: Store, segment_dir: Path, partition: int) -> tuple[set[str], int]:
+def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[set[str], int]:
     """Clean up after an interrupted run; return (URLs already committed, next chunk number)."""
     prefix = f"part-{partition:05d}-c"
     fetched_dir, outlinks_dir, warc_dir = (segment_dir / d for d in ("fetched", "outlinks", "warc"))
     for folder in (fetched_dir, outlinks_dir, warc_dir, segment_dir / "hosts"):
         store.remove_temporaries(folder, prefix=f"part-{partition:05d}")
-    committed = {p.name[: -len(".parquet")] for p in fetched_dir.glob(prefix + "*.parquet")} if fetched_dir.exists() else set()
+    committed = {p.name[: -len(".parquet")] for p in store.list(fetched_dir, prefix + "*.parquet")}
     for folder, suffix in ((warc_dir, ".warc.gz"), (outlinks_dir, ".parquet")):
-        if folder.exists():
-            for path in folder.glob(prefix + "*" + suffix):
-                if path.name[: -len(suffix)] not in committed:
-                    path.unlink()  # half-committed chunk: its results will be fetched again
+        for path in store.list(folder, prefix + "*" + suffix):
+            if path.name[: -len(suffix)] not in committed:
+                store.delete(path)  # half-committed chunk: its results will be fetched again
     done: set[str] = set()
     for name in committed:
-        done.update(pq.read_table(fetched_dir / f"{name}.parquet", columns=["url"])["url"].to_pylist())
+        done.update(store.read_table(fetched_dir / f"{name}.parquet", columns=["url"])["url"].to_pylist())
     next_chunk = 1 + max((int(n.rsplit("-c", 1)[1]) for n in committed), default=0)
     return done, next_chunk
 
@@ -59,7 +59,7 @@ def resume_state(store: Store, segment_dir: Path, partition: int) -> tuple[set[s
 class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
-    def __init__(self, store: Store, segment: str, segment_dir: Path, partition: int,
+    def __init__(self, store: Store, segment: str, segment_dir: StorePath, partition: int,
                  first_chunk: int, user_agent: str, gzip_level: int = 3,
                  bloom: BloomFilter | None = None):
         self.store = store
@@ -77,14 +77,15 @@ class PartitionOutput:
         self._warc_fh = None
         self._writer: WARCWriter | None = None
         self.last_flush = time.monotonic()
-        for sub in ("fetched", "outlinks", "warc"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if store.local:
+            for sub in ("fetched", "outlinks", "warc"):
+                (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     # --- WARC -------------------------------------------------------------------------
     def _open_warc(self) -> WARCWriter:
         if self._writer is None:
             name = chunk_name(self.partition, self.chunk) + ".warc.gz"
-            self._warc_tmp = self.dir / "warc" / f".{name}.tmp"
+            self._warc_tmp = self.store.staging_file(self.dir / "warc" / name)
             self._warc_fh = open(self._warc_tmp, "wb")
             # warcio builds each record (headers, block and payload digests) into a buffer;
             # we gzip it ourselves, one member per record (ISO 28500 annex D.2), at
@@ -148,7 +149,7 @@ class PartitionOutput:
             self._warc_fh.flush()
             os.fsync(self._warc_fh.fileno())
             self._warc_fh.close()
-            os.replace(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
+            self.store.put_file(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
             self._writer = self._warc_fh = self._warc_tmp = None
         links = self.links
         if self.bloom is not None and links:

@@ -45,7 +45,6 @@ from collections import Counter
 from urllib.parse import urljoin, urlsplit
 
 import pycurl
-import pyarrow.parquet as pq
 
 from cycles import clock, schema
 from cycles.bloom import BloomFilter
@@ -109,14 +108,15 @@ class PartitionFetcher:
         """Set by fetch_partition when an earlier run of this partition started and did not finish."""
         self.parent_pid: int | None = None
         """In a pool worker: the pid of the process that started us (checked every loop)."""
-        self.progress_path = self.seg_dir / "stats" / "progress" / f"part-{partition:05d}.json"
+        self.progress_path = progress_dir(store, segment) / f"part-{partition:05d}.json"
         self._last_progress = 0.0
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
-        items = pq.read_table(self.seg_dir / "fetchlist" / f"part-{self.partition:05d}.parquet").to_pylist()
+        items = self.store.read_table(self.seg_dir / "fetchlist" / f"part-{self.partition:05d}.parquet").to_pylist()
         done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
-        resumed = self.resumed or bool(done) or (self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet").exists()
+        resumed = (self.resumed or bool(done)
+                   or self.store.exists(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet"))
         self.stats["fetch/resumed_skipped"] += len(done)
         items = [i for i in items if i["url"] not in done]
         bloom = None
@@ -552,22 +552,31 @@ LOCK_WAIT_S = 120.0
 killed ``crawl fetch`` notices within a second that its parent is gone, and exits)."""
 
 
+def progress_dir(store: Store, segment: str):
+    """Where partitions publish their progress counters: a local folder (see Store.local_dir)."""
+    return store.local_dir(store.path("segments", segment, "stats", "progress"))
+
+
 def fetch_partition(root: str, segment: str, partition: int, config_values: dict) -> dict:
-    """Fetch one partition of a segment; returns its counters. Safe to call again after a crash."""
+    """Fetch one partition of a segment; returns its counters. Safe to call again after a crash.
+
+    ``root`` is the store's folder or ``s3://`` URI."""
     store = Store(root)
     config = config_from_dict(config_values)
     seg_dir = store.segment_dir(segment)
     stats_path = seg_dir / "stats" / f"fetch-part-{partition:05d}.json"
-    if stats_path.exists():
-        return json.loads(stats_path.read_text())["counters"]
-    lock_path = seg_dir / f".fetch-part-{partition:05d}.lock"
-    # The lock file outlives a crash: finding it means an earlier run started this partition
-    # and may have asked hosts after its last flush.
+    if store.exists(stats_path):
+        return store.read_json(stats_path)["counters"]
+    # A local lock file (for S3, on this machine: the store-wide fetch lock keeps other
+    # machines out). It outlives a crash: finding it means an earlier run started this
+    # partition and may have asked hosts after its last flush.
+    lock_path = store.local_dir(seg_dir) / f".fetch-part-{partition:05d}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     started_before = lock_path.exists()
     with open(lock_path, "a+") as lock:
         _lock_partition(lock, lock_path, segment, partition)
-        if stats_path.exists():  # finished by the run we waited for
-            return json.loads(stats_path.read_text())["counters"]
+        if store.exists(stats_path):  # finished by the run we waited for
+            return store.read_json(stats_path)["counters"]
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")

@@ -30,6 +30,7 @@ from cycles.config import Config
 from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
                             replace_crawldb, url_pattern_sql)
 from cycles.errors import StageError
+from cycles.fetch.hoststate import read_all_host_files
 from cycles.store import Manifest, Store, utcnow
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
@@ -187,7 +188,7 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     manifest = store.manifest("hostdb")
     files = store.version_files("hostdb", manifest) if manifest else []
     files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
-    table = read_host_files(store, files)
+    table = read_all_host_files(files, store)
     con = connect(store, config)
     con.register("hosts", table)
     # arg_max_null, not arg_max: arg_max skips NULL values, so a newer network error
@@ -208,19 +209,6 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,
                                      written_at=utcnow().isoformat(), written_by="update"), keep=config.db.keep_versions)
     return merged.num_rows
-
-
-def read_host_files(store: Store, paths: list) -> pa.Table:
-    """Host files in the current schema; columns added since one was written are null."""
-    tables = []
-    for path in paths:
-        table = store.read_table(path)
-        for name in schema.HOSTS.names:
-            if name not in table.column_names:
-                field = schema.HOSTS.field(name)
-                table = table.append_column(field, pa.nulls(table.num_rows, field.type))
-        tables.append(table.select(schema.HOSTS.names).cast(schema.HOSTS))
-    return pa.concat_tables(tables) if tables else schema.HOSTS.empty_table()
 
 
 def trap_limited_sql(new: str, old: str, config: Config) -> str:
