@@ -136,6 +136,12 @@ def transition_sql(config: Config, segment: str) -> str:
         WHEN {seen_ok} AND db.fetch_count = 0 THEN
             CASE WHEN {news_like_sql(config)} THEN {u.news_like_interval_s} ELSE {u.default_interval_s} END
         WHEN {seen_ok} AND {x} = 0 THEN least({u.max_interval_s}, (db.fetch_interval_s * 3) // 2)
+        -- A page that changes faster than min_interval_s lets us follow is stale whenever we
+        -- look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
+        -- under a fixed budget the optimal rate falls for the fastest pages), so the faster
+        -- it changes past that point, the longer we wait.
+        WHEN {seen_ok} AND {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
+            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
         WHEN {seen_ok} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
         ELSE db.fetch_interval_s END"""
     retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
