@@ -83,20 +83,22 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
 
     con.register("exact_marks", exact)
     masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
-    keys = " UNION ALL ".join(
-        f"SELECT url, simhash, {i} AS t, simhash & {m}::UBIGINT AS key FROM {{src}}" for i, m in enumerate(masks))
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE near_cand AS
+        SELECT url, host, simhash, score, first_seen, in_segment FROM known_pages
+        WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
+          AND url NOT IN (SELECT url FROM exact_marks)""")
+    con.execute("CREATE OR REPLACE TEMP TABLE near_mine AS SELECT url, simhash FROM near_cand WHERE in_segment")
+    # One small join per block mask: its hash table is built on the segment's pages and the
+    # stored pages stream past it once. (A single join on (mask id, key) over 20 copies of
+    # every stored page spilled tens of GB at 10 M URLs: scripts/bench_scale_parts.py.)
+    per_mask = " UNION ALL ".join(f"""
+            SELECT a.url, b.url AS other FROM near_mine a JOIN near_cand b
+              ON (a.simhash & {m}::UBIGINT) = (b.simhash & {m}::UBIGINT) AND a.url <> b.url
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""" for m in masks)
     near = con.sql(f"""
-        WITH cand AS (
-            SELECT * FROM known_pages
-            WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
-              AND url NOT IN (SELECT url FROM exact_marks)),
-        mine AS (SELECT * FROM cand WHERE in_segment),
-        mine_keys AS ({keys.format(src='mine')}),
-        all_keys AS ({keys.format(src='cand')}),
-        pairs AS (
-            SELECT DISTINCT a.url AS url, b.url AS other
-            FROM mine_keys a JOIN all_keys b ON a.t = b.t AND a.key = b.key AND a.url <> b.url
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}),
+        WITH cand AS (SELECT * FROM near_cand),
+        pairs AS (SELECT DISTINCT url, other FROM ({per_mask})),
         scored AS (
             SELECT p.url, p.other, m.host,
                    row_number() OVER (PARTITION BY p.url ORDER BY o.score DESC, o.first_seen, length(o.url), o.url) AS r
