@@ -48,13 +48,7 @@ from cycles.update.update import update_segment  # noqa: E402
 
 
 def base_config(web) -> Config:
-    config = Config()
-    config.fetch.resolve = dict(web.resolve_map())
-    config.fetch.timeout_s = 10.0
-    config.fetch.low_speed_time_s = 3
-    config.generate.max_urls_per_host = 1000
-    config.db.buckets = 4
-    return config
+    return web.crawl_config()
 
 
 def crawldb_rows(store: Store) -> list[dict]:

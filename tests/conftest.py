@@ -13,16 +13,10 @@ from cycles.store import Store
 
 
 def config_for(web, **fetch) -> Config:
-    """A polite default config that resolves the test web's host names to loopback."""
-    config = Config()
-    config.fetch.resolve = dict(web.resolve_map())
+    """The test web's crawl config, with two processes, frequent flushes and a small DuckDB."""
+    config = web.crawl_config()
     config.fetch.processes = 2
     config.fetch.flush_s = 5.0
-    # The test web's slow paths must not hold a test for the production timeouts.
-    config.fetch.timeout_s = 10.0
-    config.fetch.low_speed_time_s = 3
-    config.generate.max_urls_per_host = 1000
-    config.db.buckets = 4
     config.db.duckdb_memory_limit = "1GB"
     for key, value in fetch.items():
         setattr(config.fetch, key, value)

@@ -199,6 +199,20 @@ class TestWeb:
         """Host name -> loopback address (``config.fetch.resolve``)."""
         return self._model().resolve_map()
 
+    def crawl_config(self):
+        """A polite default crawler config pointed at this web: its host names resolve to
+        their loopback addresses, and the timeouts are short enough that the web's slow
+        paths (``/drip``) do not hold a test or benchmark for the production values."""
+        from cycles.config import Config
+
+        config = Config()
+        config.fetch.resolve = dict(self.resolve_map())
+        config.fetch.timeout_s = 10.0
+        config.fetch.low_speed_time_s = 3
+        config.generate.max_urls_per_host = 1000
+        config.db.buckets = 4
+        return config
+
     def curl_resolve(self) -> list[str]:
         """The resolve map as ``CURLOPT_RESOLVE`` entries (``name:port:address``)."""
         return [f"{name}:{self.port}:{ip}" for name, ip in self.resolve_map().items()]
