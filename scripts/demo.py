@@ -12,12 +12,13 @@ else is what an operator would run against the real web:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from cycles.testweb.harness import TestWeb
+from cycles.testweb.harness import TestWeb, TestWebError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +27,26 @@ def crawl(*args: str) -> None:
     command = [sys.executable, "-m", "cycles", *args]
     print("$ crawl " + " ".join(args), flush=True)
     subprocess.run(command, check=True, cwd=ROOT)
+
+
+DEMO_PORT = 18471
+"""The demo web listens on a fixed port when it can, so a second run of the demo continues
+the same crawl (URLs include the port) instead of finding a new web."""
+
+
+@contextlib.contextmanager
+def start_web(args):
+    """The demo web on DEMO_PORT, or on any free port if that one is taken; stopped on exit."""
+    try:
+        web = TestWeb(hosts=args.hosts, pages=args.pages, page_bytes=8000, special=True,
+                      port=DEMO_PORT, max_seconds=900).start()
+    except TestWebError:
+        web = TestWeb(hosts=args.hosts, pages=args.pages, page_bytes=8000, special=True,
+                      port=0, max_seconds=900).start()
+    try:
+        yield web
+    finally:
+        web.stop()
 
 
 def main() -> None:
@@ -41,7 +62,7 @@ def main() -> None:
         for child in ("crawldb", "hostdb", "segments", "pages"):
             shutil.rmtree(data / child, ignore_errors=True)
     data.mkdir(exist_ok=True)
-    with TestWeb(hosts=args.hosts, pages=args.pages, page_bytes=8000, special=True, max_seconds=900) as web:
+    with start_web(args) as web:
         config = data / "demo.toml"
         resolve = "\n".join(f'"{host}" = "{ip}"' for host, ip in sorted(web.resolve_map().items()))
         config.write_text(
