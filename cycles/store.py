@@ -71,6 +71,11 @@ StorePath = Path | PurePosixPath
 """A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
 
 
+ROW_GROUP_ROWS = 1 << 20
+"""Rows per Parquet row group in streamed writes (crawl DB buckets): large groups compress
+better and cost less CPU; readers still skip by row-group statistics."""
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -346,11 +351,26 @@ class Store:
         """
         def write(sink) -> int:
             rows = 0
+            pending: list[pa.RecordBatch] = []
+            pending_rows = 0
             with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
+                def flush() -> None:
+                    writer.write_table(pa.Table.from_batches(pending).select(schema.names).cast(schema),
+                                       row_group_size=ROW_GROUP_ROWS)
+                    pending.clear()
+                # Gather batches into row groups of ~ROW_GROUP_ROWS rows: one row group per
+                # 64 K-row batch cost a quarter more CPU and a tenth more bytes
+                # (scripts/bench_scale_parts.py, 1.3 M-row bucket).
                 for batch in batches:
                     if batch.num_rows:
-                        writer.write_table(pa.Table.from_batches([batch]).select(schema.names).cast(schema))
+                        pending.append(batch)
+                        pending_rows += batch.num_rows
                         rows += batch.num_rows
+                        if pending_rows >= ROW_GROUP_ROWS:
+                            flush()
+                            pending_rows = 0
+                if pending:
+                    flush()
             return rows
 
         if not self.local:
