@@ -56,6 +56,13 @@ def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[
     return done, next_chunk
 
 
+def columns_to_table(rows: list[dict], table_schema: pa.Schema) -> pa.Table:
+    """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
+    fetched row (more than parsing the page's links), this ~7 µs."""
+    return pa.Table.from_pydict({name: [row[name] for row in rows] for name in table_schema.names},
+                                schema=table_schema)
+
+
 class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
@@ -159,9 +166,9 @@ class PartitionOutput:
             self.bloom_dropped += len(links) - int(keep.sum())
             links = [link for link, new in zip(links, keep) if new]
         self.store.write_table(self.dir / "outlinks" / f"{name}.parquet",
-                               pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
+                               columns_to_table(links, schema.OUTLINKS), schema.OUTLINKS)
         self.store.write_table(self.dir / "fetched" / f"{name}.parquet",
-                               pa.Table.from_pylist(self.rows, schema=schema.FETCHED), schema.FETCHED)
+                               columns_to_table(self.rows, schema.FETCHED), schema.FETCHED)
         committed = len(self.rows)
         self.rows, self.links = [], []
         self.chunk += 1
