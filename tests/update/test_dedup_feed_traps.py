@@ -6,10 +6,8 @@ runs the real generate and update on them.
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
-from cycles import schema
 from cycles.config import Config
 from cycles.generate.generate import generate
 from cycles.inject import inject
@@ -17,7 +15,7 @@ from cycles.pages import read_feed
 from cycles.store import utcnow
 from cycles.update.dedup import block_masks
 from cycles.update.update import update_segment
-from tests.update.test_transitions import due_now, rows
+from tests.update.test_transitions import due_now, fetch_result, rows
 
 TEXT = "lorem ipsum dolor sit amet " * 80  # long enough for near-duplicate checks
 
@@ -33,19 +31,10 @@ def crawl_once(store, config, results: dict[str, dict], links=()) -> str:
     """generate, then write the given results (url -> FETCHED values) and links, then update."""
     segment = generate(store, config).segment
     assert segment
-    folder = store.segment_dir(segment)
-    full = []
-    for url, values in results.items():
-        row = {name: None for name in schema.FETCHED.names}
-        row.update(url=url, host=url.split("/")[2], fetched_at=utcnow(), http_status=200, outcome="ok",
-                   text=TEXT, title="t", warc_file="warc/x.warc.gz", warc_offset=0, warc_length=1)
-        row.update(values)
-        full.append(row)
-    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
-                      pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
-    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
-                      pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    fetch_result(store, segment, [
+        {"url": url, "host": url.split("/")[2], "fetched_at": utcnow(), "http_status": 200, "outcome": "ok",
+         "text": TEXT, "title": "t", "warc_file": "warc/x.warc.gz", "warc_offset": 0, "warc_length": 1, **values}
+        for url, values in results.items()], links)
     update_segment(store, config, segment)
     return segment
 

@@ -36,7 +36,7 @@ def fetch_result(store: Store, segment: str, outcomes: list[dict], links: list[d
     full = []
     for values in outcomes:
         row = {name: None for name in schema.FETCHED.names}
-        row.update(host="h.example", **values)
+        row.update({"host": "h.example", **values})
         full.append(row)
     store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
