@@ -19,6 +19,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cycles import clock, schema
 from cycles.config import Config
@@ -121,7 +122,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                 FROM {old} db LEFT JOIN selected s ON db.url = s.url"""
 
         replace_crawldb(store, config, lease_bucket, who="generate", con=con)
-    hosts = len(set(selected["host"].to_pylist()))
+    hosts = pc.count_distinct(selected["host"]).as_py()
     store.write_marker(segment, "generated", {
         "segment": segment, "generated_at": now.isoformat(), "urls": selected.num_rows,
         "hosts": hosts, "partitions": partitions, "lease_until": lease_until.isoformat(),
