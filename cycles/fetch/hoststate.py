@@ -39,7 +39,7 @@ ROBOTS_GOOD = ("robots_good_status", "robots_good_fetched_at", "robots_good_body
 
 def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
     """Latest knowledge per host: the latest request end, the newest robots.txt answer and
-    the newest good robots.txt (the same rules as ``merge_hostdb`` in cycles/update/update.py)."""
+    the newest good robots.txt (the same rules as ``merge_hostdb`` in cycles/update/hostdb.py)."""
     merged: dict[str, dict] = {}
     for table in tables:
         for row in table.to_pylist():

@@ -31,10 +31,10 @@ from cycles.config import Config
 from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
                             replace_crawldb, url_pattern_sql)
 from cycles.errors import StageError
-from cycles.fetch.hoststate import read_all_host_files
-from cycles.store import Manifest, Store, utcnow
+from cycles.store import Store
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
+from cycles.update.hostdb import merge_hostdb
 from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
 
 
@@ -188,34 +188,6 @@ def transition_sql(config: Config, segment: str) -> str:
             CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END AS redirect_to,
             CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END AS error
         )"""
-
-
-def merge_hostdb(store: Store, config: Config, segment: str) -> int:
-    """Fold the segment's host state into a new host DB version; returns hosts held."""
-    manifest = store.manifest("hostdb")
-    files = store.version_files("hostdb", manifest) if manifest else []
-    files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
-    table = read_all_host_files(files, store)
-    con = connect(store, config)
-    con.register("hosts", table)
-    # arg_max_null, not arg_max: arg_max skips NULL values, so a newer network error
-    # (robots_status NULL) or 4xx (robots_body NULL) would take the older row's value.
-    merged = con.sql("""
-        SELECT host, max(last_request_end) AS last_request_end,
-               arg_max_null(robots_status, robots_fetched_at) AS robots_status,
-               max(robots_fetched_at) AS robots_fetched_at,
-               arg_max_null(robots_body, robots_fetched_at) AS robots_body,
-               arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s,
-               arg_max_null(robots_good_status, robots_good_fetched_at) AS robots_good_status,
-               max(robots_good_fetched_at) AS robots_good_fetched_at,
-               arg_max_null(robots_good_body, robots_good_fetched_at) AS robots_good_body,
-               arg_max_null(robots_errors_since, robots_fetched_at) AS robots_errors_since
-        FROM hosts GROUP BY host ORDER BY host""").to_arrow_table()
-    version, folder = store.new_version_dir("hostdb")
-    store.write_table(folder / "hosts.parquet", merged, schema.HOSTS)
-    store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,
-                                     written_at=utcnow().isoformat(), written_by="update"), keep=config.db.keep_versions)
-    return merged.num_rows
 
 
 def trap_limited_sql(new: str, old: str, config: Config) -> str:

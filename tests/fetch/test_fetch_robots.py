@@ -169,7 +169,7 @@ def test_hostdb_merge_keeps_the_newest_robots_answer_even_when_it_is_an_error(st
     200's status and body (DuckDB's arg_max skips NULLs), and the good copy survives it."""
     from cycles.config import Config
     from cycles.fetch.hoststate import load_host_state
-    from cycles.update.update import merge_hostdb
+    from cycles.update.hostdb import merge_hostdb
 
     now = utcnow()
     old, new = now - dt.timedelta(hours=30), now - dt.timedelta(hours=1)
