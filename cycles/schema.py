@@ -147,8 +147,13 @@ HOSTS = _schema("hosts", [
     _field("last_request_end", TS, "Wall-clock end of the last response from the host; the next "
            "request waits the host's delay after it, across cycles"),
     _field("robots_status", pa.int16(), "HTTP status of robots.txt (null: network error)"),
-    _field("robots_fetched_at", TS, "When robots.txt was fetched"),
+    _field("robots_fetched_at", TS, "When robots.txt was fetched or last revalidated (a 304 to a "
+           "conditional GET); crawl clock (cycles.clock), like every robots time here"),
     _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes)"),
+    _field("robots_etag", pa.string(), "ETag of the 2xx robots.txt in robots_body, sent back as "
+           "If-None-Match once the copy is older than fetch.robots_cache_s"),
+    _field("robots_last_modified", pa.string(), "Last-Modified of that robots.txt, sent back as "
+           "If-Modified-Since"),
     _field("crawl_delay_s", pa.float32(), "Delay used for the host (max of floor and Crawl-delay)"),
     _field("robots_good_status", pa.int16(), "HTTP status of the last robots.txt answer that was not an "
            "error (2xx or 4xx); obeyed once robots.txt has been unreachable for "

@@ -40,6 +40,12 @@ class HostSlot:
     robots_body: bytes | None = None
     robots_fetched_at: Any = None
     robots_from_cache: bool = False
+    robots_etag: str | None = None
+    """Validators of the 2xx robots.txt in robots_body, for a conditional GET once it expires."""
+    robots_last_modified: str | None = None
+    robots_revalidating: bool = False
+    """robots_status/body hold an expired 2xx copy that the pending robots.txt request asks
+    the server about (If-None-Match / If-Modified-Since): a 304 keeps it."""
     robots_good_status: int | None = None
     """Last robots.txt answer that was not an error (2xx or 4xx), kept for RFC 9309 §2.3.1.4's
     fallback when robots.txt stays unreachable; with its body and time."""

@@ -6,9 +6,10 @@ yet updated, so two fetches in a row without an update in between still keep a h
 spacing.
 
 Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
-``robots_fetched_at``) and the last *good* one (``robots_good_*``: a 2xx or 4xx), with
-``robots_errors_since`` marking an unbroken run of errors. Host files written before these
-columns existed are read with them null.
+``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
+conditional GET sends once the copy expires) and the last *good* one (``robots_good_*``: a
+2xx or 4xx), with ``robots_errors_since`` marking an unbroken run of errors. Host files
+written before these columns existed are read with them null.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def host_state_files(store: Store, include_segment: str | None = None) -> list[S
     return files
 
 
-ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "crawl_delay_s", "robots_errors_since")
+ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "robots_etag", "robots_last_modified",
+                 "crawl_delay_s", "robots_errors_since")
 ROBOTS_GOOD = ("robots_good_status", "robots_good_fetched_at", "robots_good_body")
 
 

@@ -7,7 +7,11 @@ the next request — robots.txt requests included, and across cycles (the host's
 request end is persisted in the host DB).
 
 Per host the first request is for robots.txt unless a copy younger than
-``fetch.robots_cache_s`` is known. RFC 9309 §2.3.1: 2xx → obey; 4xx (not 429) → allow
+``fetch.robots_cache_s`` is known. An older 2xx copy with an ETag or Last-Modified is
+revalidated with a conditional GET: a 304 keeps its body and rules and makes it young again
+(``robots/not_modified``), a 200 replaces it. Robots times (fetched, errors since) are on the
+crawl clock (:mod:`cycles.clock`), so a simulation that moves it a day on sees the copy
+expire; request spacing stays on real time. RFC 9309 §2.3.1: 2xx → obey; 4xx (not 429) → allow
 all; 5xx, 429 or a network error → assume complete disallow, so the host's URLs are
 deferred to a later cycle (never fetched, never marked failed). An unreachable robots.txt
 is asked again after ``fetch.robots_error_cache_s`` (not kept for a day), and after
@@ -97,6 +101,8 @@ class PartitionFetcher:
         self.config = config
         self.fc = config.fetch
         self.floor_s = config.effective_delay_s()
+        self.clock_offset_s = clock.offset_s()
+        """Crawl clock minus real time (cycles.clock): robots.txt ages are measured on it."""
         self.stats: Counter = Counter()
         self.frontier = Frontier()
         self.seg_dir = store.segment_dir(segment)
@@ -170,13 +176,17 @@ class PartitionFetcher:
                 # that a host whose robots.txt failed once is not kept out for a day.
                 error = self._robots_error(state["robots_status"])
                 max_age = self.fc.robots_error_cache_s if error else self.fc.robots_cache_s
-                if now_wall - fetched_at.timestamp() < max_age:
-                    slot.robots_status = state["robots_status"]
-                    slot.robots_body = state["robots_body"]
-                    slot.robots_fetched_at = fetched_at
+                now_crawl = now_wall + self.clock_offset_s
+                if now_crawl - fetched_at.timestamp() < max_age:
+                    self._load_robots_copy(slot, state)
                     slot.robots_from_cache = True
                     self.stats["robots/cached_error" if error else "robots/cached"] += 1
-                    self._apply_robots(slot, self._robots_rules(slot, now_wall))
+                    self._apply_robots(slot, self._robots_rules(slot, now_crawl))
+                elif self._revalidatable(state):
+                    # Expired, but the server can tell us it is unchanged (a 304 costs no body).
+                    self._load_robots_copy(slot, state)
+                    slot.robots_revalidating = True
+                    self.stats["robots/revalidate"] += 1
             if state["last_request_end"] is not None:
                 # Keep the spacing across cycles: the wall-clock end of the last response,
                 # mapped onto this process's monotonic clock.
@@ -190,6 +200,37 @@ class PartitionFetcher:
             slot.robots_url = robots_url_for(first_url)
 
     # --- robots -----------------------------------------------------------------------
+    @staticmethod
+    def _load_robots_copy(slot: HostSlot, state: dict) -> None:
+        """The host DB's latest robots.txt answer into the slot (rules not applied yet)."""
+        slot.robots_status = state["robots_status"]
+        slot.robots_body = state["robots_body"]
+        slot.robots_fetched_at = state["robots_fetched_at"]
+        slot.robots_etag = state["robots_etag"]
+        slot.robots_last_modified = state["robots_last_modified"]
+
+    @staticmethod
+    def _revalidatable(state: dict) -> bool:
+        """Can this stored robots.txt be revalidated: a 2xx body with a validator?"""
+        status = state["robots_status"]
+        return (status is not None and 200 <= status < 300 and state["robots_body"] is not None
+                and bool(state["robots_etag"] or state["robots_last_modified"]))
+
+    @staticmethod
+    def _robots_validators(slot: HostSlot) -> list[str]:
+        """Conditional headers for a robots.txt request revalidating the slot's expired copy.
+
+        Sent on every redirect hop too: the validators belong to the final URL, and a hop
+        that redirects answers 3xx whatever it is sent."""
+        if not slot.robots_revalidating:
+            return []
+        headers = []
+        if slot.robots_etag:
+            headers.append(f"If-None-Match: {slot.robots_etag}")
+        if slot.robots_last_modified:
+            headers.append(f"If-Modified-Since: {slot.robots_last_modified}")
+        return headers
+
     def _robots_error(self, status: int | None) -> bool:
         """Is this robots.txt answer an error (unreachable: 5xx, 429, network, redirects)?"""
         return RobotsRules.from_response(status, b"", self.fc.robots_agent).kind == DISALLOW_ALL
@@ -233,6 +274,9 @@ class PartitionFetcher:
         if error is not None and transfer.abort != ABORT_TOO_LARGE:
             self.stats["robots/network_error"] += 1
             status = None
+        if status == 304 and slot.robots_revalidating:
+            self._robots_not_modified(slot, transfer)
+            return
         if status is not None and 300 <= status < 400 and transfer.header("location"):
             target = urljoin(transfer.request.url, transfer.header("location"))
             slot.robots_hops += 1
@@ -246,9 +290,13 @@ class PartitionFetcher:
             body = b""
         else:
             body = transfer.body()
+        ok = status is not None and 200 <= status < 300
         slot.robots_status = status
-        slot.robots_body = body if status is not None and 200 <= status < 300 else None
-        slot.robots_fetched_at = _wall(transfer.started_wall)
+        slot.robots_body = body if ok else None
+        slot.robots_etag = transfer.header("etag") if ok else None
+        slot.robots_last_modified = transfer.header("last-modified") if ok else None
+        slot.robots_revalidating = False
+        slot.robots_fetched_at = _wall(transfer.started_wall + self.clock_offset_s)
         slot.robots_from_cache = False
         self.stats[f"robots/status/{status if status is not None else 'none'}"] += 1
         if self._robots_error(status):
@@ -259,7 +307,26 @@ class PartitionFetcher:
             slot.robots_good_status = status
             slot.robots_good_body = slot.robots_body
             slot.robots_good_fetched_at = slot.robots_fetched_at
-        self._apply_robots(slot, self._robots_rules(slot, time.time()))
+        self._apply_robots(slot, self._robots_rules(slot, time.time() + self.clock_offset_s))
+
+    def _robots_not_modified(self, slot: HostSlot, transfer: Transfer) -> None:
+        """A 304 to the conditional robots.txt GET: the expired copy is current again.
+
+        Its body, status and rules stay; it is as fresh as if just downloaded (a good
+        answer, so any run of errors ends). A 304 may carry updated validators (RFC 9110
+        §15.4.5); they replace ours."""
+        self.stats["robots/not_modified"] += 1
+        self.stats["robots/status/304"] += 1
+        slot.robots_revalidating = False
+        slot.robots_fetched_at = _wall(transfer.started_wall + self.clock_offset_s)
+        slot.robots_etag = transfer.header("etag") or slot.robots_etag
+        slot.robots_last_modified = transfer.header("last-modified") or slot.robots_last_modified
+        slot.robots_from_cache = False
+        slot.robots_errors_since = None
+        slot.robots_good_status = slot.robots_status
+        slot.robots_good_body = slot.robots_body
+        slot.robots_good_fetched_at = slot.robots_fetched_at
+        self._apply_robots(slot, self._robots_rules(slot, time.time() + self.clock_offset_s))
 
     # --- pages ------------------------------------------------------------------------
     def _row(self, item: dict, outcome: str, **values) -> dict:
@@ -279,7 +346,7 @@ class PartitionFetcher:
 
     def _next_request(self, slot: HostSlot) -> Request | None:
         if slot.robots_url:
-            return Request(slot.robots_url, slot.host, "robots")
+            return Request(slot.robots_url, slot.host, "robots", None, self._robots_validators(slot))
         while slot.queue:
             item = slot.queue.popleft()
             if not slot.robots.allowed(item["url"]):
@@ -526,7 +593,8 @@ class PartitionFetcher:
         rows = [{"host": s.host,
                  "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
                  "robots_status": s.robots_status, "robots_fetched_at": s.robots_fetched_at,
-                 "robots_body": s.robots_body, "crawl_delay_s": s.delay_s,
+                 "robots_body": s.robots_body, "robots_etag": s.robots_etag,
+                 "robots_last_modified": s.robots_last_modified, "crawl_delay_s": s.delay_s,
                  "robots_good_status": s.robots_good_status, "robots_good_body": s.robots_good_body,
                  "robots_good_fetched_at": s.robots_good_fetched_at,
                  "robots_errors_since": s.robots_errors_since}

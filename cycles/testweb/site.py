@@ -540,12 +540,26 @@ class HostProfile:
             if path == "/robots.txt" and robots.redirect_to:
                 return Response(301, [("Location", robots.redirect_to),
                                       ("Content-Type", "text/plain")], b"Moved\n")
-            body = robots.render() if robots.status == 200 else f"status {robots.status}\n".encode()
-            return Response(robots.status, [("Content-Type", "text/plain")], body)
+            return self.robots_response(path, headers)
         page = self.page(target)
         if page is None:
             page = Page(status=404, title="Not found", validators=False)
         return self.respond(page, target, headers)
+
+    def robots_response(self, path: str, headers: dict[str, str]) -> Response:
+        """The robots.txt (at ``path``: ``/robots.txt`` or its redirect target). A 200 carries
+        ``ETag`` and ``Last-Modified`` and answers a matching conditional request with 304, so
+        a crawler can revalidate an expired copy (RFC 9309 §2.4 caching)."""
+        robots = self.robots
+        if robots.status != 200:
+            return Response(robots.status, [("Content-Type", "text/plain")],
+                            f"status {robots.status}\n".encode())
+        etag = self.etag(path, 0)
+        modified = self.last_modified(path, 0)
+        validators = [("ETag", etag), ("Last-Modified", http_date(modified))]
+        if not_modified(headers, etag, modified):
+            return Response(304, validators)
+        return Response(200, [("Content-Type", "text/plain")] + validators, robots.render())
 
     def respond(self, page: Page, target: str, headers: dict[str, str]) -> Response:
         """Turn a :class:`Page` into a :class:`Response`, answering conditional requests."""

@@ -28,6 +28,8 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
                arg_max_null(robots_status, robots_fetched_at) AS robots_status,
                max(robots_fetched_at) AS robots_fetched_at,
                arg_max_null(robots_body, robots_fetched_at) AS robots_body,
+               arg_max_null(robots_etag, robots_fetched_at) AS robots_etag,
+               arg_max_null(robots_last_modified, robots_fetched_at) AS robots_last_modified,
                arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s,
                arg_max_null(robots_good_status, robots_good_fetched_at) AS robots_good_status,
                max(robots_good_fetched_at) AS robots_good_fetched_at,

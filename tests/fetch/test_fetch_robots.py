@@ -1,6 +1,6 @@
 """robots.txt as the fetcher applies it (RFC 9309), judged by what the server saw: status
-classes, a redirected robots.txt, Crawl-delay, a BOM, the 24 h cache, errors asked again
-soon, and the 30-day way out of an outage. Spacing across two cycles is checked here too.
+classes, a redirected robots.txt, Crawl-delay, a BOM, the 24 h cache and its revalidation
+by conditional GET, errors asked again soon, and the 30-day way out of an outage. Spacing across two cycles is checked here too.
 
 Two fetches of hand-made segments run back to back on one store; the second reads the
 host state the first wrote (a fetched, not yet updated segment counts, as in production).
@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from cycles import schema
+from cycles import clock, schema
 from cycles.store import Store, new_id, utcnow
 from cycles.testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
@@ -191,3 +192,105 @@ def test_hostdb_merge_keeps_the_newest_robots_answer_even_when_it_is_an_error(st
     assert state["robots_status"] is None and state["robots_body"] is None
     assert state["robots_fetched_at"] == new and state["robots_errors_since"] == new
     assert state["robots_good_status"] == 200 and state["robots_good_body"] == body
+
+
+def expire_robots_cache(web, monkeypatch, config) -> float:
+    """Move the crawler's clock and the web's virtual clock past the robots.txt cache lifetime."""
+    offset = config.fetch.robots_cache_s + 3600.0
+    monkeypatch.setenv(clock.OFFSET_ENV, repr(offset))
+    web.set_clock(offset=offset)
+    return offset
+
+
+def hostdb_state(store: Store, host: str) -> dict:
+    """The host DB after update's merge of every segment so far (the only source left)."""
+    from cycles.config import Config
+    from cycles.fetch.hoststate import load_host_state
+    from cycles.update.hostdb import merge_hostdb
+
+    for segment in store.segments():
+        merge_hostdb(store, Config(), segment)
+        store.write_marker(segment, "updated", {"segment": segment})
+    return load_host_state(store, {host})[host]
+
+
+def test_an_expired_robots_txt_is_revalidated_with_a_conditional_get(tmp_path, monkeypatch):
+    """RFC 9309 §2.4 caching: a day later the copy is asked about with its validators; the
+    304 keeps its rules (the disallowed path is still not requested) and makes it fresh."""
+    host = "robots-disallow.web.test"
+    with TestWeb(hosts=0, pages=2, page_bytes=2000, special=True, max_seconds=120) as web:
+        store = Store(tmp_path / "data")
+        config = fast_config(web)
+        _, res1 = fetch(store, config, [web.url("robots-disallow", "/")])
+        before = hostdb_state(store, host)
+        offset = expire_robots_cache(web, monkeypatch, config)
+        urls = [web.url("robots-disallow", p) for p in ("/p/0.html", "/private/a.html")]
+        segment, res2 = fetch(store, config, urls)
+        requests = web.requests()
+        after = hostdb_state(store, host)
+    robots = [r for r in host_requests(requests, host) if r["path"] == "/robots.txt"]
+    assert [r["status"] for r in robots] == [200, 304]
+    assert robots[0]["if_none_match"] is None and robots[0]["if_modified_since"] is None
+    assert before["robots_etag"] and before["robots_last_modified"]
+    assert robots[1]["if_none_match"] == before["robots_etag"]
+    assert robots[1]["if_modified_since"] == before["robots_last_modified"]
+    assert res1.counters["robots/not_modified"] == 0 and res2.counters["robots/not_modified"] == 1
+    assert "/private/a.html" not in paths(requests, host)
+    rows = results(store, segment)
+    assert rows[urls[0]]["outcome"] == "ok" and rows[urls[1]]["outcome"] == "robots_denied"
+    # The host DB: same copy, fetched-at moved by the day that passed, validators kept.
+    moved = (after["robots_fetched_at"] - before["robots_fetched_at"]).total_seconds()
+    assert moved >= offset
+    assert after["robots_body"] == before["robots_body"] and after["robots_status"] == 200
+    assert after["robots_etag"] == before["robots_etag"]
+    assert after["robots_good_fetched_at"] == after["robots_fetched_at"]
+    assert_polite(requests)
+
+
+def test_a_changed_robots_txt_answers_200_and_replaces_the_expired_copy(tmp_path):
+    """The stored copy (disallowing /p/) no longer matches the server's: its 200 replaces it."""
+    host = "robots-disallow.web.test"
+    stale = utcnow() - dt.timedelta(hours=25)
+    old_body = b"User-agent: *\nDisallow: /p/\n"
+    with TestWeb(hosts=0, pages=2, page_bytes=2000, special=True, max_seconds=60) as web:
+        store = Store(tmp_path / "data")
+        seed_host_state(store, host, robots_status=200, robots_body=old_body, robots_fetched_at=stale,
+                        robots_etag='"old"', robots_good_status=200, robots_good_body=old_body,
+                        robots_good_fetched_at=stale)
+        urls = [web.url("robots-disallow", p) for p in ("/p/0.html", "/private/a.html")]
+        segment, result = fetch(store, fast_config(web), urls)
+        requests = web.requests()
+        state = hostdb_state(store, host)
+    robots = [r for r in host_requests(requests, host) if r["path"] == "/robots.txt"]
+    assert [(r["status"], r["if_none_match"]) for r in robots] == [(200, '"old"')]
+    assert result.counters["robots/revalidate"] == 1 and result.counters["robots/not_modified"] == 0
+    rows = results(store, segment)
+    assert rows[urls[0]]["outcome"] == "ok" and rows[urls[1]]["outcome"] == "robots_denied"
+    assert state["robots_body"] == b"User-agent: *\nDisallow: /private/\n"
+    assert state["robots_etag"] not in (None, '"old"') and state["robots_fetched_at"] > stale
+
+
+def test_a_robots_txt_without_validators_is_fetched_again_unconditionally(tmp_path):
+    host = "robots-disallow.web.test"
+    stale = utcnow() - dt.timedelta(hours=25)
+    with TestWeb(hosts=0, pages=2, page_bytes=2000, special=True, max_seconds=60) as web:
+        store = Store(tmp_path / "data")
+        seed_host_state(store, host, robots_status=200, robots_body=b"User-agent: *\nDisallow:\n",
+                        robots_fetched_at=stale)
+        _, result = fetch(store, fast_config(web), [web.url("robots-disallow", "/")])
+        requests = web.requests()
+    robots = [r for r in host_requests(requests, host) if r["path"] == "/robots.txt"]
+    assert [(r["status"], r["if_none_match"], r["if_modified_since"]) for r in robots] == [(200, None, None)]
+    assert result.counters["robots/revalidate"] == 0
+
+
+def test_host_files_written_before_the_validator_columns_are_read_with_them_null(tmp_path):
+    from cycles.fetch.hoststate import read_host_file
+
+    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified")])
+    path = tmp_path / "hosts.parquet"
+    row = {name: None for name in old_schema.names}
+    row.update(host="h.test", robots_status=200, robots_body=b"User-agent: *\n")
+    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), path)
+    [state] = read_host_file(path).to_pylist()
+    assert state["robots_status"] == 200 and state["robots_etag"] is None and state["robots_last_modified"] is None
