@@ -284,6 +284,8 @@ def _ends_in_number(host: str) -> bool:
             return False
         parts.pop()
     last = parts[-1]
+    if not last or last[0] not in "0123456789":
+        return False  # every IPv4 number (decimal, 0x-hex, 0-octal) starts with an ASCII digit
     if last.isascii() and last.isdigit():
         return True  # even if not a valid number ("09"): then the host is invalid
     return _ipv4_number(last) is not None
@@ -713,16 +715,17 @@ class UrlFilter:
             return FilterReason.UNPARSEABLE
         if len(url) > self.max_length:
             return FilterReason.TOO_LONG
-        segments = path.split("/")[1:]
-        last = segments[-1] if segments else ""  # "" for "/dir/": a page, not a file
+        # The path is "" or starts with "/": its segments are what follows each "/"
+        # (counted and sliced rather than split: this runs once per outlink).
+        last = path[path.rfind("/") + 1:]  # "" for "/dir/": a page, not a file
         dot = last.rfind(".")
         if dot >= 0 and last[dot + 1:].partition(";")[0].lower() in self.extensions:
             return FilterReason.EXTENSION
-        if segments and segments[-1] == "":
-            segments.pop()  # "/a/b/" has two segments, not three
-        if len(segments) > self.max_depth:
+        depth = path.count("/") - (1 if path and not last else 0)  # "/a/b/" has two segments, not three
+        if depth > self.max_depth:
             return FilterReason.TOO_DEEP
-        if len(segments) > self.max_repeats:
+        if depth > self.max_repeats:
+            segments = path.split("/")[1:depth + 1]
             counts: dict[str, int] = {}
             for segment in segments:
                 counts[segment] = counts.get(segment, 0) + 1

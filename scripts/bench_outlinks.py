@@ -1,0 +1,180 @@
+"""Benchmark of outlink preparation (normalise, filter, dedupe; issue #5).
+
+Usage::
+
+    .venv/bin/python scripts/bench_outlinks.py [--links 1M] [--db-size 10M] [--impl new,old]
+        [--processes N] [--chunk-rows 100000] [--file /tmp/bench-outlinks.parquet]
+
+Builds (once, cached in ``--file``) a synthetic segment's outlinks shaped like those of
+``scripts/bench_scale.py`` (same host and path generators): half links to known URLs of a
+crawl DB of ``--db-size`` URLs on ``min(1M, size/10)`` hosts, half to new pages of known
+hosts (70 %) and of new hosts (30 %); 1 % ``mailto:``, 2 % images, 5 % fragments, 3 %
+tracking parameters, 2 % upper-case hosts, 3 % nofollow; depth 1-6. Then runs each
+implementation in a fresh process and prints wall seconds, CPU seconds (the process and
+its children: the pool workers) and peak RSS (the parent's own VmHWM, and the largest
+worker's), and checks that both give the same table and counters.
+
+- ``old``: ``cycles.update.update.prepare_outlinks`` (one Python loop);
+- ``new``: ``cycles.update.outlinks.prepare_outlinks`` (a process pool over chunks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def own_peak_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import bench_scale as bs  # the same host_of / path_of / scheme_of macros
+
+    con = bs.connect(2, "2GB", Path("/tmp/bench-outlinks-spill"))
+    rng = np.random.default_rng(seed)
+    n_hosts = min(1_000_000, db_size // 10)
+    counts = bs.host_sizes(db_size, n_hosts, rng)
+    offsets = np.cumsum(counts) - counts
+    half = n_links // 2
+    g = rng.integers(0, db_size, half)
+    k_hid = np.searchsorted(offsets, g, side="right") - 1
+    k_j = g - offsets[k_hid]
+    n_new = n_links - half
+    on_known = rng.random(n_new) < 0.7
+    g2 = rng.integers(0, db_size, n_new)
+    n_hid = np.where(on_known, np.searchsorted(offsets, g2, side="right") - 1,
+                     n_hosts + rng.integers(0, max(1, n_hosts // 10), n_new))
+    base = np.where(on_known, counts[np.minimum(n_hid, n_hosts - 1)], 0)
+    span = np.where(on_known, np.maximum(2, counts[np.minimum(n_hid, n_hosts - 1)] // 4), 20)
+    n_j = base + (rng.random(n_new) * span).astype(np.int64)
+    src = rng.integers(0, n_hosts, n_links)
+    links = pa.table({
+        "src": pa.array(src), "hid": pa.array(np.concatenate([k_hid, n_hid]).astype(np.int64)),
+        "j": pa.array(np.concatenate([k_j, n_j]).astype(np.int64)),
+        "noise": pa.array(rng.random(n_links)),
+        "sdepth": pa.array(rng.integers(0, 6, n_links).astype(np.int16)),
+    })
+    con.register("links", links)
+    table = con.sql("""
+        SELECT scheme_of(src) || host_of(src) || '/' AS from_url,
+            CASE WHEN noise < 0.01 THEN 'mailto:info@' || host_of(hid)
+                 WHEN noise < 0.03 THEN scheme_of(hid) || host_of(hid) || '/images/' || w(hash(hid, j, 60)) || '-' || j::VARCHAR || '.jpg'
+                 WHEN noise < 0.08 THEN u || '#' || w(hash(hid, j, 61))
+                 WHEN noise < 0.11 THEN u || CASE WHEN contains(u, '?') THEN '&' ELSE '?' END || 'utm_source=newsletter'
+                 WHEN noise < 0.13 THEN scheme_of(hid) || upper(host_of(hid)) || path_of(hid, j)
+                 ELSE u END AS url,
+            w(hash(hid, j, 62)) || ' ' || w(hash(hid, j, 63)) AS anchor,
+            noise > 0.97 AS nofollow,
+            (sdepth + 1)::SMALLINT AS depth
+        FROM (SELECT *, scheme_of(hid) || host_of(hid) || path_of(hid, j) AS u FROM links)
+        ORDER BY from_url""").to_arrow_table()
+    from cycles import schema
+
+    pq.write_table(table.cast(schema.OUTLINKS), path, compression="zstd")
+
+
+def child(args) -> None:
+    """Run one implementation on the cached outlinks; print a RESULT line."""
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+
+    from cycles.config import Config
+
+    if args.child == "old":
+        from cycles.update.update import prepare_outlinks
+    else:
+        from cycles.update.outlinks import prepare_outlinks
+    config = Config()
+    if args.processes:
+        config.db.duckdb_threads = args.processes
+    if args.chunk_rows:
+        import cycles.update.outlinks as mod
+        mod.CHUNK_ROWS = args.chunk_rows
+    links = pq.read_table(args.file)
+    rss_before = own_peak_rss()
+    counters: Counter = Counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = prepare_outlinks(links, config, counters)
+    seconds, own_cpu = time.perf_counter() - t0, time.process_time() - c0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    digest = out.sort_by([("url", "ascending")])
+    import hashlib
+
+    h = hashlib.sha256()
+    for col in digest.columns:
+        h.update(str(col.to_pylist()).encode())
+    print("RESULT " + json.dumps({
+        "impl": args.child, "links": links.num_rows, "rows": out.num_rows, "seconds": round(seconds, 2),
+        "cpu_s": round(own_cpu + kids.ru_utime + kids.ru_stime, 2), "parent_cpu_s": round(own_cpu, 2),
+        "peak_rss_mb": round(own_peak_rss() / 2**20), "rss_after_read_mb": round(rss_before / 2**20),
+        "worker_peak_rss_mb": round(kids.ru_maxrss / 1024),
+        "counters": dict(sorted(counters.items())), "digest": h.hexdigest()[:16]}), flush=True)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper()
+    mult = {"K": 1_000, "M": 1_000_000}.get(text[-1:], 1)
+    return int(float(text.rstrip("KM")) * mult)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--links", default="1M")
+    p.add_argument("--db-size", default="10M")
+    p.add_argument("--impl", default="old,new")
+    p.add_argument("--processes", type=int, default=0, help="pool size (default: db.duckdb_threads)")
+    p.add_argument("--chunk-rows", type=int, default=0)
+    p.add_argument("--file", default="/tmp/bench-outlinks.parquet")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+    path = Path(args.file)
+    if not path.exists():
+        t0 = time.perf_counter()
+        build(path, parse_size(args.links), parse_size(args.db_size))
+        print(f"built {path} in {time.perf_counter() - t0:.1f}s", flush=True)
+    results = []
+    for impl in args.impl.split(","):
+        cmd = [sys.executable, __file__, "--child", impl, "--file", str(path)]
+        if args.processes:
+            cmd += ["--processes", str(args.processes)]
+        if args.chunk_rows:
+            cmd += ["--chunk-rows", str(args.chunk_rows)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            print(out.stderr, file=sys.stderr)
+            raise SystemExit(f"{impl} failed")
+        r = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+        results.append(r)
+        print(f"{impl:4} {r['links']:,} links -> {r['rows']:,} URLs: {r['seconds']:.2f} s wall, "
+              f"{r['cpu_s']:.2f} CPU-s ({r['parent_cpu_s']:.2f} in the parent), peak RSS {r['peak_rss_mb']} MB "
+              f"(after reading the input {r['rss_after_read_mb']} MB; largest worker {r['worker_peak_rss_mb']} MB), "
+              f"digest {r['digest']}", flush=True)
+    if len(results) > 1:
+        same = all(r["digest"] == results[0]["digest"] and r["counters"] == results[0]["counters"] for r in results)
+        print("same table and counters" if same else "DIFFERENT results: " + json.dumps(
+            [r["counters"] for r in results]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
