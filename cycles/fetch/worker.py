@@ -18,13 +18,17 @@ is asked again after ``fetch.robots_error_cache_s`` (not kept for a day), and af
 ``fetch.robots_unreachable_fallback_s`` of unbroken errors the last good copy is obeyed,
 or everything allowed if there is none (§2.3.1.4).
 
-Page redirects are not followed inline: a 3xx is recorded (outcome ``redirect``, target in
-``redirect_to``) and its target becomes a URL of its own, fetched in a later cycle through
-its host's slot. Each hop is thus one fetched row, a loop costs one request per URL per
-refetch interval (update adds a target only if the crawl DB does not know it), and a
-chain is bounded by ``update.max_depth``. A redirect to the URL itself is a loop: recorded,
-target dropped. (Following inline would need update to accept results for URLs new to the
-crawl DB; without it every hop target would be fetched twice.)
+Page redirects are followed inline, hop by hop through the frontier: a 3xx is recorded
+(outcome ``redirect``, target in ``redirect_to``, and the target written as an outlink), and
+when this worker owns the target's host (``host_hash % partitions`` is our partition) the
+target, normalised and passing the URL filters, is queued at the front of its host's queue,
+carrying the chain so far. It then waits its host's delay and robots.txt like any URL, and
+gets its own fetched row (update adds it to the crawl DB if new). Not followed: a target
+already in the chain (a loop: the hop's row says ``redirect loop``), a hop past
+``fetch.max_redirects`` (``too many redirects``), a URL already listed or followed in this
+partition (it has, or will have, its own row), a host of another partition or one set aside
+(fetched in a later cycle, as the outlink). A redirect to the URL itself is recorded, its
+target dropped.
 
 Politeness survives crashes: each partition holds a lock file while it runs, a resumed
 partition waits a full delay before asking any host again, and a pool worker dies with the
@@ -62,6 +66,7 @@ from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, robots_red
 from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body, resolve_entries
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
+from cycles.urls import Normalizer, UrlFilter, host_hash, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -116,6 +121,14 @@ class PartitionFetcher:
         """In a pool worker: the pid of the process that started us (checked every loop)."""
         self.progress_path = progress_dir(store, segment) / f"part-{partition:05d}.json"
         self._last_progress = 0.0
+        self.partitions = 1
+        """How many partitions generate made: a host is ours when host_hash % partitions == partition."""
+        self.listed_urls: set[str] = set()
+        """URLs of the fetch list and redirect targets followed: each gets one row, so a
+        redirect to one of them is not followed again."""
+        self.normalizer = Normalizer(config.urls)
+        self.url_filter = UrlFilter(config.urls)
+        self._resumed_run = False
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -124,6 +137,9 @@ class PartitionFetcher:
         resumed = (self.resumed or bool(done)
                    or self.store.exists(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet"))
         self.stats["fetch/resumed_skipped"] += len(done)
+        self.partitions = self._partition_count()
+        self.listed_urls = {i["url"] for i in items}
+        self._resumed_run = resumed
         items = [i for i in items if i["url"] not in done]
         bloom = None
         if self.fc.outlink_bloom_fp > 0:
@@ -142,6 +158,12 @@ class PartitionFetcher:
         for slot in self.frontier.slots.values():
             self.frontier.schedule(slot)
         self._size_connection_cache(len(self.frontier.slots))
+
+    def _partition_count(self) -> int:
+        """Partitions of the segment, from generate's marker (else its fetch list files)."""
+        marker = self.store.read_json(self.seg_dir / "_GENERATED")
+        listed = len(self.store.list(self.seg_dir / "fetchlist", "part-*.parquet"))
+        return max(1, int(marker.get("partitions") or listed))
 
     def _size_connection_cache(self, hosts: int) -> None:
         """Keep one idle connection per host between its requests.
@@ -403,7 +425,8 @@ class PartitionFetcher:
                 return
             if urlsplit(target).netloc.lower() != urlsplit(item["url"]).netloc.lower():
                 self.stats["fetch/redirect_cross_host"] += 1
-            self.output.add(self._row(item, O.REDIRECT, redirect_to=target, **common),
+            error = self._follow_redirect(slot, item, target)
+            self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error=error, **common),
                             [self._link(item, target, "", False)])
         elif status in (404, 410):
             self.output.add(self._row(item, O.GONE, **common), [])
@@ -412,6 +435,57 @@ class PartitionFetcher:
             self.output.add(self._row(item, O.SERVER_ERROR, error=f"HTTP {status}", **common), [])
         else:
             self.output.add(self._row(item, O.CLIENT_ERROR, error=f"HTTP {status}", **common), [])
+
+    # --- redirects ----------------------------------------------------------------------
+    def _follow_redirect(self, slot: HostSlot, item: dict, target: str) -> str | None:
+        """Queue a redirect's target for this cycle if this worker may fetch it (module doc).
+
+        Returns the error to record on the redirect's row: None, ``redirect loop`` or
+        ``too many redirects``."""
+        url = self.normalizer.normalize(target)
+        if url is None or self.url_filter.reason(url):
+            self.stats["fetch/redirect_filtered"] += 1  # update would drop it too
+            return None
+        chain = item.get("redirect_chain") or (item["url"],)
+        if url in chain:
+            self.stats["fetch/redirect_loop"] += 1
+            return "redirect loop"
+        if len(chain) > self.fc.max_redirects:  # this would be hop max_redirects + 1
+            self.stats["fetch/redirect_too_many"] += 1
+            return "too many redirects"
+        if url in self.listed_urls:
+            self.stats["fetch/redirect_already_listed"] += 1
+            return None
+        host = url_host(url)
+        if host_hash(host) % self.partitions != self.partition:
+            # Another worker owns the host (and its politeness): a later cycle fetches it.
+            self.stats["fetch/redirect_other_partition"] += 1
+            return None
+        target_slot = self._redirect_slot(host, url)
+        if target_slot.set_aside:
+            self.stats["fetch/redirect_host_set_aside"] += 1
+            return None
+        self.listed_urls.add(url)
+        # At the front: the chain keeps the priority of the URL that started it.
+        target_slot.queue.appendleft({
+            "url": url, "host": host, "host_hash": host_hash(host), "score": item.get("score"),
+            "depth": min(int(item["depth"]) + 1, 32767), "etag": None, "last_modified": None,
+            "redirect_chain": chain + (url,)})
+        if target_slot is not slot:  # the finishing slot is rescheduled by _finish
+            self.frontier.schedule(target_slot)
+        self.stats["fetch/redirect_followed"] += 1
+        return None
+
+    def _redirect_slot(self, host: str, first_url: str) -> HostSlot:
+        """The host's slot; a host not in the fetch list gets one set up as load() would
+        (its state read from the host DB: spacing across cycles and robots.txt hold)."""
+        slot = self.frontier.slots.get(host)
+        if slot is None:
+            self.stats["fetch/redirect_new_host"] += 1
+            slot = self.frontier.slot(host)
+            state = load_host_state(self.store, {host}, self.segment).get(host)
+            self._init_slot(slot, first_url, state, time.monotonic(), time.time(), self._resumed_run)
+        return slot
 
     def _link(self, item: dict, url: str, anchor: str, nofollow: bool) -> dict:
         return {"from_url": item["url"], "url": url, "anchor": anchor, "nofollow": nofollow,

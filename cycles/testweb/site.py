@@ -859,6 +859,33 @@ class OddHost(SmallHost):
                                 body=self._broken_body())
         for t in broken_targets:
             pages[t] = small(t, "reached through broken markup", [link("/")])
+        pages.update(self._redirect_chains())
+        return pages
+
+    CHAIN_LENGTHS = (3, 7)
+    """``/chain/{n}/0`` redirects to ``/chain/{n}/1`` ... to ``/chain/{n}/{n}``, a page: a
+    chain of ``n`` redirects. Like ``/elsewhere/...`` not linked from any page (the web's
+    oracle and the crawl tests stay as they were); fetch tests list them directly."""
+
+    def _redirect_chains(self) -> dict[str, Page]:
+        """The unlinked redirect targets: same-host chains, and ``/elsewhere/{short}`` to
+        ``/p/0.html`` of every other special host (``/elsewhere/robots-disallow/private``
+        to its disallowed ``/private/a.html``)."""
+        pages = {}
+        for n in self.CHAIN_LENGTHS:
+            for k in range(n):
+                pages[f"/chain/{n}/{k}"] = Page(status=301, location=self.url(f"/chain/{n}/{k + 1}"),
+                                                validators=False)
+            pages[f"/chain/{n}/{n}"] = self.article(f"/chain/{n}/{n}", f"end of a chain of {n}",
+                                                    [self.link("/")])
+        for short in SPECIAL_HOSTS:
+            if short != "odd":
+                other = special_name(short)
+                pages[f"/elsewhere/{short}"] = Page(status=301, location=self.web.url(other, "/p/0.html"),
+                                                    validators=False)
+        pages["/elsewhere/robots-disallow/private"] = Page(
+            status=301, location=self.web.url(special_name("robots-disallow"), "/private/a.html"),
+            validators=False)
         return pages
 
     def _latin1_body(self) -> bytes:
