@@ -144,6 +144,23 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
 
 
 @app.command()
+def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New number of host-hash buckets "
+                                         "(see README: Choosing the bucket count).")) -> None:
+    """Rewrite the crawl DB split into a new number of host-hash buckets (atomic swap).
+
+    Example: crawl rebucket --buckets 64
+    """
+    from cycles.rebucket import rebucket as do_rebucket
+
+    result = run(do_rebucket, state.store, state.config, buckets)
+    if not result.changed:
+        typer.echo(f"rebucket: {result.reason}")
+        return
+    typer.echo(f"rebucketed crawl DB: {result.rows} URLs from {result.old_buckets} to {result.buckets} buckets "
+               f"(version {result.old_version} -> {result.version})")
+
+
+@app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """URL counts by status, hosts and segments, read with DuckDB.
 

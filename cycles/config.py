@@ -34,7 +34,10 @@ class DbConfig:
     buckets: int = 8
     """Number of host-hash buckets the crawl DB is split into (one Parquet file each).
     A host always lives in one bucket, so generate and update work bucket by bucket
-    with bounded memory. Changing it needs a rebucket of the crawl DB."""
+    with bounded memory: choose about 1.6 M URLs per bucket per 4 GB of
+    ``duckdb_memory_limit``, at least 8 (README, "Choosing the bucket count"). Used
+    when the crawl DB is created; afterwards the count in ``crawldb/CURRENT`` rules, and
+    ``crawl rebucket --buckets N`` changes it."""
 
     keep_versions: int = 2
     """How many crawl DB versions to keep on disk (the current one included)."""
