@@ -18,11 +18,12 @@ complete. The same holds on S3.
 
 from __future__ import annotations
 
+import hashlib
 import io
-import zlib
 import os
 import socket
 import time
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,6 +62,19 @@ def columns_to_table(rows: list[dict], table_schema: pa.Schema) -> pa.Table:
     fetched row (more than parsing the page's links), this ~7 µs."""
     return pa.Table.from_pydict({name: [row[name] for row in rows] for name in table_schema.names},
                                 schema=table_schema)
+
+
+_BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]  # 10 bits -> 2 characters
+_BASE32_SHIFTS = range(150, -1, -10)
+
+
+def sha1_label(digest: bytes) -> str:
+    """``sha1:`` and the base32 of a 20-byte SHA-1 digest, as WARC digests are written:
+    ``"sha1:" + base64.b32encode(digest)``, which is pure Python in 3.11 and took ~10 µs a
+    digest (three digests a page); 160 bits are 16 table lookups of 10 bits, no padding."""
+    bits = int.from_bytes(digest, "big")
+    return "sha1:" + "".join([_BASE32_PAIRS[(bits >> shift) & 1023] for shift in _BASE32_SHIFTS])
 
 
 class PartitionOutput:
@@ -121,22 +135,42 @@ class PartitionOutput:
     def write_response(self, url: str, ip: str | None, request_headers: list[tuple[str, str]],
                        request_line: str, status_line: str, response_headers: list[tuple[str, str]],
                        raw_body: bytes, fetched_at: str) -> tuple[str, int, int]:
-        """Append a request/response pair; return (file, offset, length) of the response record."""
+        """Append a request/response pair; return (file, offset, length) of the response record.
+
+        The records are warcio's, with their digests computed here and handed to warcio:
+        its own path spools the request's empty payload to a temporary file, reads the body
+        through a Python loop per digest and base32-encodes in Python; ours hashes the body
+        with one call per digest and cost ~0.15 ms less per 30 KB page (scripts/bench_parse.py).
+        """
         writer = self._open_warc()
         common = {"WARC-Date": fetched_at}
         if ip:
             common["WARC-IP-Address"] = ip
-        http_headers = StatusAndHeaders(status_line.split(" ", 1)[1] if " " in status_line else status_line,
-                                        response_headers, protocol=status_line.split(" ", 1)[0])
-        response = writer.create_warc_record(url, "response", payload=io.BytesIO(raw_body),
-                                             http_headers=http_headers, warc_headers_dict=dict(common))
-        request = writer.create_warc_record(
-            url, "request", payload=io.BytesIO(b""),
-            http_headers=StatusAndHeaders(request_line, request_headers, is_http_request=True),
-            warc_headers_dict={**common, "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID")})
+        protocol, _, status = status_line.partition(" ")
+        http_headers = StatusAndHeaders(status or protocol, response_headers, protocol=protocol)
+        response = self._record(writer, url, "response", http_headers, raw_body, common)
+        request = self._record(
+            writer, url, "request", StatusAndHeaders(request_line, request_headers, is_http_request=True),
+            b"", {**common, "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID")})
         offset, length = self._append(response)
         self._append(request)
         return f"warc/{chunk_name(self.partition, self.chunk)}.warc.gz", offset, length
+
+    @staticmethod
+    def _record(writer: WARCWriter, url: str, record_type: str, http_headers: StatusAndHeaders,
+                payload: bytes, warc_headers: dict[str, str]):
+        """A warcio record of an HTTP message with its digests (ISO 28500 §5.8, §5.9): the
+        block is the HTTP header block and the payload, the payload is the entity body as
+        received (content-coded, as warcio's own writer digests it)."""
+        http_headers.compute_headers_buffer(writer.header_filter)
+        block = hashlib.sha1(http_headers.headers_buff)
+        block.update(payload)
+        warc_headers["WARC-Payload-Digest"] = sha1_label(hashlib.sha1(payload).digest())
+        warc_headers["WARC-Block-Digest"] = sha1_label(block.digest())
+        # length given: warcio neither spools the payload nor digests it again.
+        return writer.create_warc_record(url, record_type, payload=io.BytesIO(payload),
+                                         length=len(payload), http_headers=http_headers,
+                                         warc_headers_dict=warc_headers)
 
     # --- rows -------------------------------------------------------------------------
     def add(self, row: dict, links: list[dict]) -> None:

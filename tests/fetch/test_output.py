@@ -1,0 +1,94 @@
+"""The WARC records of cycles.fetch.output: what warcio's own writer would write (digests
+included), one gzip member per record at the recorded offset, accepted by ``warcio check``."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from cycles.fetch.output import PartitionOutput, sha1_label
+from cycles.store import Store
+
+URL = "http://h1.web.test/p/3.html?a=1"
+BODY = b"<html><head><title>T</title></head><body>" + b"<p>words and more words</p>\n" * 900 + b"</body></html>"
+RESPONSE_HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(BODY))),
+                    ("ETag", '"abc"')]
+REQUEST_HEADERS = [("Host", "h1.web.test"), ("User-Agent", "crawlbot/1.0"), ("Accept-Encoding", "gzip, deflate")]
+REQUEST_LINE = "GET /p/3.html?a=1 HTTP/1.1"
+DATE = "2024-03-01T12:00:00.123456Z"
+
+
+@pytest.fixture
+def written(tmp_path):
+    store = Store(tmp_path / "data")
+    output = PartitionOutput(store, "seg", store.path("segments") / "seg", 0, 1, "crawlbot/1.0", gzip_level=1)
+    places = [output.write_response(URL, "10.0.0.1", REQUEST_HEADERS, REQUEST_LINE, "HTTP/1.1 200 OK",
+                                    RESPONSE_HEADERS, body, DATE) for body in (BODY, b"")]
+    output._warc_fh.close()
+    return output._warc_tmp, places
+
+
+def _reference_records() -> list:
+    """The same pair as warcio's own writer makes it (it computes the digests itself)."""
+    buffer = io.BytesIO()
+    writer = WARCWriter(buffer, gzip=False, warc_version="1.1")
+    common = {"WARC-Date": DATE, "WARC-IP-Address": "10.0.0.1"}
+    response = writer.create_warc_record(
+        URL, "response", payload=io.BytesIO(BODY), warc_headers_dict=dict(common),
+        http_headers=StatusAndHeaders("200 OK", RESPONSE_HEADERS, protocol="HTTP/1.1"))
+    request = writer.create_warc_record(
+        URL, "request", payload=io.BytesIO(b""), warc_headers_dict=dict(common),
+        http_headers=StatusAndHeaders(REQUEST_LINE, REQUEST_HEADERS, is_http_request=True))
+    writer.write_record(response)
+    writer.write_record(request)
+    buffer.seek(0)
+    return [(r.rec_headers.headers, r.content_stream().read()) for r in ArchiveIterator(buffer)]
+
+
+def test_sha1_label_is_base32_of_the_digest():
+    for size in range(200):
+        digest = hashlib.sha1(os.urandom(size)).digest()
+        assert sha1_label(digest) == "sha1:" + base64.b32encode(digest).decode()
+
+
+def test_records_carry_what_warcio_would_write(written):
+    path, _ = written
+    with open(path, "rb") as fh:
+        records = [(r.rec_type, r.rec_headers.headers, r.content_stream().read()) for r in ArchiveIterator(fh)]
+    assert [kind for kind, _, _ in records] == ["warcinfo", "response", "request", "response", "request"]
+    ignored = {"WARC-Record-ID", "WARC-Concurrent-To"}
+    for (_, headers, content), (ref_headers, ref_content) in zip(records[1:3], _reference_records()):
+        assert content == ref_content
+        assert sorted(h for h in headers if h[0] not in ignored) == sorted(h for h in ref_headers if h[0] not in ignored)
+    response, request = dict(records[1][1]), dict(records[2][1])
+    assert request["WARC-Concurrent-To"] == response["WARC-Record-ID"]
+
+
+def test_each_record_is_one_gzip_member_at_its_offset(written):
+    path, places = written
+    data = path.read_bytes()
+    for (_, offset, length), body in zip(places, (BODY, b"")):
+        member = gzip.decompress(data[offset:offset + length])
+        assert member.startswith(b"WARC/1.1\r\n") and member.endswith(body + b"\r\n\r\n")
+        record = next(iter(ArchiveIterator(io.BytesIO(data[offset:offset + length]))))
+        assert record.rec_type == "response" and record.content_stream().read() == body
+
+
+def test_warcio_check_accepts_the_file(written):
+    path, _ = written
+    warcio = os.path.join(os.path.dirname(sys.executable), "warcio")
+    named = path.with_name("out.warc.gz")
+    path.rename(named)
+    done = subprocess.run([warcio, "check", "-v", str(named)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "digest pass" in done.stdout, done.stdout
