@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the crawl DB lost lease_until / lease_segment (leases live in the segments' fetch
+lists, cycles/leases.py) and gained pattern_hash. cycles/crawldb.py upgrades a version-1
+crawl DB as it reads it."""
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -74,6 +77,8 @@ CRAWLDB = _schema("crawldb", [
     _field("url", pa.string(), "Normalised URL (cycles.urls.normalize_url); the primary key", False),
     _field("host", pa.string(), "Lower-case host name of url", False),
     _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); bucket = host_hash % db.buckets", False),
+    _field("pattern_hash", pa.uint64(), "Hash of the URL's pattern (digit and hex runs and query values "
+           "masked: cycles.crawldb.url_pattern_sql); the URLs a trap generates share it", False),
     _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
            "robots_denied, error, dead, duplicate, near_duplicate, skipped", False),
     _field("first_seen", TS, "When the URL was first added", False),
@@ -93,8 +98,6 @@ CRAWLDB = _schema("crawldb", [
     _field("last_modified", pa.string(), "Last-Modified of the last 2xx, sent back as If-Modified-Since"),
     _field("score", pa.float32(), "Priority; higher is fetched first", False),
     _field("depth", pa.int16(), "Link hops from a seed (seeds are 0)", False),
-    _field("lease_until", TS, "Leased to a segment until then; null when free"),
-    _field("lease_segment", pa.string(), "Segment id holding the lease"),
     _field("redirect_to", pa.string(), "Target of the last redirect (normalised)"),
     _field("duplicate_of", pa.string(), "Canonical URL whose content this page duplicates"),
     _field("error", pa.string(), "Reason of the last failure, for operators"),

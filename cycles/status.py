@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import duckdb
 
+from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError
+from cycles.leases import leased_urls_sql
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
 
@@ -23,8 +25,9 @@ from cycles.store import Store
 def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
     con = connect(store, config)
     register_empty(con)
-    _, files = current_bucket_files(store)
-    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {crawldb_source_sql(files, con, store)}")
+    manifest, files = current_bucket_files(store)
+    source = crawldb_source_sql(files, con, store, manifest.schema_version if manifest else schema.SCHEMA_VERSION)
+    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {source}")
     manifest = store.manifest("hostdb")
     host_files = store.version_files("hostdb", manifest) if manifest else []
     if host_files:
@@ -46,9 +49,9 @@ def crawl_status(store: Store, config: Config) -> dict:
         raise CrawlError(f"no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
     con = open_views(store, config)
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
-    total, hosts, due, leased = con.execute("""
-        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()),
-               count(*) FILTER (WHERE lease_until > now()) FROM crawldb""").fetchall()[0]
+    total, hosts, due = con.execute("""
+        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()) FROM crawldb""").fetchall()[0]
+    leased = con.execute(f"SELECT count(*) FROM {leased_urls_sql(store, con, clock.now())}").fetchall()[0][0]
     segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
     dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
                                GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())

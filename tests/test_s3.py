@@ -31,6 +31,7 @@ from cycles.crawldb import current_bucket_files
 from cycles.errors import LockedError, StoreError
 from cycles.generate.generate import generate
 from cycles.inject import inject
+from cycles.leases import live_lease_files
 from cycles.pages import read_feed
 from cycles.status import crawl_status, run_sql
 from cycles.store import S3Lock, Store, utcnow
@@ -167,7 +168,7 @@ def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
     fetchlist = s3_store.read_tables(s3_store.list(s3_store.segment_dir(generated.segment) / "fetchlist",
                                                    "part-*.parquet"), schema.FETCHLIST)
     assert sorted(fetchlist["url"].to_pylist()) == sorted(URLS)
-    assert all(r["lease_segment"] == generated.segment for r in crawldb_rows(s3_store).values())
+    assert len(live_lease_files(s3_store, utcnow())) == config.generate.partitions  # the fetch lists lease
 
     links = [{"from_url": "http://a.example/", "url": "http://a.example/new", "anchor": "n", "nofollow": False,
               "depth": 1},
@@ -179,7 +180,7 @@ def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
     rows = crawldb_rows(s3_store)
     assert rows["http://a.example/new"]["status"] == "unfetched"
     assert {rows[u]["status"] for u in URLS[:3]} == {"fetched"} and rows[URLS[3]]["status"] == "unfetched"
-    assert all(r["lease_segment"] is None for r in rows.values())
+    assert live_lease_files(s3_store, utcnow()) == []
     assert s3_store.segment_state(generated.segment) == "updated"
     assert update_segment(s3_store, config, generated.segment).applied is False  # idempotent
     assert s3_store.manifest("hostdb") is not None
@@ -320,7 +321,7 @@ def test_killed_update_leaves_the_old_crawldb_intact(where, request, config, tmp
     assert result.applied
     rows = crawldb_rows(store)
     assert {rows[u]["status"] for u in URLS[:2]} == {"fetched"}
-    assert all(r["lease_segment"] is None for r in rows.values())
+    assert live_lease_files(store, utcnow()) == []
     # ... and so does the next cycle's generate.
     assert generate(store, config).reason in ("", "no URL is due")
 

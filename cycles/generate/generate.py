@@ -7,10 +7,9 @@ the highest priority comes first (score raised by how overdue the URL is), at mo
 of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
 written to ``segments/<id>/fetchlist/part-NNNNN.parquet`` with partition
 ``host_hash % generate.partitions`` — so every host is in exactly one partition and is
-fetched by exactly one process — ordered by host, then score. The crawl DB is then
-replaced by a version in which the chosen URLs carry a lease until ``now + lease_s``;
-an update of the segment releases it, and if the segment is never updated the URLs
-become due again when the lease runs out.
+fetched by exactly one process — ordered by host, then score. The fetch list is the
+lease (cycles/leases.py): until the segment is updated or ``now + lease_s`` passes, its
+URLs are not generated again. Generate only reads the crawl DB; it never rewrites it.
 """
 
 from __future__ import annotations
@@ -23,10 +22,11 @@ import pyarrow.compute as pc
 
 from cycles import clock, schema
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, replace_crawldb, url_pattern_sql
+from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files
 from cycles.errors import StageError
+from cycles.leases import leased_urls_sql
 from cycles.pages import feed_lag
-from cycles.store import Store, new_id, utcnow
+from cycles.store import Store, new_id
 
 
 @dataclass
@@ -44,8 +44,11 @@ PRIORITY_SQL = "score * (1 + least(4, epoch($now - next_fetch) / greatest(fetch_
 (at most 5×): a page twice past its due time outranks an equally scored page due now."""
 
 
-def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
-    """The due URLs to fetch next, best first, capped per host and in total."""
+def select_due(con, source: str, leased: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
+    """The due URLs to fetch next, best first, capped per host and in total.
+
+    ``leased``: SQL source of the URLs leased to live segments (cycles/leases.py).
+    """
     return con.sql(f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified
         FROM (
@@ -54,10 +57,10 @@ def select_due(con, source: str, config: Config, now: dt.datetime, top_n: int) -
                 -- Only the columns needed: the windows would otherwise carry whole rows.
                 SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch,
                        {PRIORITY_SQL} AS priority,
-                       row_number() OVER (PARTITION BY host, {url_pattern_sql('url')}
+                       row_number() OVER (PARTITION BY host, pattern_hash
                                           ORDER BY {PRIORITY_SQL} DESC, next_fetch, url) AS pattern_rank
                 FROM {source}
-                WHERE next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)
+                WHERE next_fetch <= $now AND url NOT IN (SELECT url FROM {leased})
             )
             WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
         )
@@ -105,26 +108,18 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
         con = connect(store, config)
-        selected = select_due(con, crawldb_source_sql(files, con, store), config, now, top_n)
+        source = crawldb_source_sql(files, con, store, manifest.schema_version)
+        selected = select_due(con, source, leased_urls_sql(store, con, now), config, now, top_n)
         if selected.num_rows == 0:
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         segment = new_id(now)
         write_fetchlists(store, segment, selected, partitions, con)
         lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
-
-        lease_sql = f"TIMESTAMPTZ '{lease_until.isoformat()}'"
-
-        def lease_bucket(con, old: str, bucket: int) -> str:
-            return f"""
-                SELECT db.* REPLACE (
-                    CASE WHEN s.url IS NULL THEN db.lease_until ELSE {lease_sql} END AS lease_until,
-                    CASE WHEN s.url IS NULL THEN db.lease_segment ELSE '{segment}' END AS lease_segment)
-                FROM {old} db LEFT JOIN selected s ON db.url = s.url"""
-
-        replace_crawldb(store, config, lease_bucket, who="generate", con=con)
-    hosts = pc.count_distinct(selected["host"]).as_py()
-    store.write_marker(segment, "generated", {
-        "segment": segment, "generated_at": now.isoformat(), "urls": selected.num_rows,
-        "hosts": hosts, "partitions": partitions, "lease_until": lease_until.isoformat(),
-        "crawldb_version": manifest.version})
+        # The marker makes the fetch list a lease: written last, under the lock, so a
+        # generate running next sees either no segment or a complete, leased one.
+        hosts = pc.count_distinct(selected["host"]).as_py()
+        store.write_marker(segment, "generated", {
+            "segment": segment, "generated_at": now.isoformat(), "urls": selected.num_rows,
+            "hosts": hosts, "partitions": partitions, "lease_until": lease_until.isoformat(),
+            "crawldb_version": manifest.version})
     return GenerateResult(segment, selected.num_rows, hosts, partitions)

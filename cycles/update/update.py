@@ -9,7 +9,9 @@ atomically (see cycles/crawldb.py). The rules:
 - outlinks are normalised and filtered (cycles/urls.py; every drop counted by reason),
   nofollow links dropped, deduplicated, and only URLs the crawl DB does not hold are
   added (anti-join) — the crawl DB is the exact seen-set, so no URL gets two rows;
-- the segment's leases are released, fetched or not;
+- the segment's leases end with its ``_UPDATED`` marker (cycles/leases.py), fetched or not;
+- a fetch result for a URL the crawl DB does not hold yet (a redirect target followed
+  inline) adds that URL, with the result applied;
 - the segment's host state (last request time, robots.txt) is merged into the host DB.
 
 Update is idempotent: the manifest lists the segments already applied, and applying one
@@ -29,7 +31,7 @@ import pyarrow.compute as pc
 from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
-                            replace_crawldb, url_pattern_sql)
+                            pattern_hash_sql, replace_crawldb)
 from cycles.errors import StageError
 from cycles.store import Store
 from cycles.update.dedup import find_duplicates
@@ -106,7 +108,7 @@ def news_like_sql(config: Config) -> str:
     return "(" + " OR ".join(terms) + ")" if terms else "false"
 
 
-def transition_sql(config: Config, segment: str) -> str:
+def transition_sql(config: Config) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
 
     The transitions (f.outcome → new status, next fetch):
@@ -120,8 +122,8 @@ def transition_sql(config: Config, segment: str) -> str:
       not_html, too_large → skipped, refetched after update.max_interval_s
       server_error, network_error, parse_error → error with retries + 1, exponential
                       retry; after update.max_retries in a row → dead (dead letter)
-      deferred or no result → status kept, due again after update.deferred_retry_s
-    Every row leased to this segment has its lease released.
+      deferred              → status kept, due again after update.deferred_retry_s
+      no result             → unchanged (it was due when generated, so it is due again)
     """
     u = config.update
     fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
@@ -162,8 +164,7 @@ def transition_sql(config: Config, segment: str) -> str:
             coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END) AS first_fetched,
             coalesce(f.fetched_at, db.last_fetched) AS last_fetched,
             CASE
-                WHEN f.outcome IS NULL THEN
-                    CASE WHEN db.lease_segment = '{segment}' THEN least(db.next_fetch, $now) ELSE db.next_fetch END
+                WHEN f.outcome IS NULL THEN db.next_fetch
                 WHEN f.outcome = 'deferred' THEN $now + to_seconds({u.deferred_retry_s})
                 WHEN {seen_ok} THEN f.fetched_at + to_seconds(({interval})::BIGINT)
                 WHEN f.outcome = 'redirect' THEN f.fetched_at + to_seconds({u.default_interval_s})
@@ -183,8 +184,6 @@ def transition_sql(config: Config, segment: str) -> str:
             CASE WHEN {ok} THEN f.simhash ELSE db.simhash END AS simhash,
             CASE WHEN {ok} THEN f.etag ELSE db.etag END AS etag,
             CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END AS last_modified,
-            CASE WHEN db.lease_segment = '{segment}' THEN NULL ELSE db.lease_until END AS lease_until,
-            CASE WHEN db.lease_segment = '{segment}' THEN NULL ELSE db.lease_segment END AS lease_segment,
             CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END AS redirect_to,
             CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END AS error
         )"""
@@ -198,9 +197,9 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
     """
     u = config.update
     return f"""
-        WITH n AS (SELECT *, {url_pattern_sql('url')} AS pattern FROM {new}),
+        WITH n AS (SELECT *, {pattern_hash_sql('url')} AS pattern FROM {new}),
         hosts AS (SELECT o.host, count(*) AS have FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY o.host),
-        patterns AS (SELECT o.host, {url_pattern_sql('o.url')} AS pattern, count(*) AS have
+        patterns AS (SELECT o.host, o.pattern_hash AS pattern, count(*) AS have
                      FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY ALL),
         ranked AS (
             SELECT n.*, coalesce(h.have, 0) + row_number() OVER (PARTITION BY n.host ORDER BY n.depth, n.url) AS host_rank,
@@ -210,6 +209,55 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
         SELECT * EXCLUDE (pattern), pattern_rank > {int(u.max_urls_per_pattern)} AS over_pattern,
                host_rank > {int(u.max_urls_per_host)} AS over_host
         FROM ranked"""
+
+
+def load_fetch_results(con, store: Store, seg_dir, config: Config, counters: Counter) -> int:
+    """Load the segment's fetch results into DuckDB table ``fetched_all``; returns their number.
+
+    Read by DuckDB straight from the Parquet files (a Python copy of 10 M results held
+    gigabytes). Each row gets its host's hash; a result for a URL that is not in the fetch
+    list (a redirect target followed inline) gets its URL normalised like an outlink, and
+    is dropped when the URL filters reject it.
+    """
+    files = store.list(seg_dir / "fetched", "part-*.parquet")
+    columns = ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
+               "redirect_to", "error", "content_hash", "simhash"]
+    source = store.duckdb_source(con, files) if files else "empty_fetched"
+    if not files:
+        con.register("empty_fetched", schema.FETCHED.empty_table())
+    listed = store.list(seg_dir / "fetchlist", "part-*.parquet")
+    fetchlist = store.duckdb_source(con, listed) if listed else "(SELECT NULL::VARCHAR AS url WHERE false)"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE fetched_raw AS
+        SELECT {", ".join(columns)}, url IN (SELECT url FROM {fetchlist}) AS listed FROM {source}""")
+    extra = [u for (u,) in con.execute("SELECT DISTINCT url FROM fetched_raw WHERE NOT listed").fetchall()]
+    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
+    renamed = []
+    for url in extra:
+        norm = normalizer.normalize(url)
+        if norm is None or url_filter.reason(norm):
+            counters["update/followed_target_rejected"] += 1
+            continue
+        renamed.append((url, norm))
+    con.register("renamed", pa.table({"raw": pa.array([r for r, _ in renamed], pa.string()),
+                                      "url": pa.array([n for _, n in renamed], pa.string()),
+                                      "host": pa.array([url_host(n) for _, n in renamed], pa.string())}))
+    hosts = [h for (h,) in con.execute("SELECT DISTINCT host FROM fetched_raw WHERE listed").fetchall()]
+    hosts = sorted(set(hosts) | {url_host(n) for _, n in renamed})
+    con.register("host_hashes", pa.table({"host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts)}))
+    con.execute("""CREATE OR REPLACE TEMP TABLE fetched_all AS
+        SELECT f.* EXCLUDE (listed), h.host_hash
+        FROM (SELECT * FROM fetched_raw WHERE listed
+              UNION ALL BY NAME
+              -- the last result per normalised target (two spellings may name one URL)
+              SELECT f.* REPLACE (r.url AS url, r.host AS host)
+              FROM fetched_raw f JOIN renamed r ON f.url = r.raw
+              WHERE NOT f.listed AND r.url NOT IN (SELECT url FROM fetched_raw WHERE listed)
+              QUALIFY row_number() OVER (PARTITION BY r.url ORDER BY f.fetched_at DESC NULLS LAST) = 1) f
+        JOIN host_hashes h USING (host)""")
+    con.execute("DROP TABLE fetched_raw")
+    total = con.execute("SELECT count(*) FROM fetched_all").fetchall()[0][0]
+    counters["update/results"] += total
+    return total
 
 
 def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
@@ -250,15 +298,13 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
+            if state != "updated":  # a crash between the swap and the marker: finish the job
+                store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat()})
             return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
-        fetched = read_segment_table(seg_dir / "fetched", schema.FETCHED, [
-            "url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified", "redirect_to",
-            "error", "content_hash", "simhash"], store)
-        counters["update/results"] += fetched.num_rows
-        fetched = fetched.append_column("host_hash", host_hashes(fetched["host"].to_pylist()))
         con = connect(store, config)
+        results = load_fetch_results(con, store, seg_dir, config, counters)
         pages = stored_pages(seg_dir, store, con)
-        db_source = crawldb_source_sql(files, con, store)
+        db_source = crawldb_source_sql(files, con, store, manifest.schema_version)
         dedup = find_duplicates(con, db_source, pages, config, counters)
         changed = feed_candidates(con, db_source, pages, dedup)
         # Outlinks of an exact copy were already followed from its canonical page.
@@ -269,8 +315,12 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         counters["outlinks/from_duplicates"] += pc.sum(from_copy).as_py() or 0
         links = prepare_outlinks(raw_links.filter(pc.invert(from_copy)), config, counters)
         buckets = manifest.buckets
-        con.register("fetched_all", fetched)
-        con.register("links_all", links)
+        con.register("links_arrow", links)
+        # Held by DuckDB (within its memory limit, spilling past it), not as Python objects.
+        con.execute("CREATE OR REPLACE TEMP TABLE links_all AS SELECT * FROM links_arrow")
+        con.unregister("links_arrow")
+        links_rows = links.num_rows
+        del links, raw_links
         con.register("marks", dedup.marks)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
@@ -282,7 +332,14 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         def build_bucket(con, old: str, bucket: int) -> str:
             in_bucket = f"{bucket_of('host_hash', buckets)} = {bucket}"
             con.execute(f"""CREATE OR REPLACE TEMP TABLE candidates AS
-                {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) WHERE {bucket_of('l.host_hash', buckets)} = {bucket})", old, config)}""")
+                {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url) WHERE {bucket_of('l.host_hash', buckets)} = {bucket})", old, config)}""")
+            # Results for URLs the crawl DB does not hold (redirect targets followed inline)
+            # become rows of their own; their score and depth come from the redirect's link.
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE fetched_new AS
+                SELECT f.url, f.host, f.host_hash, coalesce(l.score, 0.1) AS score,
+                       coalesce(l.depth, {int(config.update.max_depth)}) AS depth
+                FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)
+                WHERE {bucket_of('f.host_hash', buckets)} = {bucket}""")
             over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
                 count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
                 FROM candidates""").fetchall()[0]
@@ -296,8 +353,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                          WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
                     CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
                 FROM (
-                    SELECT {transition_sql(config, segment)}, f.outcome AS f_outcome
-                    FROM {old} db LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
+                    SELECT {transition_sql(config)}, f.outcome AS f_outcome
+                    FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
+                    LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
                     UNION ALL BY NAME
                     SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
                 ) n
@@ -309,11 +367,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         batch = write_feed_batch(store, segment, seg_dir, changed, counters)
     counters["outlinks/new"] += added.pop("new")
     counters.update(added)
-    counters["outlinks/known"] += links.num_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
+    counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     store.write_json(seg_dir / "stats" / "update.json", dict(sorted(counters.items())))
     if dedup.mirrors:
         store.write_json(seg_dir / "stats" / "mirrors.json", dedup.mirrors)
     store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat(),
-                                            "new_urls": counters["outlinks/new"], "results": fetched.num_rows,
+                                            "new_urls": counters["outlinks/new"], "results": results,
                                             "feed_batch": batch})
     return UpdateResult(segment, True, counters)

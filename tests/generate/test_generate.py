@@ -10,6 +10,7 @@ import pytest
 
 from cycles.config import Config
 from cycles.crawldb import current_bucket_files
+from cycles.leases import live_lease_files
 from cycles.errors import StageError, StoreError
 from cycles.generate.generate import generate
 from cycles.inject import inject
@@ -69,15 +70,26 @@ def test_leased_urls_are_not_generated_again_until_the_lease_expires(store, conf
     assert again.urls == len(urls)
 
 
-def test_lease_is_recorded_in_the_crawl_db(store, config, tmp_path):
+def test_lease_is_the_fetch_list_and_generate_leaves_the_crawl_db_alone(store, config, tmp_path):
     seed(store, config, tmp_path, hosts=1, per_host=3)
+    version = store.manifest().version
     segment = generate(store, config).segment
-    _, files = current_bucket_files(store)
-    leases = duckdb.connect().sql(
-        f"SELECT DISTINCT lease_segment FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").fetchall()
-    assert leases == [(segment,)]
+    assert store.manifest().version == version  # no rewrite of the crawl DB to lease
+    assert sorted(map(str, live_lease_files(store, utcnow()))) == sorted(
+        map(str, store.list(store.segment_dir(segment) / "fetchlist", "part-*.parquet")))
+    assert live_lease_files(store, utcnow() + dt.timedelta(seconds=config.generate.lease_s + 1)) == []
 
 
+def test_an_updated_segment_releases_its_lease(store, config, tmp_path):
+    from cycles.update.update import update_segment
+    from tests.update.test_transitions import fetch_result
+
+    urls = seed(store, config, tmp_path, hosts=1, per_host=2)
+    segment = generate(store, config).segment
+    fetch_result(store, segment, [])  # fetched, no result: the URLs stay due
+    update_segment(store, config, segment)
+    assert live_lease_files(store, utcnow()) == []
+    assert generate(store, config).urls == len(urls)
 def test_best_score_first(store, config, tmp_path):
     from cycles.crawldb import replace_crawldb
 

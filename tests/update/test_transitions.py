@@ -91,7 +91,6 @@ def test_outcome_sets_status_and_next_fetch(store, config, tmp_path, outcome, ex
     row = cycle_once(store, config, tmp_path, {"outcome": outcome, **extra})
     assert row["status"] == status
     assert seconds_until(row) == pytest.approx(next_in_s, abs=5)
-    assert row["lease_until"] is None and row["lease_segment"] is None
 
 
 def test_ok_records_validators_hashes_and_counts(store, config, tmp_path):
@@ -209,7 +208,7 @@ def test_url_without_result_is_released_and_due(store, config, tmp_path):
     fetch_result(store, segment, [{"url": URL, "outcome": "gone", "http_status": 404, "fetched_at": utcnow()}])
     update_segment(store, config, segment)
     other = rows(store)["http://h.example/other"]
-    assert other["status"] == "unfetched" and other["lease_until"] is None
+    assert other["status"] == "unfetched"
     assert other["next_fetch"] <= utcnow()
 
 
