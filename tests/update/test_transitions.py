@@ -1,21 +1,23 @@
 """Update as a transition matrix: old row × fetch outcome → new status and next fetch.
 
-Each case injects a URL, generates a segment (which leases it), writes the fetch result a
+Each case injects a URL, generates a segment (its fetch list leases it), writes the fetch result a
 fetcher would have written into the segment's ``fetched/`` folder, and runs update.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.crawldb import current_bucket_files, pattern_hash_sql
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store, utcnow
@@ -233,3 +235,55 @@ def test_update_is_idempotent(store, config, tmp_path):
     manifest = store.manifest()
     again = update_segment(store, config, row["_segment"])
     assert not again.applied and store.manifest() == manifest
+
+
+def test_result_for_a_url_not_in_the_crawl_db_adds_it_normalised(store, config, tmp_path):
+    """A redirect target the fetcher followed inline has a result but no row yet."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(URL + "\n")
+    inject(store, config, seeds)
+    segment = generate(store, config).segment
+    now = utcnow()
+    fetch_result(store, segment, [
+        {"url": URL, "outcome": "redirect", "http_status": 301, "fetched_at": now,
+         "redirect_to": "HTTP://H.EXAMPLE:80/target#top"},
+        {"url": "HTTP://H.EXAMPLE:80/target#top", "outcome": "ok", "http_status": 200, "fetched_at": now,
+         "content_hash": "b" * 32, "simhash": 7},
+        {"url": "http://h.example/picture.jpg", "outcome": "not_html", "http_status": 200, "fetched_at": now},
+    ], links=[{"from_url": URL, "url": "HTTP://H.EXAMPLE:80/target#top", "anchor": "", "nofollow": False,
+               "depth": 1}])
+    result = update_segment(store, config, segment)
+    table = rows(store)
+    assert set(table) == {URL, "http://h.example/target"}  # one row, normalised; the .jpg filtered
+    target = table["http://h.example/target"]
+    assert target["status"] == "fetched" and target["fetch_count"] == 1 and target["depth"] == 1
+    assert target["content_hash"] == "b" * 32 and target["pattern_hash"] is not None
+    assert table[URL]["status"] == "redirected"
+    assert result.counters["update/followed_target_rejected"] == 1
+    assert result.counters["outlinks/new"] == 0  # the link's URL came in as a fetched row
+
+
+def test_a_crawl_db_of_schema_1_is_read_and_upgraded(store, config, tmp_path):
+    """Crawl DBs written before leases moved to the fetch lists (schema 1) keep working."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(URL + "\nhttp://h.example/2024/05/01\n")
+    inject(store, config, seeds)
+    manifest, files = current_bucket_files(store)
+    con = duckdb.connect()
+    for f in files:  # rewrite every bucket as schema 1 would have it
+        old = con.sql(f"""SELECT * EXCLUDE (pattern_hash), NULL::TIMESTAMPTZ AS lease_until,
+                                 NULL::VARCHAR AS lease_segment FROM read_parquet('{f}')""").to_arrow_table()
+        pq.write_table(old, f)
+    store.install("crawldb", schema_1(manifest), keep=config.db.keep_versions)
+    segment = generate(store, config).segment
+    fetch_result(store, segment, [{"url": URL, "outcome": "gone", "http_status": 404, "fetched_at": utcnow()}])
+    update_segment(store, config, segment)
+    assert store.manifest().schema_version == schema.SCHEMA_VERSION
+    table = rows(store)
+    assert table[URL]["status"] == "gone" and "lease_until" not in table[URL]
+    expected = duckdb.sql(f"SELECT {pattern_hash_sql('$u')}", params={"u": "http://h.example/2024/05/01"}).fetchall()
+    assert table["http://h.example/2024/05/01"]["pattern_hash"] == expected[0][0]
+
+
+def schema_1(manifest):
+    return dataclasses.replace(manifest, schema_version=1)
