@@ -601,16 +601,18 @@ def run_stage(args) -> None:
     started = time.perf_counter()
     if args.stage == "generate":
         from cycles.generate import generate as gen
-        for name in ("select_due", "write_fetchlists", "replace_crawldb", "current_bucket_files"):
-            phases.wrap(gen, name)
+        for name in ("select_due", "write_fetchlists", "replace_crawldb", "current_bucket_files", "leased_urls_sql"):
+            if hasattr(gen, name):  # the code measured may be older or newer than this script
+                phases.wrap(gen, name)
         result = gen.generate(store, config, top_n=args.top_n)
         out = {"segment": result.segment, "urls": result.urls, "hosts": result.hosts}
     else:
         from cycles.update import update as upd
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
                      "current_bucket_files", "stored_pages", "find_duplicates", "feed_candidates",
-                     "write_feed_batch"):
-            phases.wrap(upd, name)
+                     "write_feed_batch", "load_fetch_results"):
+            if hasattr(upd, name):
+                phases.wrap(upd, name)
         original_replace = upd.replace_crawldb
 
         def replace(store_, config_, build_bucket, **kwargs):
