@@ -12,11 +12,17 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from cycles.fetch.fetch import fetch_segment
+from cycles.generate.generate import generate
+from cycles.inject import inject
 from cycles.store import Store
 from cycles.testweb.harness import TestWeb
 from cycles.testweb.site import SPECIAL_HOSTS
+from cycles.update.update import update_segment
 from cycles.urls import host_hash
-from tests.fetch.test_fetch_support import assert_polite, fast_config, fetch, host_requests, paths, results
+from tests.conftest import write_seeds
+from tests.fetch.test_fetch_support import (assert_polite, crawldb_rows, fast_config, fetch, host_requests, paths,
+                                            results)
 
 ODD = "odd.web.test"
 
@@ -104,3 +110,22 @@ def test_a_target_on_a_host_of_another_partition_waits_for_a_later_cycle(web, tm
     assert paths(requests, same) == ["/robots.txt", "/p/0.html"]
     assert rows[web.url(same, "/p/0.html")]["outcome"] == "ok"
     assert_polite(requests, delays={"robots-delay.web.test": 2.0})
+
+
+def test_a_cycle_puts_every_hop_in_the_crawl_db(web, tmp_path):
+    """generate -> fetch -> update: the chain's targets, fetched inline, are crawl DB rows of
+    their own (update inserts a result for a URL it did not know), each hop redirected to the
+    next and the last one fetched."""
+    store = Store(tmp_path / "data")
+    config = fast_config(web)
+    chain = [web.url("odd", f"/chain/3/{k}") for k in range(4)]
+    inject(store, config, write_seeds(tmp_path / "seeds.txt", chain[:1]))
+    segment = generate(store, config).segment
+    before = len(web.requests())
+    fetch_segment(store, config, segment)
+    update_segment(store, config, segment)
+    assert paths(web.requests()[before:], "odd") == ["/robots.txt"] + [f"/chain/3/{k}" for k in range(4)]
+    db = crawldb_rows(store)
+    for k in range(3):
+        assert (db[chain[k]]["status"], db[chain[k]]["redirect_to"]) == ("redirected", chain[k + 1])
+    assert db[chain[3]]["status"] == "fetched" and db[chain[3]]["last_fetched"] is not None
