@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cycles import fingerprint
-from cycles.fingerprint import (collapse_whitespace, content_hash, fingerprints, hamming,
+from cycles.fingerprint import (collapse_other_whitespace, collapse_whitespace, content_hash, fingerprints, hamming,
                                 normalise, simhash64)
 
 _WORDS = ("the of and to a in is that for it as was with be by on not this are or from at "
@@ -183,6 +183,19 @@ def test_collapse_whitespace_equals_split_join(seed):
             "\xa0", "\u2003", "\u3000", "\u2028", "\u200b", "x y"]
     text = "".join(rng.choice(pool) for _ in range(rng.randrange(0, 200)))
     assert collapse_whitespace(text) == " ".join(text.split())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_collapse_other_whitespace_equals_split_join_after_normalize_space(seed):
+    rng = random.Random(seed)
+    pool = ["a", "b", "é", "中", " ", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003", "\u3000",
+            "\u2028", "\u200b", "x y"]
+    if seed % 2:
+        pool = [p for p in pool if p.isascii()]
+    raw = "".join(rng.choice(pool) for _ in range(rng.randrange(0, 200)))
+    text = " ".join(raw.split(" "))  # what XPath normalize-space() leaves: single spaces...
+    text = " ".join(part for part in text.split(" ") if part)  # ... none at either end
+    assert collapse_other_whitespace(text) == " ".join(text.split())
 
 
 def test_thai_letters_are_tokens_and_marks_are_left_out():

@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cycles.fingerprint import collapse_whitespace, fingerprints
+from cycles.fingerprint import collapse_other_whitespace, collapse_whitespace, fingerprints
 
 ANCHOR_MAX_CHARS = 200
 """Anchor texts are cut to this many characters (after collapsing whitespace)."""
@@ -667,5 +667,5 @@ def _visible_text(root: etree._Element) -> str:
     body = root.find("body")
     if body is None:  # a frameset, or only head content
         return ""
-    # normalize-space() collapses ASCII whitespace in C; the rest (NBSP ...) is rare.
-    return collapse_whitespace(_text_of(body))
+    # normalize-space() collapses space, tab, CR and LF in C; the rest (NBSP ...) is rare.
+    return collapse_other_whitespace(_text_of(body))
