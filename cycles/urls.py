@@ -96,6 +96,7 @@ __all__ = [
     "FilterReason",
     "Normalizer",
     "UrlFilter",
+    "canonical_mask",
     "host_hash",
     "host_hashes",
     "normalize_url",
@@ -614,6 +615,35 @@ def normalize_url(url: str, base: Optional[str] = None,
     return _normalizer_for(tuple(drop_params)).normalize(url, base)
 
 
+# --- Already canonical, by the column ------------------------------------------------
+# Most links are written in canonical form already (89 % of the distinct ones in
+# scripts/bench_outlinks.py). This recognises the plainest of them with RE2 over an Arrow
+# column, so the Python normaliser can skip them: http(s), a lower-case ASCII host name of
+# valid labels whose last label cannot be an IPv4 number, no port, no userinfo, a path of
+# characters that are literal in canonical form, and nothing else. No "%" (escapes), no
+# ";" (path parameters may be dropped), no "/." (dot segments), no "xn--" (IDNA checks),
+# no query (sorted and filtered), no fragment, no path-less URL (it gains a "/").
+_CANONICAL_PLAIN = (r"^https?://(?:[a-z0-9_-]{1,63}\.)*[a-z_-][a-z0-9_-]{0,62}"
+                    r"/[A-Za-z0-9\-._~!$&'()*+,=:@/]*$")
+_CANONICAL_HOST_LENGTH = r"^https?://[^/]{1,%d}/" % _MAX_HOST
+# UrlFilter.reasons: the path of a canonical URL, and the extension of its last segment.
+_CANON_PARTS = r"^https?://[^/?#]+(?P<path>(?:/[^/?#]*)*)(?:\?[^#]*)?$"
+_LAST_EXTENSION = r"\.(?P<ext>[^./;]*)[^./]*$"
+
+
+def canonical_mask(urls: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:
+    """True where ``url`` is certainly its own canonical form (``normalize(url) == url``);
+    False means "not known": normalise it. Vectorised (pyarrow RE2), for hot paths that
+    can leave the plain, already-canonical majority of links alone. Nulls give False."""
+    import pyarrow.compute as pc
+
+    plain = pc.and_(pc.match_substring_regex(urls, _CANONICAL_PLAIN),
+                    pc.match_substring_regex(urls, _CANONICAL_HOST_LENGTH))
+    special = pc.or_(pc.match_substring(urls, "/."), pc.match_substring(urls, "xn--"))
+    mask = pc.fill_null(pc.and_(plain, pc.invert(special)), False)
+    return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+
+
 # --- Hosts and hashes ------------------------------------------------------------------------
 _HOST_OF = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?(\[[^\]/?#]*\]|[^:/?#]*)")
 
@@ -739,4 +769,55 @@ class UrlFilter:
             for pattern in (*self.exclude.get(host, ()), *self._any_exclude):
                 if pattern.search(url):
                     return FilterReason.HOST_RULE
+        return None
+
+    def reasons(self, urls: pa.Array | pa.ChunkedArray) -> pa.StringArray:
+        """:meth:`reason` of every URL of a column of *normalised* URLs (null: keep).
+
+        Length, extension and depth are checked by Arrow kernels; only the URLs deep
+        enough to repeat a segment, and every URL when host rules are configured, go
+        through :meth:`reason` one by one. Nulls give ``unparseable``, as in :meth:`reason`.
+        """
+        import pyarrow.compute as pc
+
+        if isinstance(urls, pa.ChunkedArray):
+            urls = urls.combine_chunks()
+        if self.include or self.exclude or len(urls) == 0:
+            return pa.array([self.reason(u) for u in urls.to_pylist()], pa.string())
+        path = pc.struct_field(pc.extract_regex(urls, _CANON_PARTS), "path")
+        last_ext = pc.struct_field(pc.extract_regex(path, _LAST_EXTENSION), "ext")
+        # Segments: one per "/" of the path, less a trailing empty one ("/a/b/" has two).
+        depth = pc.subtract(pc.count_substring(path, "/"),
+                            pc.cast(pc.ends_with(path, "/"), pa.int32()))
+        too_long = pc.greater(pc.utf8_length(urls), self.max_length)
+        extension = pc.fill_null(pc.is_in(pc.utf8_lower(last_ext),
+                                          value_set=pa.array(sorted(self.extensions), pa.string())), False)
+        too_deep = pc.greater(depth, self.max_depth)
+        reasons = pc.case_when(
+            pc.make_struct(too_long, extension, too_deep, field_names=["a", "b", "c"]),
+            FilterReason.TOO_LONG, FilterReason.EXTENSION, FilterReason.TOO_DEEP, pa.scalar(None, pa.string()))
+        # Deep enough to repeat a segment: count the segments of those paths in Python.
+        deep = pc.fill_null(pc.and_(pc.is_null(reasons), pc.greater(depth, self.max_repeats)), False)
+        if pc.any(deep).as_py():
+            repeating = [self._repeats(p) for p in path.filter(deep).to_pylist()]
+            reasons = pc.replace_with_mask(reasons, deep, pa.array(repeating, pa.string()))
+        # Not of the canonical shape (the normaliser did not write it): reason() itself.
+        odd = pc.is_null(depth)
+        if pc.any(odd).as_py():
+            exact = [self.reason(u) for u in urls.filter(odd, null_selection_behavior="emit_null").to_pylist()]
+            reasons = pc.replace_with_mask(reasons, odd, pa.array(exact, pa.string()))
+        return reasons
+
+    def _repeats(self, path: str) -> Optional[str]:
+        """``repeating_segments`` if a segment of ``path`` occurs more than max_segment_repeats times."""
+        segments = path.split("/")[1:]
+        if segments and segments[-1] == "":
+            segments.pop()
+        if self.max_repeats >= 1 and len(set(segments)) == len(segments):
+            return None  # the common case: no segment twice
+        counts: dict[str, int] = {}
+        for segment in segments:
+            counts[segment] = counts.get(segment, 0) + 1
+            if counts[segment] > self.max_repeats:
+                return FilterReason.REPEATING_SEGMENTS
         return None

@@ -41,6 +41,25 @@ def own_peak_rss() -> int:
     return 0
 
 
+def children_peak_rss(stop, peaks: dict) -> None:
+    """Poll this process's children (the pool workers) for their own VmHWM until ``stop``.
+    ru_maxrss of RUSAGE_CHILDREN would be the parent's high-water mark, which a child
+    inherits through fork + exec."""
+    me = os.getpid()
+    while not stop.wait(0.05):
+        try:
+            kids = Path(f"/proc/{me}/task/{me}/children").read_text().split()
+        except OSError:
+            continue
+        for pid in kids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+
+
 def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
     import numpy as np
     import pyarrow as pa
@@ -111,11 +130,18 @@ def child(args) -> None:
         mod.CHUNK_ROWS = args.chunk_rows
     links = pq.read_table(args.file)
     rss_before = own_peak_rss()
+    import threading
+
+    stop, peaks = threading.Event(), {}
+    sampler = threading.Thread(target=children_peak_rss, args=(stop, peaks), daemon=True)
+    sampler.start()
     counters: Counter = Counter()
     t0, c0 = time.perf_counter(), time.process_time()
     out = prepare_outlinks(links, config, counters)
     seconds, own_cpu = time.perf_counter() - t0, time.process_time() - c0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stop.set()
+    sampler.join()
     digest = out.sort_by([("url", "ascending")])
     import hashlib
 
@@ -126,7 +152,7 @@ def child(args) -> None:
         "impl": args.child, "links": links.num_rows, "rows": out.num_rows, "seconds": round(seconds, 2),
         "cpu_s": round(own_cpu + kids.ru_utime + kids.ru_stime, 2), "parent_cpu_s": round(own_cpu, 2),
         "peak_rss_mb": round(own_peak_rss() / 2**20), "rss_after_read_mb": round(rss_before / 2**20),
-        "worker_peak_rss_mb": round(kids.ru_maxrss / 1024),
+        "worker_peak_rss_mb": round(max(peaks.values(), default=0) / 2**20), "workers": len(peaks),
         "counters": dict(sorted(counters.items())), "digest": h.hexdigest()[:16]}), flush=True)
 
 
@@ -168,7 +194,7 @@ def main() -> None:
         results.append(r)
         print(f"{impl:4} {r['links']:,} links -> {r['rows']:,} URLs: {r['seconds']:.2f} s wall, "
               f"{r['cpu_s']:.2f} CPU-s ({r['parent_cpu_s']:.2f} in the parent), peak RSS {r['peak_rss_mb']} MB "
-              f"(after reading the input {r['rss_after_read_mb']} MB; largest worker {r['worker_peak_rss_mb']} MB), "
+              f"(after reading the input {r['rss_after_read_mb']} MB; {r['workers']} workers, largest {r['worker_peak_rss_mb']} MB), "
               f"digest {r['digest']}", flush=True)
     if len(results) > 1:
         same = all(r["digest"] == results[0]["digest"] and r["counters"] == results[0]["counters"] for r in results)

@@ -23,6 +23,7 @@ the single-loop version: ``filter/<reason>`` per distinct raw URL dropped,
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 from collections import Counter
@@ -34,14 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles.config import Config, UrlConfig
-from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason
+from cycles.urls import Normalizer, UrlFilter, canonical_mask, host_hashes, rejection_reason
 
 CHUNK_ROWS = 100_000
 """Distinct raw URLs per task: ~8 MB of Arrow, ~0.4 s of work; small enough to keep every
 worker busy to the end, large enough that a task's overhead (~5 ms) does not count."""
 
 MIN_POOL_ROWS = 2 * CHUNK_ROWS
-"""Fewer distinct URLs than this are done in-process: starting a spawn worker costs
+"""Fewer followed links than this are done in-process: starting a spawn worker costs
 ~0.3 s (interpreter, pyarrow, idna), the time of ~60 K URLs."""
 
 KEPT = pa.schema([("url", pa.string()), ("host", pa.string()), ("host_hash", pa.uint64()),
@@ -82,19 +83,24 @@ def prepare_chunk(chunk, url_config: UrlConfig) -> tuple[pa.Buffer, dict[str, in
     """
     table = _from_ipc(chunk)
     normalizer, url_filter = _normalizer_and_filter(url_config)
-    normalize, reason_of = normalizer.normalize, url_filter.reason
-    raw = table.column("url").to_pylist()
-    normalised = list(map(normalize, raw))
-    reasons = [reason_of(norm) if norm is not None else rejection_reason(url)
-               for url, norm in zip(raw, normalised)]
-    del raw
-    dropped = Counter("filter/" + r for r in reasons if r)
-    if dropped:
-        normalised = [None if r else norm for norm, r in zip(normalised, reasons)]
-    del reasons
+    normalize = normalizer.normalize
+    column = table.column("url")
+    raw = column.to_pylist()
+    # Links already in canonical form (most) skip the normaliser (urls.canonical_mask).
+    normalised = raw.copy()
+    for i in pc.indices_nonzero(pc.invert(canonical_mask(column))).to_numpy().tolist():
+        normalised[i] = normalize(raw[i])
     urls = pa.array(normalised, pa.string())
     del normalised
-    keep = pc.is_valid(urls)
+    reasons = url_filter.reasons(urls)  # Arrow kernels; per URL in Python only where needed
+    rejected = pc.indices_nonzero(pc.is_null(urls))
+    if len(rejected):  # the normaliser said no: other scheme, or unparseable
+        reasons = pc.replace_with_mask(reasons, pc.is_null(urls), pa.array(
+            [rejection_reason(raw[i]) for i in rejected.to_numpy().tolist()], pa.string()))
+    del raw
+    dropped = {"filter/" + row["values"]: row["counts"]
+               for row in pc.value_counts(reasons.drop_null()).to_pylist()}
+    keep = pc.is_null(reasons)
     urls = urls.filter(keep)
     hosts = pc.struct_field(pc.extract_regex(urls, _HOST_RE), "host")
     kept = pa.table([urls, hosts, host_hashes(hosts), table.column("depth").filter(keep)], schema=KEPT)
@@ -111,23 +117,26 @@ def _chunks(distinct: pa.Table, rows: int) -> Iterator[pa.Buffer]:
         yield _to_ipc(distinct.slice(start, rows))
 
 
-def _run_chunks(distinct: pa.Table, url_config: UrlConfig, processes: int, rows: int) -> Iterator[tuple]:
-    """prepare_chunk over every chunk: in-process, or in a spawn pool with at most two
-    chunks per worker in flight (so the queued IPC buffers stay few)."""
-    if processes <= 1 or distinct.num_rows <= rows:
+def _warm_up(url_config: UrlConfig) -> None:
+    """Start a worker's imports and caches while the parent still dedupes."""
+    _normalizer_and_filter(url_config)
+
+
+def _run_chunks(distinct: pa.Table, url_config: UrlConfig, pool: ProcessPoolExecutor | None,
+                processes: int, rows: int) -> Iterator[tuple]:
+    """prepare_chunk over every chunk: in-process (no pool, or one chunk), or in the pool
+    with at most two chunks per worker in flight (so the queued IPC buffers stay few)."""
+    if pool is None or distinct.num_rows <= rows:
         for chunk in _chunks(distinct, rows):
             yield prepare_chunk(chunk, url_config)
         return
-    n_chunks = -(-distinct.num_rows // rows)
-    with ProcessPoolExecutor(max_workers=min(processes, n_chunks),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = []
-        for chunk in _chunks(distinct, rows):
-            pending.append(pool.submit(prepare_chunk, chunk, url_config))
-            if len(pending) >= 2 * processes:
-                yield pending.pop(0).result()
-        for future in pending:
-            yield future.result()
+    pending = []
+    for chunk in _chunks(distinct, rows):
+        pending.append(pool.submit(prepare_chunk, chunk, url_config))
+        if len(pending) >= 2 * processes:
+            yield pending.pop(0).result()
+    for future in pending:
+        yield future.result()
 
 
 def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
@@ -136,27 +145,35 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
 
     ``links`` has the columns url, nofollow and depth (schema.OUTLINKS). ``processes``
     (default :func:`pool_size`) and ``chunk_rows`` (default :data:`CHUNK_ROWS`) size the
-    pool; below :data:`MIN_POOL_ROWS` distinct URLs it runs in-process unless
+    pool; with fewer than :data:`MIN_POOL_ROWS` followed links it runs in-process unless
     ``processes`` is given.
     """
     counters["outlinks/found"] += links.num_rows
     follow = links.select(["url", "nofollow", "depth"]).filter(pc.invert(links["nofollow"]))
     counters["outlinks/nofollow"] += links.num_rows - follow.num_rows
-    con = duckdb.connect()
-    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads or 1))}")
-    con.register("follow", follow)
-    distinct = con.sql("SELECT url, min(depth)::SMALLINT AS depth FROM follow GROUP BY url ORDER BY url"
-                       ).to_arrow_table()
-    con.unregister("follow")
-    del follow
     rows = int(chunk_rows or CHUNK_ROWS)
     if processes is None:
-        processes = pool_size(config) if distinct.num_rows >= MIN_POOL_ROWS else 1
+        processes = pool_size(config) if follow.num_rows >= MIN_POOL_ROWS else 1
+    con = duckdb.connect()
+    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads or 1))}")
+    con.execute("SET enable_progress_bar = false")
     parts: list[pa.Table] = []
-    for kept, dropped in _run_chunks(distinct, config.urls, processes, rows):
-        parts.append(_from_ipc(kept))
-        counters.update(dropped)
-    del distinct
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if processes > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(
+                max_workers=processes, mp_context=multiprocessing.get_context("spawn")))
+            for _ in range(processes):  # workers start (~0.3 s each) while DuckDB dedupes
+                pool.submit(_warm_up, config.urls)
+        con.register("follow", follow)
+        distinct = con.sql("SELECT url, min(depth)::SMALLINT AS depth FROM follow GROUP BY url ORDER BY url"
+                           ).to_arrow_table()
+        con.unregister("follow")
+        del follow
+        for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
+            parts.append(_from_ipc(kept))
+            counters.update(dropped)
+        del distinct
     kept = pa.concat_tables(parts) if parts else KEPT.empty_table()
     del parts
     con.register("kept", kept)
