@@ -260,6 +260,23 @@ def load_fetch_results(con, store: Store, seg_dir, config: Config, counters: Cou
     return total
 
 
+def followed_outlinks(con, store: Store, seg_dir, marks: pa.Table, counters: Counter) -> pa.Table:
+    """The segment's outlinks (url, nofollow, depth), minus those found on exact copies.
+
+    An exact copy's outlinks were already followed from its canonical page. DuckDB reads
+    only these three columns of the files (the anchors stay on disk).
+    """
+    files = store.list(seg_dir / "outlinks", "part-*.parquet")
+    if not files:
+        return schema.OUTLINKS.empty_table().select(["url", "nofollow", "depth"])
+    con.register("copy_marks", marks)
+    copies = "(SELECT url FROM copy_marks WHERE kind = 'duplicate')"
+    source = store.duckdb_source(con, files)
+    counters["outlinks/from_duplicates"] += con.execute(
+        f"SELECT count(*) FROM {source} WHERE from_url IN {copies}").fetchall()[0][0]
+    return con.sql(f"SELECT url, nofollow, depth FROM {source} WHERE from_url NOT IN {copies}").to_arrow_table()
+
+
 def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
     """This segment's stored pages, for dedup: (url, host, content_hash, simhash, text_chars).
 
@@ -308,19 +325,15 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         dedup = find_duplicates(con, db_source, pages, config, counters)
         changed = feed_candidates(con, db_source, pages, dedup)
         # Outlinks of an exact copy were already followed from its canonical page.
-        raw_links = read_segment_table(seg_dir / "outlinks", schema.OUTLINKS, store=store)
-        copies = pa.array([u for u, k in zip(dedup.marks["url"].to_pylist(), dedup.marks["kind"].to_pylist())
-                           if k == "duplicate"], pa.string())
-        from_copy = pc.is_in(raw_links["from_url"], value_set=copies)
-        counters["outlinks/from_duplicates"] += pc.sum(from_copy).as_py() or 0
-        links = prepare_outlinks(raw_links.filter(pc.invert(from_copy)), config, counters)
+        followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
+        links = prepare_outlinks(followed, config, counters)
         buckets = manifest.buckets
         con.register("links_arrow", links)
         # Held by DuckDB (within its memory limit, spilling past it), not as Python objects.
         con.execute("CREATE OR REPLACE TEMP TABLE links_all AS SELECT * FROM links_arrow")
         con.unregister("links_arrow")
         links_rows = links.num_rows
-        del links, raw_links
+        del links, followed
         con.register("marks", dedup.marks)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
