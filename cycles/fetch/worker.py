@@ -138,7 +138,8 @@ class PartitionFetcher:
                    or self.store.exists(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet"))
         self.stats["fetch/resumed_skipped"] += len(done)
         self.partitions = self._partition_count()
-        self.listed_urls = {i["url"] for i in items}
+        # With done: a target an earlier run of this partition followed has its row already.
+        self.listed_urls = {i["url"] for i in items} | done
         self._resumed_run = resumed
         items = [i for i in items if i["url"] not in done]
         bloom = None
