@@ -92,3 +92,18 @@ def test_warcio_check_accepts_the_file(written):
     done = subprocess.run([warcio, "check", "-v", str(named)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "digest pass" in done.stdout, done.stdout
+
+
+def test_a_chunk_is_due_by_buffered_bytes(tmp_path):
+    store = Store(tmp_path / "data")
+    output = PartitionOutput(store, "seg", store.path("segments") / "seg", 0, 1, "crawlbot/1.0",
+                             flush_bytes=100_000)
+    link = {"from_url": URL, "url": URL + "#x", "anchor": "a", "nofollow": False, "depth": 1}
+    for _ in range(3):
+        output.add({"url": URL, "text": "w" * 30_000}, [link])
+        assert not output.due(flush_s=1e9, flush_pages=1_000)
+    output.add({"url": URL, "text": "w" * 30_000}, [link])
+    assert output.due(flush_s=1e9, flush_pages=1_000)
+    output.rows, output.links, output.buffered_bytes = [], [], 0  # as a flush leaves them
+    output.add({"url": URL, "text": None}, [])
+    assert not output.due(flush_s=1e9, flush_pages=1_000) and output.due(flush_s=1e9, flush_pages=1)
