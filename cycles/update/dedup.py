@@ -63,51 +63,30 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
     """
     u = config.update
     con.register("seg_pages", pages)
-    # Stored pages of the crawl DB that could be copies (their last fetch stored content),
-    # with the segment's own URLs taking their new fingerprints.
+    # The segment's pages with their crawl DB facts. The crawl DB's other stored pages are
+    # never materialised: at 100 M URLs they are ~80 M rows, and copying them (as this
+    # did once) made update's largest table.
     con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE known_pages AS
-        SELECT db.url, db.host, coalesce(p.content_hash, db.content_hash) AS content_hash,
-               coalesce(p.simhash, db.simhash) AS simhash, db.score, db.first_seen,
-               p.url IS NOT NULL AS in_segment, coalesce(p.text_chars, {u.simhash_min_chars}) AS text_chars
-        FROM {db_source} db LEFT JOIN seg_pages p ON db.url = p.url
-        WHERE p.url IS NOT NULL
-           OR (db.status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate') AND db.content_hash IS NOT NULL)""")
+        CREATE OR REPLACE TEMP TABLE seg AS
+        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, db.score, db.first_seen
+        FROM seg_pages p JOIN {db_source} db USING (url)""")
+    stored = f"""(SELECT url, host, content_hash, simhash, score, first_seen FROM {db_source}
+                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+                    AND content_hash IS NOT NULL AND url NOT IN (SELECT url FROM seg))"""
     exact = con.sql(f"""
-        WITH touched AS (SELECT DISTINCT content_hash FROM known_pages WHERE in_segment AND content_hash IS NOT NULL),
+        WITH touched AS (SELECT DISTINCT content_hash FROM seg WHERE content_hash IS NOT NULL),
+        members AS (
+            SELECT url, host, content_hash, score, first_seen FROM seg WHERE content_hash IN (SELECT * FROM touched)
+            UNION ALL
+            SELECT url, host, content_hash, score, first_seen FROM {stored} WHERE content_hash IN (SELECT * FROM touched)),
         groups AS (
-            SELECT k.*, first_value(url) OVER (PARTITION BY k.content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
-            FROM known_pages k SEMI JOIN touched t ON k.content_hash = t.content_hash)
+            SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
+            FROM members)
         SELECT url, host, canonical, 'duplicate' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
     counters["dedup/exact"] += exact.num_rows
 
     con.register("exact_marks", exact)
-    masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE near_cand AS
-        SELECT url, host, simhash, score, first_seen, in_segment FROM known_pages
-        WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
-          AND url NOT IN (SELECT url FROM exact_marks)""")
-    con.execute("CREATE OR REPLACE TEMP TABLE near_mine AS SELECT url, simhash FROM near_cand WHERE in_segment")
-    # One small join per block mask: its hash table is built on the segment's pages and the
-    # stored pages stream past it once. (A single join on (mask id, key) over 20 copies of
-    # every stored page spilled tens of GB at 10 M URLs: scripts/bench_scale_parts.py.)
-    per_mask = " UNION ALL ".join(f"""
-            SELECT a.url, b.url AS other FROM near_mine a JOIN near_cand b
-              ON (a.simhash & {m}::UBIGINT) = (b.simhash & {m}::UBIGINT) AND a.url <> b.url
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""" for m in masks)
-    near = con.sql(f"""
-        WITH cand AS (SELECT * FROM near_cand),
-        pairs AS (SELECT DISTINCT url, other FROM ({per_mask})),
-        scored AS (
-            SELECT p.url, p.other, m.host,
-                   row_number() OVER (PARTITION BY p.url ORDER BY o.score DESC, o.first_seen, length(o.url), o.url) AS r
-            FROM pairs p JOIN cand m ON m.url = p.url JOIN cand o ON o.url = p.other
-            -- only the worse page of a pair is marked: the other is better by the canonical order
-            WHERE (o.score > m.score) OR (o.score = m.score AND o.first_seen < m.first_seen)
-               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) < length(m.url))
-               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) = length(m.url) AND o.url < m.url))
-        SELECT url, host, other AS canonical, 'near_duplicate' AS kind FROM scored WHERE r = 1""").to_arrow_table()
+    near = find_near_duplicates(con, stored, u)
     counters["dedup/near"] += near.num_rows
     marks = pa.concat_tables([exact, near.cast(exact.schema)])
 
@@ -127,14 +106,15 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
             FROM {db_source} db
             WHERE status = 'duplicate' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM seg_pages)
             UNION ALL
-            SELECT m.host, k.host FROM marks m JOIN known_pages k ON k.url = m.canonical WHERE m.kind = 'duplicate'),
+            SELECT host, regexp_extract(canonical, '^[a-z]+://([^/:]+)', 1) FROM marks WHERE kind = 'duplicate'),
         directed AS (SELECT host, of_host, count(*) AS n FROM copies WHERE host <> of_host GROUP BY ALL),
         pairs AS (
             SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
                    sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
             FROM directed GROUP BY ALL),
         sizes AS (SELECT host, count(*) AS pages FROM {db_source}
-                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate') GROUP BY host)
+                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+                    AND host IN (SELECT a FROM pairs UNION SELECT b FROM pairs) GROUP BY host)
         SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
                CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
         FROM pairs JOIN sizes sa ON sa.host = pairs.a JOIN sizes sb ON sb.host = pairs.b
@@ -143,3 +123,42 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
     mirrors = dict(mirror_rows)
     counters["dedup/mirror_hosts"] += len(mirrors)
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors)
+
+
+def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.Table:
+    """(url, host, canonical, kind) for the segment's pages (table ``seg``) that are near
+    a better page; ``stored`` is the SQL of the crawl DB's other stored pages.
+
+    Two passes, so that only fingerprints are carried through the joins: the block-mask
+    joins pair each page of the segment with the *fingerprints* within the distance, then
+    the few pages holding those fingerprints are looked up to pick the best one.
+    """
+    eligible = "simhash IS NOT NULL AND simhash <> 0 AND url NOT IN (SELECT url FROM exact_marks)"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
+        SELECT url, simhash FROM seg WHERE {eligible} AND text_chars >= {u.simhash_min_chars}""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE near_hashes AS
+        SELECT simhash FROM near_mine UNION ALL SELECT simhash FROM {stored} WHERE {eligible}""")
+    # One small join per block mask: its hash table is built on the segment's pages and the
+    # stored fingerprints stream past it. (A single join on (mask id, key) over 20 copies of
+    # every stored page spilled tens of GB at 10 M URLs: scripts/bench_scale_parts.py.)
+    per_mask = " UNION ALL ".join(f"""
+            SELECT a.url, b.simhash AS other_hash FROM near_mine a JOIN near_hashes b
+              ON (a.simhash & {m}::UBIGINT) = (b.simhash & {m}::UBIGINT)
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}"""
+                         for m in block_masks(u.simhash_blocks, u.simhash_max_distance))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM ({per_mask})")
+    return con.sql(f"""
+        WITH holders AS (
+            SELECT url, simhash, score, first_seen FROM near_mine JOIN seg USING (url, simhash)
+            UNION ALL
+            SELECT url, simhash, score, first_seen FROM {stored}
+            WHERE {eligible} AND simhash IN (SELECT other_hash FROM near_pairs)),
+        scored AS (
+            SELECT p.url, m.host, o.url AS other,
+                   row_number() OVER (PARTITION BY p.url ORDER BY o.score DESC, o.first_seen, length(o.url), o.url) AS r
+            FROM near_pairs p JOIN seg m ON m.url = p.url JOIN holders o ON o.simhash = p.other_hash AND o.url <> p.url
+            -- only the worse page of a pair is marked: the other is better by the canonical order
+            WHERE (o.score > m.score) OR (o.score = m.score AND o.first_seen < m.first_seen)
+               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) < length(m.url))
+               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) = length(m.url) AND o.url < m.url))
+        SELECT url, host, other AS canonical, 'near_duplicate' AS kind FROM scored WHERE r = 1""").to_arrow_table()
