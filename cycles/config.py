@@ -116,8 +116,10 @@ class FetchConfig:
     """Only this much of a robots.txt is parsed (RFC 9309 §2.5 asks for at least 500 KiB)."""
 
     max_redirects: int = 5
-    """Redirect hops followed for robots.txt (RFC 9309 §2.3.1.2). Page redirects are not
-    followed inline: the target is recorded and becomes a URL of its own."""
+    """Redirect hops followed: for robots.txt (RFC 9309 §2.3.1.2), and for pages inline
+    when the target's host is in this worker's partition (cycles/fetch/worker.py). The hop
+    past it is recorded with error 'too many redirects'; its target stays an outlink for a
+    later cycle."""
 
     max_in_flight: int = 256
     """Transfers in flight in one fetch worker (each to a different host)."""
@@ -167,7 +169,9 @@ class FetchConfig:
     back unfetched, so cron runs end on time."""
 
     robots_cache_s: int = 24 * 3600
-    """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h)."""
+    """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h),
+    measured on the crawl clock (cycles.clock). An older 2xx copy with an ETag or
+    Last-Modified is then revalidated with a conditional GET."""
 
     robots_error_cache_s: int = 3600
     """An *unreachable* robots.txt (5xx, 429, network error, redirect loop) is asked again
