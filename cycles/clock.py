@@ -1,4 +1,4 @@
-"""The crawl's notion of "now" for scheduling data (fetch times, due times, leases).
+"""The crawl's notion of "now" for scheduling data (fetch times, due times, leases, robots.txt cache ages).
 
 It is the real UTC time, unless ``CRAWL_CLOCK_OFFSET_S`` is set in the environment: then
 it is shifted by that many seconds. Simulations and tests use the offset to replay days
