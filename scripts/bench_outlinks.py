@@ -55,7 +55,9 @@ def children_peak_rss(stop, peaks: dict) -> None:
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmHWM:"):
-                        peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]) * 1024)
+                        # The last sample, not the largest: just after fork, before exec,
+                        # a child still shows the parent's high-water mark.
+                        peaks[pid] = int(line.split()[1]) * 1024
             except OSError:
                 pass
 
@@ -194,7 +196,7 @@ def main() -> None:
         results.append(r)
         print(f"{impl:4} {r['links']:,} links -> {r['rows']:,} URLs: {r['seconds']:.2f} s wall, "
               f"{r['cpu_s']:.2f} CPU-s ({r['parent_cpu_s']:.2f} in the parent), peak RSS {r['peak_rss_mb']} MB "
-              f"(after reading the input {r['rss_after_read_mb']} MB; {r['workers']} workers, largest {r['worker_peak_rss_mb']} MB), "
+              f"(after reading the input {r['rss_after_read_mb']} MB; {r['workers']} child processes, largest {r['worker_peak_rss_mb']} MB), "
               f"digest {r['digest']}", flush=True)
     if len(results) > 1:
         same = all(r["digest"] == results[0]["digest"] and r["counters"] == results[0]["counters"] for r in results)

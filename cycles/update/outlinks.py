@@ -5,8 +5,8 @@ The work is per distinct URL and pure Python (cycles/urls.py), about 5 µs a URL
 for us. It is spread over a process pool and kept out of Python objects between steps:
 
 1. DuckDB reduces the followed links to their distinct raw URLs with the smallest depth,
-   sorted by URL — sorted, so that each chunk holds few hosts and the normaliser's host
-   caches hit;
+   ordered by (the hash of) their authority, so that each chunk holds few hosts and the
+   normaliser's host caches hit;
 2. the distinct URLs go, in chunks of :data:`CHUNK_ROWS` as Arrow IPC buffers (a pickled
    Arrow slice would carry its whole parent buffer), to :func:`prepare_chunk` in a
    ``spawn`` pool of ``db.duckdb_threads`` processes (with one process, or a single
@@ -166,8 +166,10 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
             for _ in range(processes):  # workers start (~0.3 s each) while DuckDB dedupes
                 pool.submit(_warm_up, config.urls)
         con.register("follow", follow)
-        distinct = con.sql("SELECT url, min(depth)::SMALLINT AS depth FROM follow GROUP BY url ORDER BY url"
-                           ).to_arrow_table()
+        # Grouped by authority (hashed: half the cost of sorting the URLs), so a chunk holds
+        # few hosts and the normaliser's host caches hit (4.1 vs 4.8 µs a URL unordered).
+        distinct = con.sql("""SELECT url, min(depth)::SMALLINT AS depth FROM follow GROUP BY url
+                              ORDER BY hash(split_part(url, '/', 3))""").to_arrow_table()
         con.unregister("follow")
         del follow
         for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
