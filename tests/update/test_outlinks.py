@@ -151,3 +151,16 @@ def test_result_works_in_duckdb_like_the_old_one():
     con = duckdb.connect()
     con.register("links_all", got)
     assert con.execute("SELECT count(*) = count(DISTINCT url) FROM links_all").fetchall()[0][0]
+
+
+def test_on_a_given_connection_twice():
+    """update passes its own DuckDB connection: nothing is left behind on it."""
+    con = duckdb.connect()
+    config = odd_config()
+    links = links_table(odd_urls())
+    want = reference(links, config, Counter())
+    for _ in range(2):
+        counters = Counter()
+        got = prepare_outlinks(links, config, counters, con=con)
+        assert canonical(got).equals(canonical(want))
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'outlinks_%'").fetchall()[0][0] == 0
