@@ -75,6 +75,9 @@ ROW_GROUP_ROWS = 1 << 20
 """Rows per Parquet row group in streamed writes (crawl DB buckets): large groups compress
 better and cost less CPU; readers still skip by row-group statistics."""
 
+ROW_GROUP_BYTES = 128 << 20
+"""...or fewer, when their Arrow size reaches this (the pages feed, with page texts)."""
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
@@ -352,7 +355,7 @@ class Store:
         def write(sink) -> int:
             rows = 0
             pending: list[pa.RecordBatch] = []
-            pending_rows = 0
+            pending_rows = pending_bytes = 0
             with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
                 def flush() -> None:
                     writer.write_table(pa.Table.from_batches(pending).select(schema.names).cast(schema),
@@ -361,14 +364,17 @@ class Store:
                 # Gather batches into row groups of ~ROW_GROUP_ROWS rows: one row group per
                 # 64 K-row batch cost a quarter more CPU and a tenth more bytes
                 # (scripts/bench_scale_parts.py, 1.3 M-row bucket).
+                # Tables with page texts reach the byte bound first: a million pages would
+                # otherwise sit in memory at once.
                 for batch in batches:
                     if batch.num_rows:
                         pending.append(batch)
                         pending_rows += batch.num_rows
+                        pending_bytes += batch.nbytes
                         rows += batch.num_rows
-                        if pending_rows >= ROW_GROUP_ROWS:
+                        if pending_rows >= ROW_GROUP_ROWS or pending_bytes >= ROW_GROUP_BYTES:
                             flush()
-                            pending_rows = 0
+                            pending_rows = pending_bytes = 0
                 if pending:
                     flush()
             return rows

@@ -30,22 +30,31 @@ def feed_candidates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
           AND p.url NOT IN (SELECT url FROM feed_marks)""").to_arrow_table()
 
 
-def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, counters: Counter) -> str | None:
-    """Write the segment's feed batch; returns its name (None when nothing is new)."""
+def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, counters: Counter,
+                     con: duckdb.DuckDBPyConnection | None = None) -> str | None:
+    """Write the segment's feed batch; returns its name (None when nothing is new).
+
+    Pass update's connection (``con``): its memory limit and spill folder bound the sort.
+    """
     files = store.list(seg_dir / "fetched", "part-*.parquet")
     if not files or changed.num_rows == 0:
         return None
-    con = duckdb.connect()
+    con = con or duckdb.connect()
     con.register("changed", changed)
-    table = con.sql(f"""
+    # Streamed from DuckDB into the file: the batch carries every published page's text.
+    reader = con.sql(f"""
         SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.simhash,
                f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
                '{segment}' AS segment
         FROM {store.duckdb_source(con, files)} f JOIN changed c ON f.url = c.url
         WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)
-        ORDER BY f.host, f.url""").to_arrow_table()
-    counters["feed/noindex"] += changed.num_rows - table.num_rows
-    counters["feed/published"] += table.num_rows
-    counters["feed/changed"] += pc.sum(pc.equal(table["status"], "changed")).as_py() or 0
-    store.write_table(store.path("pages", f"{segment}.parquet"), table, schema.PAGES)
+        ORDER BY f.host, f.url""").to_arrow_reader(16 * 1024)
+
+    def counted(batches):
+        for batch in batches:
+            counters["feed/changed"] += pc.sum(pc.equal(batch["status"], "changed")).as_py() or 0
+            yield batch
+    published = store.write_batches(store.path("pages", f"{segment}.parquet"), counted(reader), schema.PAGES)
+    counters["feed/noindex"] += changed.num_rows - published
+    counters["feed/published"] += published
     return f"{segment}.parquet"

@@ -377,7 +377,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
 
         merge_hostdb(store, config, segment)
         replace_crawldb(store, config, build_bucket, who="update", applied_segment=segment, now=now, con=con)
-        batch = write_feed_batch(store, segment, seg_dir, changed, counters)
+        batch = write_feed_batch(store, segment, seg_dir, changed, counters, con)
     counters["outlinks/new"] += added.pop("new")
     counters.update(added)
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
