@@ -52,6 +52,9 @@ class Transfer:
         self.ended = 0.0
         self.duration_s = 0.0
         self._checked_type = False
+        self._by_name: dict[bytes, bytes] | None = None
+        """Lower-case name -> value of the last header line with that name, built on the
+        first :meth:`header` call after the lines changed (a page asks for ~8 headers)."""
 
     # --- callbacks --------------------------------------------------------------------
     def on_header(self, line: bytes):
@@ -59,11 +62,13 @@ class Transfer:
             # A new response (after 100 Continue, say): forget the previous headers.
             self.status_line = line.rstrip(b"\r\n")
             self.header_lines = []
+            self._by_name = None
             self._checked_type = False
             return None
         if line in (b"\r\n", b"\n"):
             return self._check_headers()
         self.header_lines.append(line.rstrip(b"\r\n"))
+        self._by_name = None
         return None
 
     def _check_headers(self):
@@ -106,11 +111,15 @@ class Transfer:
 
     def header(self, name: str) -> str | None:
         """Value of the last header with this name (case-insensitive), decoded as Latin-1."""
-        prefix = name.lower().encode() + b":"
-        for line in reversed(self.header_lines):
-            if line[: len(prefix)].lower() == prefix:
-                return line[len(prefix):].strip().decode("latin-1")
-        return None
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {}
+            for line in self.header_lines:
+                found, colon, value = line.partition(b":")
+                if colon:
+                    by_name[found.lower()] = value
+        value = by_name.get(name.lower().encode())
+        return value.strip().decode("latin-1") if value is not None else None
 
     def headers_list(self) -> list[tuple[str, str]]:
         out = []
