@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 
 import pyarrow as pa
-from warcio.statusandheaders import StatusAndHeaders
+from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.warcwriter import WARCWriter
 
 from cycles import schema
@@ -95,6 +95,38 @@ def sha1_label(digest: bytes) -> str:
     return "sha1:" + "".join([_BASE32_PAIRS[(bits >> shift) & 1023] for shift in _BASE32_SHIFTS])
 
 
+_make_warc_id = StatusAndHeadersParser.make_warc_id  # "<urn:uuid:...>", as warcio's records have
+
+WARC_CONTENT_TYPES = {"response": "application/http; msgtype=response",
+                      "request": "application/http; msgtype=request"}
+
+
+def _http_record(record_type: str, record_id: str, url: str, extra: list[tuple[str, str]],
+                 http_headers: StatusAndHeaders, payload: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """A WARC/1.1 record of an HTTP message as its parts: WARC header block, HTTP header
+    block, payload, end of record (ISO 28500 §4-5).
+
+    The same record as warcio's WARCWriter writes (tests/fetch/test_output.py compares them,
+    and ``warcio check`` validates the files), without its per-record overhead: it scans
+    its header list for every header it sets (~130 str.lower() calls a page), reads the
+    payload through a Python loop for each digest, spools the request's empty payload to a
+    temporary file and base32-encodes in Python. A page's pair cost ~80 µs besides the gzip
+    through warcio's record builder, ~63 µs so, of which ~35 µs are the two SHA-1 of the body. The digests (§5.8, §5.9) are SHA-1: the block is the HTTP header block and
+    the payload; the payload is the entity body as received (content-coded), as warcio has it.
+    """
+    http_headers.compute_headers_buffer()  # warcio: the header block, non-ASCII %-encoded
+    head = http_headers.headers_buff
+    block = hashlib.sha1(head)
+    block.update(payload)
+    warc_headers = StatusAndHeaders("", [
+        ("WARC-Type", record_type), ("WARC-Record-ID", record_id), ("WARC-Target-URI", url), *extra,
+        ("WARC-Payload-Digest", sha1_label(hashlib.sha1(payload).digest())),
+        ("WARC-Block-Digest", sha1_label(block.digest())),
+        ("Content-Type", WARC_CONTENT_TYPES[record_type]),
+        ("Content-Length", str(len(head) + len(payload)))], protocol="WARC/1.1")
+    return warc_headers.to_bytes(encoding="utf-8"), head, payload, b"\r\n\r\n"
+
+
 class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
@@ -117,39 +149,37 @@ class PartitionOutput:
         """Approximate size of rows and links (see FLUSH_BYTES)."""
         self._warc_tmp: Path | None = None
         self._warc_fh = None
-        self._writer: WARCWriter | None = None
         self.last_flush = time.monotonic()
         if store.local:
             for sub in ("fetched", "outlinks", "warc"):
                 (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     # --- WARC -------------------------------------------------------------------------
-    def _open_warc(self) -> WARCWriter:
-        if self._writer is None:
+    # Records are gzipped here, one member per record (ISO 28500 annex D.2), at
+    # fetch.warc_gzip_level: warcio's own gzip is fixed at level 9, which cost more CPU than
+    # parsing the page (measured by scripts/bench_fetch.py). The warcinfo record is made and
+    # written by warcio's WARCWriter; the request and response records are framed here from
+    # warcio's header blocks (StatusAndHeaders) and record ids, see _http_record.
+
+    def _open_warc(self) -> None:
+        if self._warc_fh is None:
             name = chunk_name(self.partition, self.chunk) + ".warc.gz"
             self._warc_tmp = self.store.staging_file(self.dir / "warc" / name)
             # A 1 MiB buffer: one write(2) per ~80 pages rather than one or two per page.
             self._warc_fh = open(self._warc_tmp, "wb", buffering=WARC_BUFFER_BYTES)
-            # warcio builds each record (headers, block and payload digests) into a buffer;
-            # we gzip it ourselves, one member per record (ISO 28500 annex D.2), at
-            # fetch.warc_gzip_level: warcio's own gzip is fixed at level 9, which cost more
-            # CPU than parsing the page (measured by scripts/bench_fetch.py).
-            self._buffer = io.BytesIO()
-            self._writer = WARCWriter(self._buffer, gzip=False, warc_version="1.1")
-            info = self._writer.create_warcinfo_record(name, {
+            buffer = io.BytesIO()
+            writer = WARCWriter(buffer, gzip=False, warc_version="1.1")
+            writer.write_record(writer.create_warcinfo_record(name, {
                 "software": "crawl/0.1 (cycles)", "format": "WARC File Format 1.1",
                 "conformsTo": "https://iso.org/standard/68004", "isPartOf": self.segment,
-                "hostname": socket.gethostname(), "http-header-user-agent": self.user_agent})
-            self._append(info)
-        return self._writer
+                "hostname": socket.gethostname(), "http-header-user-agent": self.user_agent}))
+            self._append(buffer.getvalue())
 
-    def _append(self, record) -> tuple[int, int]:
-        """Write one record as its own gzip member; returns (offset, length) in the file."""
-        self._buffer.seek(0)
-        self._buffer.truncate()
-        self._writer.write_record(record)
+    def _append(self, *parts: bytes) -> tuple[int, int]:
+        """Write one record, given as consecutive parts, as its own gzip member; returns
+        (offset, length) in the file."""
         packer = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)  # 31: gzip container
-        member = packer.compress(self._buffer.getbuffer()) + packer.flush()
+        member = b"".join([packer.compress(part) for part in parts] + [packer.flush()])
         offset = self._warc_fh.tell()
         self._warc_fh.write(member)
         return offset, len(member)
@@ -157,42 +187,21 @@ class PartitionOutput:
     def write_response(self, url: str, ip: str | None, request_headers: list[tuple[str, str]],
                        request_line: str, status_line: str, response_headers: list[tuple[str, str]],
                        raw_body: bytes, fetched_at: str) -> tuple[str, int, int]:
-        """Append a request/response pair; return (file, offset, length) of the response record.
-
-        The records are warcio's, with their digests computed here and handed to warcio:
-        its own path spools the request's empty payload to a temporary file, reads the body
-        through a Python loop per digest and base32-encodes in Python; ours hashes the body
-        with one call per digest and cost ~0.15 ms less per 30 KB page (scripts/bench_parse.py).
-        """
-        writer = self._open_warc()
-        common = {"WARC-Date": fetched_at}
+        """Append a request/response pair; return (file, offset, length) of the response record."""
+        self._open_warc()
+        common = [("WARC-Date", fetched_at)]
         if ip:
-            common["WARC-IP-Address"] = ip
+            common.append(("WARC-IP-Address", ip))
         protocol, _, status = status_line.partition(" ")
-        http_headers = StatusAndHeaders(status or protocol, response_headers, protocol=protocol)
-        response = self._record(writer, url, "response", http_headers, raw_body, common)
-        request = self._record(
-            writer, url, "request", StatusAndHeaders(request_line, request_headers, is_http_request=True),
-            b"", {**common, "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID")})
-        offset, length = self._append(response)
-        self._append(request)
+        response_id = _make_warc_id()
+        response = _http_record("response", response_id, url, common,
+                                StatusAndHeaders(status or protocol, response_headers, protocol=protocol),
+                                raw_body)
+        request = _http_record("request", _make_warc_id(), url, common + [("WARC-Concurrent-To", response_id)],
+                               StatusAndHeaders(request_line, request_headers, is_http_request=True), b"")
+        offset, length = self._append(*response)
+        self._append(*request)
         return f"warc/{chunk_name(self.partition, self.chunk)}.warc.gz", offset, length
-
-    @staticmethod
-    def _record(writer: WARCWriter, url: str, record_type: str, http_headers: StatusAndHeaders,
-                payload: bytes, warc_headers: dict[str, str]):
-        """A warcio record of an HTTP message with its digests (ISO 28500 §5.8, §5.9): the
-        block is the HTTP header block and the payload, the payload is the entity body as
-        received (content-coded, as warcio's own writer digests it)."""
-        http_headers.compute_headers_buffer(writer.header_filter)
-        block = hashlib.sha1(http_headers.headers_buff)
-        block.update(payload)
-        warc_headers["WARC-Payload-Digest"] = sha1_label(hashlib.sha1(payload).digest())
-        warc_headers["WARC-Block-Digest"] = sha1_label(block.digest())
-        # length given: warcio neither spools the payload nor digests it again.
-        return writer.create_warc_record(url, record_type, payload=io.BytesIO(payload),
-                                         length=len(payload), http_headers=http_headers,
-                                         warc_headers_dict=warc_headers)
 
     # --- rows -------------------------------------------------------------------------
     def add(self, row: dict, links: list[dict]) -> None:
@@ -210,12 +219,12 @@ class PartitionOutput:
         if not self.rows:
             return 0
         name = chunk_name(self.partition, self.chunk)
-        if self._writer is not None:
+        if self._warc_fh is not None:
             self._warc_fh.flush()
             os.fsync(self._warc_fh.fileno())
             self._warc_fh.close()
             self.store.put_file(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
-            self._writer = self._warc_fh = self._warc_tmp = None
+            self._warc_fh = self._warc_tmp = None
         links = self.links
         if self.bloom is not None and links:
             # Navigation links repeat on every page of a site: write each link once per
