@@ -14,7 +14,7 @@ implementation in a fresh process and prints wall seconds, CPU seconds (the proc
 its children: the pool workers) and peak RSS (the parent's own VmHWM, and the largest
 worker's), and checks that both give the same table and counters.
 
-- ``old``: ``cycles.update.update.prepare_outlinks`` (one Python loop);
+- ``old``: the single loop update used before (kept here as :func:`old_prepare_outlinks`);
 - ``new``: ``cycles.update.outlinks.prepare_outlinks`` (a process pool over chunks).
 """
 
@@ -112,6 +112,50 @@ def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
     pq.write_table(table.cast(schema.OUTLINKS), path, compression="zstd")
 
 
+def old_prepare_outlinks(links, config, counters):
+    """cycles.update.update.prepare_outlinks as it was before cycles/update/outlinks.py
+    (commit 05476f7^): one Python loop over every distinct raw URL, in one process."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
+
+    counters["outlinks/found"] += links.num_rows
+    follow = links.filter(pc.invert(links["nofollow"]))
+    counters["outlinks/nofollow"] += links.num_rows - follow.num_rows
+    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
+    raw = pc.unique(follow["url"]).to_pylist()
+    normalised = []
+    for url in raw:
+        norm = normalizer.normalize(url)
+        reason = rejection_reason(url) if norm is None else url_filter.reason(norm)
+        if reason:
+            counters[f"filter/{reason}"] += 1
+            norm = None
+        normalised.append(norm)
+    mapping = pa.table({"raw": pa.array(raw, pa.string()), "url": pa.array(normalised, pa.string())})
+    con = duckdb.connect()
+    con.register("links", follow)
+    con.register("mapping", mapping)
+    deduped = con.sql(f"""
+        SELECT m.url, min(l.depth) AS depth
+        FROM links l JOIN mapping m ON l.url = m.raw
+        WHERE m.url IS NOT NULL
+        GROUP BY m.url
+        HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
+    too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
+        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()[0][0]
+    counters["filter/max_depth"] += too_deep
+    hosts = [url_host(u) for u in deduped["url"].to_pylist()]
+    depth = deduped["depth"].cast(pa.int16())
+    return pa.table({
+        "url": deduped["url"], "host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts),
+        "score": pc.cast(pc.divide(pa.scalar(1.0), pc.add(pc.cast(depth, pa.float64()), 1.0)), pa.float32()),
+        "depth": depth,
+    })
+
+
 def child(args) -> None:
     """Run one implementation on the cached outlinks; print a RESULT line."""
     from collections import Counter
@@ -121,7 +165,7 @@ def child(args) -> None:
     from cycles.config import Config
 
     if args.child == "old":
-        from cycles.update.update import prepare_outlinks
+        prepare_outlinks = old_prepare_outlinks
     else:
         from cycles.update.outlinks import prepare_outlinks
     config = Config()
