@@ -2,7 +2,8 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_parse.py [--pages 300] [--repeat 5] [--warc PATH]
+    .venv/bin/python scripts/bench_parse.py [--pages 300] [--repeat 5] [--warc PATH] [--testweb 300]
+    .venv/bin/python scripts/bench_parse.py --samples 0     # timings only
 
 Generates realistic ~30 KB news-like pages (head with inline script and style, a 40-link
 navigation, breadcrumbs, ~28 paragraphs of Zipf-distributed words with inline links, a
@@ -11,7 +12,13 @@ related-articles list, a nofollow footer; half of them minified) and prints, per
 - microseconds for parse_html as a whole (wall clock and CPU time) and for each of its steps,
   the same functions in the same order: decode, lxml parse, scan (pad block elements;
   collect anchors, hidden elements and head data), clear script/style/template, links
-  (resolve, deduplicate, anchor text), text, lower case, content hash, SimHash;
+  (resolve, deduplicate, anchor text), text, fingerprints (and within them the content
+  hash and the SimHash, each timed alone);
+- for the test web's pages (``--testweb``: the ~30 KB pages scripts/bench_fetch.py crawls,
+  rendered in-process by cycles.testweb, mostly paragraphs of text, 7 links), also the rest
+  of the fetch worker's CPU work on a page, in microseconds per page: the WARC request and
+  response records (cycles.fetch.output: headers and digests, then the gzip member), and a
+  chunk's commit (rows to Arrow, Parquet files) per row;
 - near-duplicate sensitivity: Hamming distances between a page and the same page with its
   date changed, with one sentence added, with one paragraph replaced; a different article
   on the same template; a page of another template; two texts from an 80-word vocabulary;
@@ -186,6 +193,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
 
     texts = [text_step(with_links(i)) for i in indexes]
     lowered = [fingerprint.lower(text) for text in texts]
+    fingerprints = lambda text: fingerprint.fingerprints(text, collapsed=True)  # noqa: E731
     whole = lambda page: parse.parse_html(page[0], page[1], page[2])  # noqa: E731
     return {
         "parse_html (total)": best_per_item(whole, pages, repeat),
@@ -202,9 +210,9 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
             lambda state: parse._links(state[1], state[2]), indexes, repeat, setup=cleared),
         "  text (clear noscript, normalize-space)": best_per_item(text_step, indexes, repeat,
                                                                    setup=with_links),
-        "  lower case for the fingerprints": best_per_item(fingerprint.lower, texts, repeat),
-        "  content hash (BLAKE2b)": best_per_item(_content_hash_normalised, lowered, repeat),
-        "  simhash (numpy)": best_per_item(_simhash_normalised, lowered, repeat),
+        "  fingerprints (lower case, content hash, SimHash)": best_per_item(fingerprints, texts, repeat),
+        "    content hash alone (BLAKE2b)": best_per_item(_content_hash_normalised, lowered, repeat),
+        "    simhash alone (numpy)": best_per_item(_simhash_normalised, lowered, repeat),
     }
 
 
@@ -314,6 +322,67 @@ def warc_pages(path: Path) -> list[tuple[bytes, str, str | None]]:
     return pages
 
 
+def testweb_pages(count: int) -> list[tuple[bytes, str, str | None]]:
+    """(body, url, content type) of ``count`` article pages of the test web bench_fetch.py
+    crawls (cycles.testweb, regular hosts, ~30 KB), rendered in-process."""
+    from cycles.testweb.site import Web
+    per_host = 10
+    web = Web(hosts=max(1, count // per_host) + 1, pages=30, page_bytes=30_000, special=False)
+    pages = []
+    for profile in list(web.profiles.values()):
+        for k in range(per_host):
+            response = profile.handle("GET", f"/p/{k}.html", {})
+            pages.append((response.body, profile.url(f"/p/{k}.html"), "text/html; charset=utf-8"))
+    return pages[:count]
+
+
+def time_output(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[str, float]:
+    """µs per page of what the fetch worker does with a page besides parsing it."""
+    import tempfile
+    import zlib
+
+    from cycles import schema
+    from cycles.fetch.output import PartitionOutput, columns_to_table
+    from cycles.store import Store
+
+    headers = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "30000"),
+               ("ETag", '"0123456789abcdef"'), ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]
+    request = [("Host", "h1.web.test"), ("User-Agent", "crawlbot/1.0"), ("Accept-Encoding", "gzip, deflate")]
+    parsed = [parse.parse_html(*page) for page in pages]
+    rows = [dict({name: None for name in schema.FETCHED.names}, url=url, host="h1.web.test", outcome="ok",
+                 http_status=200, content_type=ctype, body_bytes=len(body), title=page.title, text=page.text,
+                 content_hash=page.content_hash, simhash=page.simhash, warc_file="warc/x.warc.gz",
+                 warc_offset=0, warc_length=1, duration_ms=100)
+            for (body, url, ctype), page in zip(pages, parsed)]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp))
+        output = PartitionOutput(store, "bench", store.path("segments") / "bench", 0, 1,
+                                 "crawlbot/1.0", gzip_level=1)
+
+        def write(page) -> None:
+            output.write_response(page[1], "10.0.0.1", request, "GET /p/1.html HTTP/1.1", "HTTP/1.1 200 OK",
+                                  headers, page[0], "2024-03-01T12:00:00.123456Z")
+
+        def fresh_rows(_) -> list[dict]:
+            # New text objects, as a chunk's are: pyarrow caches the UTF-8 of a str it has
+            # converted, which would make a repeated commit cheaper than a real one.
+            return [dict(row, text=row["text"].encode().decode()) for row in rows]
+
+        def commit(chunk_rows: list[dict]) -> None:  # a whole chunk, as flush() writes it
+            output.rows = chunk_rows
+            output.flush()
+
+        times = {
+            "WARC request + response records (with gzip)": best_per_item(write, pages, repeat),
+            "  of which gzip (level 1) of the response":
+                best_per_item(lambda page: zlib.compress(page[0], 1, 31), pages, repeat),
+            "commit a chunk (Arrow, Parquet), per row":
+                best_per_item(commit, [None], repeat, setup=fresh_rows) / len(rows),
+        }
+        output.close()
+    return times
+
+
 def _describe(pages: list[tuple[bytes, str, str | None]]) -> str:
     parsed = [parse.parse_html(*page) for page in pages]
     return (f"{len(pages)} pages, mean {statistics.mean(len(p[0]) for p in pages) / 1024:.1f} KiB, "
@@ -328,6 +397,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100, help="generated page pairs per sensitivity row")
     parser.add_argument("--warc", type=Path, default=DEFAULT_WARC if DEFAULT_WARC.exists() else None,
                         help="also time the HTML responses of this WARC file")
+    parser.add_argument("--testweb", type=int, default=300,
+                        help="also time this many of bench_fetch.py's test-web pages, WARC and commit included (0: none)")
     args = parser.parse_args()
 
     generated = [(make_page(i, template=i % 5, minified=i % 2 == 0), f"http://www.example.com/a/{i}.html",
@@ -336,10 +407,17 @@ def main() -> None:
     sets = [("generated", generated)]
     if args.warc is not None:
         sets.append((f"real ({args.warc.name})", warc_pages(args.warc)))
+    if args.testweb > 0:
+        sets.append(("test web (bench_fetch.py's pages)", testweb_pages(args.testweb)))
     for name, pages in sets:
         print(f"\n{name}: {_describe(pages)}")
-        for step, micros in time_steps(pages, args.repeat).items():
+        steps = time_steps(pages, args.repeat)
+        if name.startswith("test web"):
+            steps.update(time_output(pages, args.repeat))
+        for step, micros in steps.items():
             print(f"  {step:50s} {micros:8.1f} µs/page")
+    if args.samples <= 0:
+        return
 
     print("\nNear-duplicate sensitivity: Hamming distance of 64-bit SimHashes, min / median / max, "
           "and the share of pairs within k = 3 (taken for near-duplicates)")
