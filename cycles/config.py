@@ -48,6 +48,15 @@ class DbConfig:
     duckdb_threads: int = 2
     """DuckDB worker threads."""
 
+    processes: int = 0
+    """Processes running generate's and update's bucket tasks at once (cycles/executor.py);
+    0 means one per CPU core. They share ``duckdb_memory_limit`` and ``duckdb_threads``.
+    A crawl DB under ``small_db_rows`` rows is done in-process: starting workers would
+    cost more than it saves."""
+
+    small_db_rows: int = 2_000_000
+    """Below this many crawl DB rows, bucket tasks run in-process (see ``processes``)."""
+
 
 @dataclass
 class GenerateConfig:

@@ -20,17 +20,22 @@ import duckdb
 
 from cycles import clock, schema
 from cycles.config import Config
+from cycles.executor import Executor, InProcess, default_executor, share_of_memory
 from cycles.store import Manifest, Store, StorePath, utcnow
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 
 
-def connect(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the configured memory limit, spilling into the store."""
+def connect(store: Store, config: Config, workers: int = 1) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the configured memory limit, spilling into the store.
+
+    ``workers``: how many processes run such connections at once; they split the memory
+    limit and the threads.
+    """
     con = duckdb.connect()
     spill = store.scratch_dir()
-    con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
-    con.execute(f"SET threads = {int(config.db.duckdb_threads)}")
+    con.execute(f"SET memory_limit = '{share_of_memory(config.db.duckdb_memory_limit, workers)}'")
+    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads) // max(1, workers))}")
     con.execute(f"SET temp_directory = '{spill}'")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
@@ -118,10 +123,11 @@ class ReplaceResult:
 def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, who: str,
                     applied_segment: str | None = None, now: dt.datetime | None = None,
                     con: duckdb.DuckDBPyConnection | None = None) -> ReplaceResult:
-    """Write a new crawl DB version bucket by bucket, then swap it in atomically.
+    """Write a new crawl DB version bucket by bucket in this process, then swap it in.
 
     The caller must hold ``store.lock('crawldb')``. If anything fails before the swap the
-    half-written version is deleted and the old one stays current.
+    half-written version is deleted and the old one stays current. (Update runs its
+    buckets as tasks instead: :func:`new_version` and :func:`install_version`.)
     """
     manifest, files = current_bucket_files(store)
     buckets = manifest.buckets if manifest else config.db.buckets
@@ -134,14 +140,27 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
             old = (upgraded_sql(store.duckdb_source(con, [files[bucket]]), manifest.schema_version)
                    if files else "empty_crawldb")
             sql = build_bucket(con, old, bucket)
-            reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
-                             params={"now": now or clock.now()} if "$now" in sql else None
-                             ).to_arrow_reader(64 * 1024)
-            # write_batches leaves a file even when the bucket is empty.
-            rows += store.write_batches(store.bucket_file(folder, bucket), reader, schema.CRAWLDB)
+            rows += write_bucket(store, con, sql, store.bucket_file(folder, bucket), now)
     except BaseException:
         store.discard_version("crawldb", version)
         raise
+    install_version(store, config, manifest, version, buckets, who=who, applied_segment=applied_segment)
+    return ReplaceResult(version=version, rows=rows, buckets=buckets)
+
+
+def write_bucket(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath,
+                 now: dt.datetime | None = None) -> int:
+    """Stream the rows of ``sql`` (all CRAWLDB columns), sorted by host and URL, into one
+    bucket file; returns the rows written. ``$now`` in ``sql`` is bound to ``now``."""
+    reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
+                     params={"now": now or clock.now()} if "$now" in sql else None).to_arrow_reader(64 * 1024)
+    # write_batches leaves a file even when the bucket is empty.
+    return store.write_batches(path, reader, schema.CRAWLDB)
+
+
+def install_version(store: Store, config: Config, manifest: Manifest | None, version: str, buckets: int, *,
+                    who: str, applied_segment: str | None = None) -> None:
+    """Make a fully written crawl DB version current (the atomic swap of ``CURRENT``)."""
     applied = tuple(manifest.applied_segments) if manifest else ()
     if applied_segment:
         applied = (applied + (applied_segment,))[-500:]
@@ -149,7 +168,17 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
         version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
         written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",
         applied_segments=applied), keep=config.db.keep_versions)
-    return ReplaceResult(version=version, rows=rows, buckets=buckets)
+
+
+def bucket_executor(store: Store, config: Config, files: list[StorePath],
+                    executor: Executor | None = None) -> Executor:
+    """The executor for a stage's bucket tasks: the one given, else in-process for a small
+    crawl DB (by the row counts in the Parquet footers), else a local pool."""
+    if executor is not None:
+        return executor
+    if config.db.processes == 1 or sum(store.read_metadata(f).num_rows for f in files) < config.db.small_db_rows:
+        return InProcess()
+    return default_executor(config.db.processes)
 
 
 def url_pattern_sql(column: str) -> str:

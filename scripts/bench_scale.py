@@ -517,6 +517,7 @@ class Phases:
     def __init__(self):
         self.t = collections.defaultdict(float)
         self.n = collections.Counter()
+        self.peak: dict[str, float] = {}
 
     def wrap(self, module, name: str, label: str | None = None):
         fn = getattr(module, name)
@@ -524,16 +525,42 @@ class Phases:
 
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
+            hwm0 = own_peak_rss()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.t[label] += time.perf_counter() - t0
                 self.n[label] += 1
+                hwm1 = own_peak_rss()
+                if hwm1 > hwm0:  # which phase raised the peak, and to what (GiB)
+                    self.peak[label] = round(hwm1 / 2**30, 2)
         setattr(module, name, timed)
         return fn
 
     def report(self) -> dict:
         return {k: round(v, 3) for k, v in sorted(self.t.items(), key=lambda kv: -kv[1])}
+
+
+def time_bucket_tasks(module, phases: Phases) -> None:
+    """Time the stage's bucket tasks as one phase (they may run in pool processes, where
+    the other phase timers do not reach)."""
+    if not hasattr(module, "bucket_executor"):
+        return
+    original = module.bucket_executor
+
+    def bucket_executor(*args, **kwargs):
+        executor = original(*args, **kwargs)
+        run = executor.map
+
+        def timed_map(fn, tasks):
+            t0 = time.perf_counter()
+            try:
+                return run(fn, tasks)
+            finally:
+                phases.t[f"bucket tasks ({type(executor).__name__}, {executor.workers} workers)"] += time.perf_counter() - t0
+        executor.map = timed_map
+        return executor
+    module.bucket_executor = bucket_executor
 
 
 def _instrument_writes(phases: Phases) -> None:
@@ -593,8 +620,8 @@ def run_stage(args) -> None:
         import cycles.update.update as upd_mod
         original_connect = crawldb.connect
 
-        def capped_connect(store_, config_):
-            con = original_connect(store_, config_)
+        def capped_connect(store_, config_, *more):
+            con = original_connect(store_, config_, *more)
             con.execute(f"SET max_temp_directory_size = '{args.max_temp}'")
             return con
         crawldb.connect = gen_mod.connect = upd_mod.connect = capped_connect
@@ -604,6 +631,7 @@ def run_stage(args) -> None:
         for name in ("select_due", "write_fetchlists", "replace_crawldb", "current_bucket_files", "leased_urls_sql"):
             if hasattr(gen, name):  # the code measured may be older or newer than this script
                 phases.wrap(gen, name)
+        time_bucket_tasks(gen, phases)
         result = gen.generate(store, config, top_n=args.top_n)
         out = {"segment": result.segment, "urls": result.urls, "hosts": result.hosts}
     else:
@@ -613,7 +641,7 @@ def run_stage(args) -> None:
                      "write_feed_batch", "load_fetch_results"):
             if hasattr(upd, name):
                 phases.wrap(upd, name)
-        original_replace = upd.replace_crawldb
+        original_replace = getattr(upd, "replace_crawldb", None)
 
         def replace(store_, config_, build_bucket, **kwargs):
             def timed_build(con, old, bucket):
@@ -627,7 +655,12 @@ def run_stage(args) -> None:
                 return original_replace(store_, config_, timed_build, **kwargs)
             finally:
                 phases.t["replace_crawldb"] += time.perf_counter() - t0
-        upd.replace_crawldb = replace
+        if original_replace is not None:
+            upd.replace_crawldb = replace
+        for name in ("write_routed", "install_version"):
+            if hasattr(upd, name):
+                phases.wrap(upd, name)
+        time_bucket_tasks(upd, phases)
         # inside prepare_outlinks: the Python normalisation loop
         orig_norm = upd.Normalizer
 
@@ -647,9 +680,11 @@ def run_stage(args) -> None:
     out["seconds"] = round(time.perf_counter() - started, 3)
     out["peak_rss"] = own_peak_rss()
     own = resource.getrusage(resource.RUSAGE_SELF)
-    out["own_cpu_s"] = round(own.ru_utime + own.ru_stime, 1)  # right also under py-spy
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # bucket tasks' pool workers
+    out["own_cpu_s"] = round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 1)  # right also under py-spy
     out["phases"] = phases.report()
     out["calls"] = dict(phases.n)
+    out["peak_after"] = phases.peak
     print("RESULT " + json.dumps(out, default=str), flush=True)
 
 
@@ -666,7 +701,9 @@ def child(cmd: list[str], log: Path, py_spy: Path | None = None) -> tuple[float,
     started = time.monotonic()
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        sampler = TreeRss(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
+        sampler.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
     text = log.read_text()
@@ -676,7 +713,50 @@ def child(cmd: list[str], log: Path, py_spy: Path | None = None) -> tuple[float,
     result["cpu_s"] = result.get("own_cpu_s") or round(usage.ru_utime + usage.ru_stime, 1)
     result["ru_maxrss"] = usage.ru_maxrss * 1024  # may include the parent's peak (fork + exec)
     result["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
-    return wall, result.get("peak_rss") or usage.ru_maxrss * 1024, result
+    result["tree_peak_rss"] = sampler.peak
+    # The stage's bucket tasks may run in pool processes: count them too.
+    return wall, max(result.get("peak_rss") or usage.ru_maxrss * 1024, sampler.peak), result
+
+
+class TreeRss:
+    """Samples (every 0.2 s) the summed RSS of a process and all its descendants: a
+    stage's pool workers hold memory the stage's own VmHWM does not show."""
+
+    def __init__(self, pid: int):
+        import threading
+        self.pid, self.peak, self._done = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.2):
+            self.peak = max(self.peak, sum(self._rss(p) for p in self._tree(self.pid)))
+
+    def _tree(self, pid: int) -> list[int]:
+        pids, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            pids.append(p)
+            for task in Path(f"/proc/{p}/task").glob("*/children"):
+                try:
+                    todo += [int(c) for c in task.read_text().split()]
+                except OSError:
+                    pass
+        return pids
+
+    @staticmethod
+    def _rss(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def summarise_py_spy(path: Path, top: int = 25) -> list[tuple[str, float]]:
@@ -751,6 +831,7 @@ def bench_size(args, size: int) -> dict:
                              Path(args.root) / f"update-{human(size)}.log", spy("update"))
     print(f"[{human(size)}] update: {u_wall:.1f} s (CPU {u['cpu_s']} s, load {u['load']}), {u_rss / 2**30:.2f} GiB; "
           f"phases {u['phases']}", flush=True)
+    print(f"[{human(size)}]   peak RSS (GiB) raised by: generate {g.get('peak_after')}, update {u.get('peak_after')}", flush=True)
     print(f"[{human(size)}]   counters {json.dumps(u['counters'])}", flush=True)
     if args.py_spy:
         for stage in ("generate", "update"):

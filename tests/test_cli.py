@@ -19,7 +19,7 @@ def crawl(data, *args):
     return runner.invoke(app, ["--data", str(data), *args])
 
 
-COMMANDS = ["inject", "generate", "fetch", "update", "cycle", "status", "sql", "pages"]
+COMMANDS = ["inject", "generate", "fetch", "update", "cycle", "status", "sql", "pages", "rebucket"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

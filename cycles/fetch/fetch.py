@@ -2,9 +2,9 @@
 
 Each partition is one task (:func:`cycles.fetch.worker.fetch_partition`) given only the
 store path, the segment id, the partition number and the config; tasks share nothing,
-so any executor can run them. The default runs them in spawned processes (never forked:
-a worker must not inherit the parent's open handles); ``processes=1`` runs them
-in-process through the same function. Re-running ``crawl fetch`` on a segment resumes
+so any executor can run them (``executor=``, cycles/executor.py). The default runs them
+in spawned processes (never forked: a worker must not inherit the parent's open
+handles); ``processes=1`` runs them in-process through the same function. Re-running ``crawl fetch`` on a segment resumes
 it: finished partitions are skipped and unfinished ones continue from their last chunk.
 
 Pool workers die with the parent (``pool_worker_init``), so ``kill -9`` of ``crawl fetch``
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from cycles.config import Config
 from cycles.errors import StageError
+from cycles.executor import Executor
 from cycles.fetch.worker import fetch_partition, fetch_partition_task, pool_worker_init, progress_dir
 from cycles.store import Store, utcnow
 
@@ -45,8 +46,13 @@ def partitions_of(store: Store, segment: str) -> list[int]:
 
 
 def fetch_segment(store: Store, config: Config, segment: str | None = None,
-                  processes: int | None = None) -> FetchResult:
-    """Fetch a generated segment (the newest unfetched one if ``segment`` is None)."""
+                  processes: int | None = None, executor: Executor | None = None) -> FetchResult:
+    """Fetch a generated segment (the newest unfetched one if ``segment`` is None).
+
+    ``executor`` (cycles/executor.py) runs the partition tasks elsewhere, e.g. on a
+    cluster; by default they run in a local pool of ``processes`` whose workers die with
+    this process.
+    """
     segment = segment or store.latest_segment("generated")
     state = store.segment_state(segment)
     if state == "incomplete":
@@ -68,7 +74,10 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     with store.lock("fetch"):
         progress.start()
         try:
-            if processes == 1:
+            if executor is not None:
+                for result in executor.map(fetch_partition_task, tasks):
+                    counters.update(result)
+            elif processes == 1:
                 for task in tasks:
                     counters.update(fetch_partition(*task))
             else:

@@ -22,11 +22,12 @@ import pyarrow.compute as pc
 
 from cycles import clock, schema
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files
+from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
-from cycles.leases import leased_urls_sql
+from cycles.executor import Executor
+from cycles.leases import live_lease_files
 from cycles.pages import feed_lag
-from cycles.store import Store, new_id
+from cycles.store import Store, StorePath, new_id
 
 
 @dataclass
@@ -49,8 +50,13 @@ def select_due(con, source: str, leased: str, config: Config, now: dt.datetime, 
 
     ``leased``: SQL source of the URLs leased to live segments (cycles/leases.py).
     """
-    return con.sql(f"""
-        SELECT url, host, host_hash, score, depth, etag, last_modified
+    return con.sql(due_sql(source, leased, config, top_n), params={"now": now}).to_arrow_table()
+
+
+def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
+    """SQL of :func:`select_due` (``$now`` unbound), with the priority and due time."""
+    return f"""
+        SELECT url, host, host_hash, score, depth, etag, last_modified, priority, next_fetch
         FROM (
             SELECT *, row_number() OVER (PARTITION BY host ORDER BY priority DESC, next_fetch, url) AS host_rank
             FROM (
@@ -66,7 +72,41 @@ def select_due(con, source: str, leased: str, config: Config, now: dt.datetime, 
         )
         WHERE host_rank <= {int(config.generate.max_urls_per_host)}
         ORDER BY priority DESC, next_fetch, url
-        LIMIT {int(top_n)}""", params={"now": now}).to_arrow_table()
+        LIMIT {int(top_n)}"""
+
+
+@dataclass(frozen=True)
+class GenerateBucketTask:
+    """One bucket's choice of due URLs: locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    bucket: int
+    file: StorePath
+    schema_version: int
+    lease_files: tuple
+    now: dt.datetime
+    top_n: int
+    out: StorePath
+    workers: int = 1
+
+
+def select_bucket_due(task: GenerateBucketTask) -> int:
+    """Write the bucket's best ``top_n`` due URLs to ``task.out``; returns how many.
+
+    A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
+    bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
+    """
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    leased = (f"(SELECT url FROM {store.duckdb_source(con, list(task.lease_files))})" if task.lease_files
+              else "(SELECT NULL::VARCHAR AS url WHERE false)")
+    reader = con.sql(due_sql(source, leased, task.config, task.top_n),
+                     params={"now": task.now}).to_arrow_reader(64 * 1024)
+    rows = store.write_batches(task.out, reader, reader.schema)
+    con.close()
+    return rows
 
 
 def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[int, str]:
@@ -94,8 +134,13 @@ def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions:
 
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
-             top_n: int | None = None) -> GenerateResult:
-    """Make the next segment; returns its id (None when nothing is due)."""
+             top_n: int | None = None, executor: Executor | None = None) -> GenerateResult:
+    """Make the next segment; returns its id (None when nothing is due).
+
+    Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
+    ``executor`` (cycles/executor.py; default :func:`cycles.crawldb.bucket_executor`);
+    the best ``top_n`` of their union make the fetch list.
+    """
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
     top_n, held = apply_feed_backpressure(store, config, top_n)
@@ -107,13 +152,26 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
-        con = connect(store, config)
-        source = crawldb_source_sql(files, con, store, manifest.schema_version)
-        selected = select_due(con, source, leased_urls_sql(store, con, now), config, now, top_n)
-        if selected.num_rows == 0:
-            return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         segment = new_id(now)
-        write_fetchlists(store, segment, selected, partitions, con)
+        candidates = store.segment_dir(segment, must_exist=False) / "candidates"
+        executor = bucket_executor(store, config, files, executor)
+        lease_files = tuple(live_lease_files(store, now))
+        tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
+                                    top_n, store.bucket_file(candidates, bucket), executor.workers)
+                 for bucket, file in enumerate(files)]
+        try:
+            executor.map(select_bucket_due, tasks)
+            con = connect(store, config)
+            selected = con.sql(f"""SELECT {", ".join(schema.FETCHLIST.names)}
+                FROM {store.duckdb_source(con, [t.out for t in tasks])}
+                ORDER BY priority DESC, next_fetch, url LIMIT {int(top_n)}""").to_arrow_table()
+            if selected.num_rows:
+                write_fetchlists(store, segment, selected, partitions, con)
+        finally:
+            store.delete_dir(candidates)
+        if selected.num_rows == 0:
+            store.delete_dir(store.segment_dir(segment, must_exist=False))
+            return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
         # The marker makes the fetch list a lease: written last, under the lock, so a
         # generate running next sees either no segment or a complete, leased one.

@@ -26,18 +26,19 @@ from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cycles import clock, schema
 from cycles.config import Config
-from cycles.crawldb import (bucket_of, connect, crawldb_source_sql, current_bucket_files, new_url_rows_sql,
-                            pattern_hash_sql, replace_crawldb)
+from cycles.crawldb import (bucket_executor, bucket_of, connect, crawldb_source_sql, current_bucket_files,
+                            install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
+from cycles.executor import Executor
 from cycles.errors import StageError
-from cycles.store import Store
+from cycles.store import Store, StorePath
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.update.hostdb import merge_hostdb
-from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
+from cycles.update.outlinks import prepare_outlinks
+from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 
 
 @dataclass
@@ -53,45 +54,6 @@ def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | Non
     """All ``part-*.parquet`` files of a segment folder (``store`` given: read through it)."""
     store = store or Store(folder.parent.parent.parent)
     return store.read_tables(store.list(folder, "part-*.parquet"), table_schema, columns)
-
-
-def prepare_outlinks(links: pa.Table, config: Config, counters: Counter) -> pa.Table:
-    """Normalise, filter and deduplicate outlinks: (url, host, host_hash, score, depth)."""
-    counters["outlinks/found"] += links.num_rows
-    follow = links.filter(pc.invert(links["nofollow"]))
-    counters["outlinks/nofollow"] += links.num_rows - follow.num_rows
-    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
-    raw = pc.unique(follow["url"]).to_pylist()
-    normalised: list[str | None] = []
-    for url in raw:
-        norm = normalizer.normalize(url)
-        reason = rejection_reason(url) if norm is None else url_filter.reason(norm)
-        if reason:
-            counters[f"filter/{reason}"] += 1
-            norm = None
-        normalised.append(norm)
-    mapping = pa.table({"raw": pa.array(raw, pa.string()), "url": pa.array(normalised, pa.string())})
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("links", follow)
-    con.register("mapping", mapping)
-    deduped = con.sql(f"""
-        SELECT m.url, min(l.depth) AS depth
-        FROM links l JOIN mapping m ON l.url = m.raw
-        WHERE m.url IS NOT NULL
-        GROUP BY m.url
-        HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
-    too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
-        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()[0][0]
-    counters["filter/max_depth"] += too_deep
-    hosts = [url_host(u) for u in deduped["url"].to_pylist()]
-    depth = deduped["depth"].cast(pa.int16())
-    return pa.table({
-        "url": deduped["url"], "host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts),
-        "score": pc.cast(pc.divide(pa.scalar(1.0), pc.add(pc.cast(depth, pa.float64()), 1.0)), pa.float32()),
-        "depth": depth,
-    })
 
 
 def news_like_sql(config: Config) -> str:
@@ -295,9 +257,87 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
         FROM {store.duckdb_source(con, files)} WHERE outcome = 'ok'""").to_arrow_table()
 
 
+def write_routed(store: Store, con, table: str, folder, buckets: int) -> None:
+    """One Parquet file per bucket of ``table``'s rows, by their ``host_hash``."""
+    for bucket in range(buckets):
+        reader = con.sql(f"SELECT * FROM {table} WHERE {bucket_of('host_hash', buckets)} = {bucket}").to_arrow_reader(64 * 1024)
+        store.write_batches(store.bucket_file(folder, bucket), reader, reader.schema)
+
+
+@dataclass(frozen=True)
+class UpdateBucketTask:
+    """Everything one bucket's merge needs: locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    segment: str
+    bucket: int
+    buckets: int
+    old_file: StorePath
+    schema_version: int
+    new_folder: StorePath
+    now: dt.datetime
+    workers: int = 1
+    """How many such tasks run at once on this machine (they share memory and threads)."""
+
+
+def update_bucket(task: UpdateBucketTask) -> dict:
+    """Merge one bucket: its old rows, its fetch results and its new outlinks → its new file.
+
+    Reads only this bucket's files (the old bucket, ``update/fetched|links/bucket-N``) and
+    the segment's small marks tables; writes only ``new_folder/bucket-N``. Returns counts
+    (rows, new URLs, URLs over a trap cap).
+    """
+    store, config = Store(task.store_uri), task.config
+    con = connect(store, config, task.workers)
+    inputs = store.segment_dir(task.segment) / "update"
+    old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
+    con.execute(f"CREATE TEMP TABLE fetched_all AS SELECT * FROM "
+                f"{store.duckdb_source(con, [store.bucket_file(inputs / 'fetched', task.bucket)])}")
+    con.execute(f"CREATE TEMP TABLE links_all AS SELECT * FROM "
+                f"{store.duckdb_source(con, [store.bucket_file(inputs / 'links', task.bucket)])}")
+    con.execute(f"CREATE TEMP TABLE marks AS SELECT * FROM {store.duckdb_source(con, [inputs / 'marks.parquet'])}")
+    con.execute(f"CREATE TEMP TABLE demoted_hosts AS SELECT * FROM "
+                f"{store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])}")
+    con.execute(f"""CREATE TEMP TABLE candidates AS
+        {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", old, config)}""")
+    # Results for URLs the crawl DB does not hold (redirect targets followed inline)
+    # become rows of their own; their score and depth come from the redirect's link.
+    con.execute(f"""CREATE TEMP TABLE fetched_new AS
+        SELECT f.url, f.host, f.host_hash, coalesce(l.score, 0.1) AS score,
+               coalesce(l.depth, {int(config.update.max_depth)}) AS depth
+        FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""")
+    over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
+        count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
+        FROM candidates""").fetchall()[0]
+    sql = f"""
+        SELECT n.* REPLACE (
+            coalesce(d.kind, n.status) AS status,
+            CASE WHEN d.kind IS NOT NULL THEN d.canonical
+                 WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
+            CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
+        FROM (
+            SELECT {transition_sql(config)}, f.outcome AS f_outcome
+            FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
+            LEFT JOIN fetched_all f ON db.url = f.url
+            UNION ALL BY NAME
+            SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
+        ) n
+        LEFT JOIN marks d ON n.url = d.url
+        LEFT JOIN demoted_hosts h ON n.host = h.host"""
+    rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now)
+    con.close()
+    return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host}
+
+
 def update_segment(store: Store, config: Config, segment: str | None = None,
-                   now: dt.datetime | None = None) -> UpdateResult:
-    """Merge a fetched segment (the oldest fetched, not yet updated one if None)."""
+                   now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
+    """Merge a fetched segment (the oldest fetched, not yet updated one if None).
+
+    The segment-wide steps (dedup, outlink preparation, routing inputs to buckets) run
+    here; each bucket's merge is an :func:`update_bucket` task run by ``executor``
+    (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    """
     if segment is None:
         pending = [s for s in store.segments() if store.segment_state(s) == "fetched"]
         if not pending:
@@ -326,59 +366,37 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         changed = feed_candidates(con, db_source, pages, dedup)
         # Outlinks of an exact copy were already followed from its canonical page.
         followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
-        links = prepare_outlinks(followed, config, counters)
-        buckets = manifest.buckets
-        con.register("links_arrow", links)
-        # Held by DuckDB (within its memory limit, spilling past it), not as Python objects.
-        con.execute("CREATE OR REPLACE TEMP TABLE links_all AS SELECT * FROM links_arrow")
-        con.unregister("links_arrow")
+        links = prepare_outlinks(followed, config, counters, con=con)
         links_rows = links.num_rows
+        inputs = seg_dir / "update"
+        # Route every input to its bucket: each bucket is then a task reading only its files.
+        write_routed(store, con, "fetched_all", inputs / "fetched", manifest.buckets)
+        con.register("links_all", links)
+        write_routed(store, con, "links_all", inputs / "links", manifest.buckets)
+        con.unregister("links_all")
         del links, followed
-        con.register("marks", dedup.marks)
+        store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
             "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
                                + [0.1] * len(dedup.mirrors), pa.float32())})
-        con.register("demoted_hosts", demoted)
-        added = Counter()
-
-        def build_bucket(con, old: str, bucket: int) -> str:
-            in_bucket = f"{bucket_of('host_hash', buckets)} = {bucket}"
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE candidates AS
-                {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url) WHERE {bucket_of('l.host_hash', buckets)} = {bucket})", old, config)}""")
-            # Results for URLs the crawl DB does not hold (redirect targets followed inline)
-            # become rows of their own; their score and depth come from the redirect's link.
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE fetched_new AS
-                SELECT f.url, f.host, f.host_hash, coalesce(l.score, 0.1) AS score,
-                       coalesce(l.depth, {int(config.update.max_depth)}) AS depth
-                FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)
-                WHERE {bucket_of('f.host_hash', buckets)} = {bucket}""")
-            over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
-                count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
-                FROM candidates""").fetchall()[0]
-            added["trap/pattern_cap"] += over_pattern
-            added["trap/host_cap"] += over_host
-            added["new"] += kept
-            return f"""
-                SELECT n.* REPLACE (
-                    coalesce(d.kind, n.status) AS status,
-                    CASE WHEN d.kind IS NOT NULL THEN d.canonical
-                         WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
-                    CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
-                FROM (
-                    SELECT {transition_sql(config)}, f.outcome AS f_outcome
-                    FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
-                    LEFT JOIN (SELECT * FROM fetched_all WHERE {in_bucket}) f ON db.url = f.url
-                    UNION ALL BY NAME
-                    SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
-                ) n
-                LEFT JOIN marks d ON n.url = d.url
-                LEFT JOIN demoted_hosts h ON n.host = h.host"""
-
+        store.write_table(inputs / "demoted_hosts.parquet", demoted, demoted.schema)
         merge_hostdb(store, config, segment)
-        replace_crawldb(store, config, build_bucket, who="update", applied_segment=segment, now=now, con=con)
+        executor = bucket_executor(store, config, files, executor)
+        version, folder = store.new_version_dir("crawldb")
+        tasks = [UpdateBucketTask(store.uri, config, segment, bucket, manifest.buckets,
+                                  files[bucket], manifest.schema_version, folder, now, executor.workers)
+                 for bucket in range(manifest.buckets)]
+        try:
+            added = sum((Counter(done) for done in executor.map(update_bucket, tasks)), Counter())
+        except BaseException:
+            store.discard_version("crawldb", version)
+            raise
+        install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment)
         batch = write_feed_batch(store, segment, seg_dir, changed, counters, con)
-    counters["outlinks/new"] += added.pop("new")
+        store.delete_dir(inputs)
+    added.pop("rows", None)
+    counters["outlinks/new"] += added.pop("new", 0)
     counters.update(added)
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     store.write_json(seg_dir / "stats" / "update.json", dict(sorted(counters.items())))

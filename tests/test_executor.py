@@ -1,0 +1,97 @@
+"""Bucket tasks: generate and update give the same crawl DB in-process and in a pool.
+
+The pool is a real spawn pool of two processes, each task given only locations, ids and
+the config; the comparison is on the Parquet written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from cycles import schema
+from cycles.config import Config
+from cycles.crawldb import current_bucket_files
+from cycles.executor import InProcess, LocalPool, share_of_memory
+from cycles.generate.generate import generate
+from cycles.inject import inject
+from cycles.store import Store, utcnow
+from cycles.update.update import update_segment
+
+NOW = utcnow() + dt.timedelta(minutes=1)  # after the seeds are injected, so they are due
+
+
+def crawl_once(root, executor) -> tuple[list[dict], list[dict]]:
+    """Inject, generate, write results and outlinks, update; return (fetch list, crawl DB)."""
+    store, config = Store(root), Config()
+    config.db.buckets = 4
+    config.generate.max_urls_per_host = 3
+    seeds = root.parent / f"seeds-{root.name}.txt"
+    seeds.write_text("".join(f"http://h{h}.example/p{p}\n" for h in range(12) for p in range(5)))
+    inject(store, config, seeds)
+    segment = generate(store, config, now=NOW, top_n=20, executor=executor).segment
+    listed = store.read_tables(store.list(store.segment_dir(segment) / "fetchlist", "part-*.parquet"),
+                               schema.FETCHLIST).to_pylist()
+    results, links = [], []
+    for i, row in enumerate(sorted(listed, key=lambda r: r["url"])):
+        result = {name: None for name in schema.FETCHED.names}
+        result.update(url=row["url"], host=row["host"], fetched_at=NOW, outcome="ok" if i % 4 else "gone",
+                      http_status=200 if i % 4 else 404, content_hash=f"{i % 7:032x}", simhash=i + 1)
+        results.append(result)
+        links += [{"from_url": row["url"], "url": f"http://{row['host']}/new/{i}/{j}", "anchor": "", "nofollow": False,
+                   "depth": 1} for j in range(3)]
+    folder = store.segment_dir(segment)
+    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(results, schema=schema.FETCHED), schema.FETCHED)
+    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
+    store.write_marker(segment, "fetched", {"segment": segment})
+    update_segment(store, config, segment, now=NOW, executor=executor)
+    _, files = current_bucket_files(store)
+    # A seed's first_seen (and due time, until fetched) is its injection, which differs between runs.
+    rows = duckdb.sql(f"SELECT * EXCLUDE (first_seen) REPLACE (CASE WHEN fetch_count = 0 AND depth = 0 "
+                      f"AND last_fetched IS NULL THEN NULL ELSE next_fetch END AS next_fetch) FROM read_parquet([{', '.join(repr(str(f)) for f in files)}]) ORDER BY url").to_arrow_table()
+    assert not store.exists(folder / "update")  # the routed inputs are cleaned up
+    return sorted(listed, key=lambda r: r["url"]), rows.to_pylist()
+
+
+def test_bucket_tasks_in_a_process_pool_write_what_in_process_tasks_write(tmp_path):
+    listed_here, db_here = crawl_once(tmp_path / "here", InProcess())
+    listed_pool, db_pool = crawl_once(tmp_path / "pool", LocalPool(2))
+    assert listed_pool == listed_here and len(listed_here) == 20
+    assert db_pool == db_here
+    statuses = [r["status"] for r in db_here]
+    # 60 seeds plus new links (those of exact copies dropped); 15 pages stored, 7 distinct
+    # texts among them, so 8 exact copies; 5 gone.
+    assert len(db_here) > 60 and statuses.count("gone") == 5
+    assert statuses.count("fetched") == 7 and statuses.count("duplicate") == 8
+
+
+def test_a_failing_task_leaves_the_crawl_db_as_it_was(tmp_path):
+    store, config = Store(tmp_path / "data"), Config()
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\n")
+    inject(store, config, seeds)
+    segment = generate(store, config, now=NOW).segment
+    store.write_marker(segment, "fetched", {"segment": segment})
+    before = store.manifest()
+
+    class Failing:
+        workers = 1
+
+        def map(self, fn, tasks):
+            raise RuntimeError("the cluster went away")
+
+    with pytest.raises(RuntimeError, match="cluster"):
+        update_segment(store, config, segment, executor=Failing())
+    assert store.manifest() == before
+    assert store.list_dirs(store.path("crawldb")) == [before.version]  # half-written version gone
+
+
+@pytest.mark.parametrize("limit, workers, share", [("4GB", 2, "2048MB"), ("1GB", 1, "1024MB"),
+                                                   ("512MB", 4, "128MB"), ("100MB", 8, "64MB")])
+def test_memory_limit_is_shared_between_workers(limit, workers, share):
+    assert share_of_memory(limit, workers) == share
