@@ -17,6 +17,7 @@ from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError
+from cycles.fetch.hoststate import hostdb_files
 from cycles.leases import leased_urls_sql
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
@@ -29,9 +30,9 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
     source = crawldb_source_sql(files, con, store, manifest.schema_version if manifest else schema.SCHEMA_VERSION)
     con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {source}")
     manifest = store.manifest("hostdb")
-    host_files = store.version_files("hostdb", manifest) if manifest else []
+    host_files = hostdb_files(store, manifest) if manifest else []  # every bucket of the host DB
     if host_files:
-        con.execute(f"CREATE VIEW hosts AS SELECT * FROM {store.duckdb_source(con, host_files[:1])}")
+        con.execute(f"CREATE VIEW hosts AS SELECT * FROM {store.duckdb_source(con, host_files)}")
     segments = store.segments()
     for name in ("fetched", "outlinks"):
         parts = [p for s in segments for p in store.list(store.path("segments", s, name), "part-*.parquet")]

@@ -5,6 +5,16 @@ The host DB (``hostdb/``, schema.HOSTS) is merged by update from each segment's
 yet updated, so two fetches in a row without an update in between still keep a host's
 spacing.
 
+Layout: like the crawl DB, the host DB is split into buckets by ``host_hash % buckets``
+(cycles.urls.host_hash of the host name), one Parquet file each,
+``hostdb/<version>/bucket-NNNNN.parquet``, rows sorted by host; ``hostdb/CURRENT``
+(its Manifest) records the count. Update writes it with the crawl DB's bucket count
+(cycles/update/hostdb.py), but readers take the count from the host DB's own manifest, so
+a host DB with another count (after ``crawl rebucket``, until the next update) or a host
+DB written before the split (one ``hosts.parquet``, buckets=1) is read as it is. A worker
+asking about some hosts reads only the files of their buckets, and from those only the
+rows of those hosts: no process holds the whole host DB.
+
 Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
 ``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
 conditional GET sends once the copy expires) and the last *good* one (``robots_good_*``: a
@@ -14,24 +24,58 @@ written before these columns existed are read with them null.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Iterable
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from cycles import schema
-from cycles.store import Store, StorePath, read_parquet_checked
+from cycles.errors import StoreError
+from cycles.store import Manifest, Store, StorePath, read_parquet_checked
+from cycles.urls import host_hashes
 
 
-def host_state_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
-    """Host DB file plus the hosts outputs of segments not yet merged by update."""
+def hostdb_files(store: Store, manifest: Manifest) -> list[StorePath]:
+    """The files of a host DB version, file ``i`` holding the hosts of bucket ``i``.
+
+    One bucket: whatever single file the version holds (``bucket-00000.parquet``, or the
+    ``hosts.parquet`` of a host DB written before the split)."""
+    folder = store.path("hostdb", manifest.version)
+    if manifest.buckets > 1:
+        return [store.bucket_file(folder, b) for b in range(manifest.buckets)]
+    files = store.version_files("hostdb", manifest)
+    if len(files) != 1:
+        raise StoreError(f"host DB version {store.uri_of(folder)} holds {len(files)} Parquet files, not 1 as "
+                         f"its manifest (buckets=1) says; point {store.uri_of(store.path('hostdb', 'CURRENT'))} "
+                         "at an intact version, or remove hostdb/ (robots.txt is then fetched again)")
+    return files
+
+
+def host_buckets(hosts: pa.Array | pa.ChunkedArray | Iterable[str], buckets: int) -> np.ndarray:
+    """The bucket (``host_hash % buckets``) of each host, as an int64 array."""
+    if not isinstance(hosts, (pa.Array, pa.ChunkedArray)):
+        hosts = pa.array(list(hosts), pa.string())
+    return (host_hashes(hosts).to_numpy(zero_copy_only=False) % np.uint64(buckets)).astype(np.int64)
+
+
+def segment_host_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
+    """The ``hosts/`` outputs of segments not yet merged by update (and of ``include_segment``)."""
     files: list[StorePath] = []
-    manifest = store.manifest("hostdb")
-    if manifest is not None:
-        files += store.version_files("hostdb", manifest)
     for segment in store.segments():
         state = store.segment_state(segment)
         if state in ("fetched", "generated") or segment == include_segment:
             files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
     return files
+
+
+def host_state_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
+    """Host DB files plus the hosts outputs of segments not yet merged by update."""
+    manifest = store.manifest("hostdb")
+    files = hostdb_files(store, manifest) if manifest is not None else []
+    return files + segment_host_files(store, include_segment)
 
 
 ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "robots_etag", "robots_last_modified",
@@ -61,24 +105,65 @@ def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
     return merged
 
 
-def read_host_file(path: StorePath, store: Store | None = None) -> pa.Table:
-    """One hosts file in the current schema; columns added since it was written are null.
-
-    ``store`` given: read through it (needed for S3); else ``path`` is a local file."""
-    table = store.read_table(path) if store is not None else read_parquet_checked(path)
+def conform(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Host rows in the current schema: columns added since they were written are null."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
     for name in schema.HOSTS.names:
         if name not in table.column_names:
             table = table.append_column(schema.HOSTS.field(name), pa.nulls(table.num_rows, schema.HOSTS.field(name).type))
     return table.select(schema.HOSTS.names).cast(schema.HOSTS)
 
 
+def read_host_file(path: StorePath, store: Store | None = None) -> pa.Table:
+    """One hosts file in the current schema; columns added since it was written are null.
+
+    ``store`` given: read through it (needed for S3); else ``path`` is a local file."""
+    return conform(store.read_table(path) if store is not None else read_parquet_checked(path))
+
+
+_SCAN_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+"""Parquet scans that decode column chunks page by page instead of buffering a whole row
+group's compressed bytes first (a row group of robots.txt bodies can be large)."""
+
+
+def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
+    """The rows of ``hosts`` in one hosts file, in the current schema.
+
+    A filtered scan: batches are read and filtered one at a time, and row groups whose host
+    range (files are sorted by host) holds none of them are skipped, so only the matching
+    rows are ever held."""
+    if not hosts:
+        return schema.HOSTS.empty_table()
+    try:
+        dataset = ds.dataset(str(path), filesystem=store.fs, format=_SCAN_FORMAT)
+        table = dataset.to_table(filter=ds.field("host").isin(hosts), batch_size=16 * 1024)
+    except FileNotFoundError:
+        raise StoreError(f"{store.uri_of(path)} is missing; point {store.uri_of(store.path('hostdb', 'CURRENT'))} "
+                         "at an intact version, or remove hostdb/ (robots.txt is then fetched again)") from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise StoreError(f"{store.uri_of(path)} is not a readable Parquet file ({exc}); restore it, or remove "
+                         "its folder and rerun the stage that wrote it") from None
+    return conform(table)
+
+
 def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -> dict[str, dict]:
-    """State of the given hosts, from every source that may know them."""
-    wanted = pa.array(sorted(hosts), pa.string())
+    """State of the given hosts, from every source that may know them.
+
+    From the host DB only the bucket files the hosts hash to are opened (one for a single
+    host), and only their rows are read."""
+    wanted = sorted(hosts)
     tables = []
-    for path in host_state_files(store, include_segment=segment):
-        table = read_host_file(path, store)
-        tables.append(table.filter(pc.is_in(table["host"], value_set=wanted)))
+    manifest = store.manifest("hostdb")
+    if manifest is not None and wanted:
+        files = hostdb_files(store, manifest)
+        by_bucket: dict[int, list[str]] = defaultdict(list)
+        for host, bucket in zip(wanted, host_buckets(wanted, len(files)).tolist()):
+            by_bucket[bucket].append(host)
+        for bucket in sorted(by_bucket):
+            tables.append(read_host_rows(store, files[bucket], by_bucket[bucket]))
+    for path in segment_host_files(store, include_segment=segment):
+        tables.append(read_host_rows(store, path, wanted))
     return merge_host_rows(tables)
 
 

@@ -1,0 +1,230 @@
+"""Tests of the bucketed host DB (cycles/update/hostdb.py writes it, cycles/fetch/hoststate.py
+reads it): the layout merge_hostdb writes, a merge bucket by bucket equal to a merge of
+everything at once, reads that open only the hosts' bucket files, and host DBs of another
+layout — one ``hosts.parquet`` written before the split, or another bucket count — read as
+they are and rewritten in the crawl DB's layout by the next merge."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cycles import schema
+from cycles.config import Config
+from cycles.fetch import hoststate
+from cycles.fetch.hoststate import hostdb_files, load_host_state
+from cycles.status import open_views
+from cycles.store import Manifest, Store, new_id, utcnow
+from cycles.update.hostdb import MERGE_SQL, merge_hostdb
+from cycles.urls import host_hash
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def random_rows(rng: random.Random, hosts: list[str], stamps: iter) -> list[dict]:
+    """One host row each, with times from ``stamps`` (distinct: no ties to break)."""
+    rows = []
+    for host in hosts:
+        error = rng.random() < 0.3
+        row = {name: None for name in schema.HOSTS.names}
+        row.update(host=host, last_request_end=T0 + dt.timedelta(seconds=next(stamps)),
+                   robots_fetched_at=T0 + dt.timedelta(seconds=next(stamps)),
+                   robots_status=None if error else rng.choice([200, 404]),
+                   robots_body=None if error else f"User-agent: *\nDisallow: /{rng.random()}\n".encode(),
+                   robots_etag=None if error else f'"{rng.random()}"',
+                   crawl_delay_s=rng.choice([1.0, 2.0, 5.0]),
+                   robots_errors_since=T0 if error else None)
+        if rng.random() < 0.7:
+            row.update(robots_good_status=200, robots_good_body=b"User-agent: *\n",
+                       robots_good_fetched_at=T0 + dt.timedelta(seconds=next(stamps)))
+        rows.append(row)
+    return rows
+
+
+def write_segment(store: Store, rows: list[dict], partitions: int = 3) -> str:
+    """A fetched segment whose hosts/ output holds ``rows`` (split over ``partitions`` files)."""
+    segment = new_id()
+    folder = store.segment_dir(segment, must_exist=False) / "hosts"
+    for p in range(partitions):
+        part = rows[p::partitions]
+        store.write_table(folder / f"part-{p:05d}.parquet", pa.Table.from_pylist(part, schema=schema.HOSTS),
+                          schema.HOSTS)
+    store.write_marker(segment, "generated", {"segment": segment})
+    store.write_marker(segment, "fetched", {"segment": segment})
+    return segment
+
+
+def mark_updated(store: Store) -> None:
+    """Every segment updated: the host DB is then the only source load_host_state reads."""
+    for segment in store.segments():
+        store.write_marker(segment, "updated", {"segment": segment})
+
+
+def merge_all_at_once(rows: list[dict]) -> dict[str, dict]:
+    """The reference: the merge as it ran before the split, over one table of every row."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("everything", pa.Table.from_pylist(rows, schema=schema.HOSTS))
+    merged = con.sql(MERGE_SQL.format(source="SELECT * FROM everything")).to_arrow_table().cast(schema.HOSTS)
+    return {r["host"]: r for r in merged.to_pylist()}
+
+
+def check_layout(store: Store, buckets: int) -> list[str]:
+    """Every host in file host_hash % buckets, sorted by host; returns all hosts."""
+    manifest = store.manifest("hostdb")
+    files = hostdb_files(store, manifest)
+    assert manifest.buckets == buckets and len(files) == buckets
+    assert [f.name for f in files] == [f"bucket-{b:05d}.parquet" for b in range(buckets)]
+    assert sorted(f.name for f in files[0].parent.iterdir()) == [f.name for f in files]
+    everyone = []
+    for bucket, path in enumerate(files):
+        hosts = pq.read_table(path, columns=["host"])["host"].to_pylist()
+        assert hosts == sorted(hosts) and all(host_hash(h) % buckets == bucket for h in hosts), path
+        everyone += hosts
+    assert len(everyone) == len(set(everyone))
+    return everyone
+
+
+def test_merge_bucket_by_bucket_equals_one_merge_of_everything(store):
+    rng = random.Random(5)
+    stamps = iter(rng.sample(range(10**7), 10**5))
+    hosts = [f"h{i}.test" for i in range(300)]
+    cycles = [random_rows(rng, hosts[:200], stamps), random_rows(rng, hosts[100:], stamps),
+              random_rows(rng, rng.sample(hosts, 150), stamps)]
+    config = Config()
+    config.db.buckets = 5
+    for rows in cycles:
+        assert merge_hostdb(store, config, write_segment(store, rows)) > 0
+    mark_updated(store)
+    assert sorted(check_layout(store, 5)) == sorted(hosts)
+    expected = merge_all_at_once([r for rows in cycles for r in rows])
+    assert load_host_state(store, set(hosts)) == expected
+    # A newer network error keeps no older status or body (arg_max_null), in every bucket.
+    assert any(r["robots_status"] is None and r["robots_body"] is None and r["robots_good_body"]
+               for r in expected.values())
+
+
+def test_the_bucket_count_follows_the_crawl_db(store):
+    config = Config()
+    config.db.buckets = 4
+    rows = random_rows(random.Random(1), [f"h{i}.test" for i in range(50)], iter(range(1, 10**6)))
+    merge_hostdb(store, config, write_segment(store, rows))
+    check_layout(store, 4)
+    crawl = store.manifest("hostdb")
+    store.path("crawldb", crawl.version).mkdir(parents=True)
+    store.install("crawldb", Manifest(version=crawl.version, buckets=7, schema_version=schema.SCHEMA_VERSION,
+                                      written_at=utcnow().isoformat(), written_by="test"), keep=2)
+    merge_hostdb(store, config, write_segment(store, rows[:5]))
+    assert len(check_layout(store, 7)) == 50
+
+
+def test_an_empty_segment_keeps_every_bucket_file(store):
+    config = Config()
+    config.db.buckets = 3
+    merge_hostdb(store, config, write_segment(store, [], partitions=1))
+    assert check_layout(store, 3) == []
+    mark_updated(store)
+    assert load_host_state(store, {"nobody.test"}) == {}
+
+
+def test_load_host_state_reads_only_the_buckets_of_its_hosts(store, monkeypatch):
+    config = Config()
+    config.db.buckets = 8
+    hosts = [f"h{i}.test" for i in range(200)]
+    rows = random_rows(random.Random(2), hosts, iter(range(1, 10**6)))
+    merge_hostdb(store, config, write_segment(store, rows))
+    mark_updated(store)
+    opened = []
+    original = hoststate.read_host_rows
+
+    def spy(store_, path, wanted):
+        opened.append((path.name, len(wanted)))
+        return original(store_, path, wanted)
+
+    monkeypatch.setattr(hoststate, "read_host_rows", spy)
+    state = load_host_state(store, {"h7.test"})
+    assert opened == [(f"bucket-{host_hash('h7.test') % 8:05d}.parquet", 1)]
+    assert state["h7.test"]["robots_body"] == rows[7]["robots_body"]
+    opened.clear()
+    some = {"h1.test", "h2.test", "h3.test", "unknown.test"}
+    state = load_host_state(store, some)
+    assert sorted(name for name, _ in opened) == sorted({f"bucket-{host_hash(h) % 8:05d}.parquet" for h in some})
+    assert sum(n for _, n in opened) == len(some) and set(state) == some - {"unknown.test"}
+
+
+def write_legacy_hostdb(store: Store, rows: list[dict]) -> None:
+    """A host DB as written before the split: one hosts.parquet, buckets=1, and (older
+    still) without the robots.txt validator columns."""
+    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified")])
+    version, folder = store.new_version_dir("hostdb")
+    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k in old_schema.names} for r in rows],
+                                 schema=old_schema).sort_by("host")
+    pq.write_table(table, folder / "hosts.parquet")
+    store.install("hostdb", Manifest(version=version, buckets=1, schema_version=schema.SCHEMA_VERSION,
+                                     written_at=utcnow().isoformat(), written_by="update"), keep=2)
+
+
+def test_a_host_db_written_before_the_split_is_read_and_then_rebucketed(store):
+    rng = random.Random(3)
+    stamps = iter(rng.sample(range(10**7), 10**5))
+    hosts = [f"h{i}.test" for i in range(120)]
+    old = random_rows(rng, hosts, stamps)
+    for row in old:
+        row.update(robots_etag=None, robots_last_modified=None)
+    write_legacy_hostdb(store, old)
+    assert load_host_state(store, {"h5.test", "h77.test"}) == {r["host"]: r for r in old if r["host"] in ("h5.test", "h77.test")}
+    con = open_views(store, Config())
+    assert con.sql("SELECT count(*), count(robots_body) FROM hosts").fetchall()[0][0] == 120
+
+    config = Config()
+    config.db.buckets = 4
+    new = random_rows(rng, hosts[60:] + ["new.test"], stamps)
+    merge_hostdb(store, config, write_segment(store, new))
+    mark_updated(store)
+    assert sorted(check_layout(store, 4)) == sorted(hosts + ["new.test"])
+    assert load_host_state(store, set(hosts) | {"new.test"}) == merge_all_at_once(old + new)
+    con = open_views(store, Config())
+    assert con.sql("SELECT count(*) FROM hosts").fetchall()[0][0] == 121
+
+
+def test_a_host_db_with_another_bucket_count_is_read_as_it_is(store):
+    """After ``crawl rebucket`` the host DB keeps its count until the next update."""
+    config = Config()
+    config.db.buckets = 6
+    hosts = [f"h{i}.test" for i in range(90)]
+    rows = random_rows(random.Random(4), hosts, iter(range(1, 10**6)))
+    merge_hostdb(store, config, write_segment(store, rows))
+    mark_updated(store)
+    config.db.buckets = 4  # as if the crawl DB (no manifest here) had been rebucketed
+    assert load_host_state(store, set(hosts)) == {r["host"]: r for r in rows}
+    assert open_views(store, config).sql("SELECT count(*) FROM hosts").fetchall()[0][0] == 90
+    merge_hostdb(store, config, write_segment(store, rows[:3]))
+    assert sorted(check_layout(store, 4)) == sorted(hosts)
+
+
+def test_a_failed_merge_leaves_the_old_version(store, monkeypatch):
+    config = Config()
+    config.db.buckets = 3
+    rows = random_rows(random.Random(6), [f"h{i}.test" for i in range(30)], iter(range(1, 10**6)))
+    merge_hostdb(store, config, write_segment(store, rows))
+    before = store.manifest("hostdb")
+    calls = []
+    original = Store.write_batches
+
+    def failing(self, path, batches, table_schema):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return original(self, path, batches, table_schema)
+
+    monkeypatch.setattr(Store, "write_batches", failing)
+    with pytest.raises(OSError, match="disk full"):
+        merge_hostdb(store, config, write_segment(store, rows[:10]))
+    assert store.manifest("hostdb") == before
+    assert [p.name for p in store.path("hostdb").iterdir() if p.name.startswith("v")] == [before.version]
+    assert not list(store.scratch_dir().glob("hostdb-*"))
