@@ -16,6 +16,7 @@ from cycles.crawldb import current_bucket_files
 from cycles.cycle import run_cycles
 from cycles.errors import StageError
 from cycles.fetch.fetch import fetch_segment
+from cycles.fetch.hoststate import load_host_state
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.rebucket import old_buckets_for, rebucket
@@ -74,10 +75,16 @@ def test_rebucket_8_3_5_then_crawl_on(crawl):
     hosts = set(before["host"].to_pylist())
     assert before.num_rows > len(hosts) >= 10  # the first cycle added the pages' outlinks
     manifest = store.manifest()
+    hostdb = store.manifest("hostdb")
+    assert hostdb.buckets == 8
+    host_state = load_host_state(store, hosts)
+    assert len(host_state) >= 10
 
     result = rebucket(store, config, 3)
     assert result.changed and result.rows == before.num_rows and (result.old_buckets, result.buckets) == (8, 3)
     check_layout(store, 3)
+    # The host DB keeps its 8 buckets until the next update, and reads the same.
+    assert store.manifest("hostdb") == hostdb and load_host_state(store, hosts) == host_state
     assert all_rows(store).equals(before)
     after = store.manifest()
     assert after.applied_segments == manifest.applied_segments and after.schema_version == manifest.schema_version
@@ -97,6 +104,9 @@ def test_rebucket_8_3_5_then_crawl_on(crawl):
     assert updated.applied and segment in store.manifest().applied_segments
     check_layout(store, 5)
     assert update_segment(store, config, segment).applied is False  # still idempotent
+    # That update wrote the host DB with the crawl DB's new count; no host lost.
+    assert store.manifest("hostdb").buckets == 5
+    assert set(load_host_state(store, hosts)) >= set(host_state)
 
     # Cycles go on with 5 buckets; one row per URL.
     log = list(run_cycles(store, config, cycles=2))
