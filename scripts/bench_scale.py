@@ -323,11 +323,16 @@ def build_db(store: Store, size: int, n_hosts: int, buckets: int, con, seed: int
                CASE WHEN hash(hid, 31) % 10 < 8 THEN encode('User-agent: *' || chr(10) || 'Disallow: /'
                     || w(hash(hid, 33)) || '/' || chr(10) || 'Disallow: /search' || chr(10)
                     || 'Sitemap: https://' || host || '/sitemap.xml' || chr(10)) END AS robots_body,
-               1.0::FLOAT AS crawl_delay_s
-        FROM hosts_all WHERE hash(hid, 34) % 10 < 9""", params={"now": now}).to_arrow_table()
+               1.0::FLOAT AS crawl_delay_s, (host_hash % {buckets})::BIGINT AS bucket
+        FROM hosts_all WHERE hash(hid, 34) % 10 < 9 ORDER BY host""", params={"now": now}).to_arrow_table()
     hversion, hfolder = store.new_version_dir("hostdb")
-    store.write_table(hfolder / "hosts.parquet", fill_schema(host_rows, schema.HOSTS), schema.HOSTS)
-    store.install("hostdb", Manifest(version=hversion, buckets=1, schema_version=schema.SCHEMA_VERSION,
+    # Bucketed like the crawl DB (cycles/update/hostdb.py): host_hash % buckets, sorted by host.
+    host_bucket = host_rows["bucket"].to_numpy()
+    host_rows = fill_schema(host_rows.drop_columns(["bucket"]), schema.HOSTS)
+    for bucket in range(buckets):
+        store.write_table(store.bucket_file(hfolder, bucket), host_rows.filter(pa.array(host_bucket == bucket)),
+                          schema.HOSTS)
+    store.install("hostdb", Manifest(version=hversion, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
                                      written_at=now.isoformat(), written_by="bench_scale"), keep=2)
     con.unregister("hosts_all")
     stats = con.sql(f"""SELECT count(*) AS n, avg(length(url)) AS avg_len, min(length(url)) AS min_len,
