@@ -21,24 +21,23 @@ from cycles.inject import inject
 from cycles.store import Store, utcnow
 from cycles.update.update import update_segment
 
-NOW = utcnow() + dt.timedelta(minutes=1)  # after the seeds are injected, so they are due
 
 
-def crawl_once(root, executor) -> tuple[list[dict], list[dict]]:
-    """Inject, generate, write results and outlinks, update; return (fetch list, crawl DB)."""
+def crawl_once(root, executor, now) -> tuple[list[dict], list[dict]]:
+    """Inject, generate, write results and outlinks, update at ``now``; return (fetch list, crawl DB)."""
     store, config = Store(root), Config()
     config.db.buckets = 4
     config.generate.max_urls_per_host = 3
     seeds = root.parent / f"seeds-{root.name}.txt"
     seeds.write_text("".join(f"http://h{h}.example/p{p}\n" for h in range(12) for p in range(5)))
     inject(store, config, seeds)
-    segment = generate(store, config, now=NOW, top_n=20, executor=executor).segment
+    segment = generate(store, config, now=now, top_n=20, executor=executor).segment
     listed = store.read_tables(store.list(store.segment_dir(segment) / "fetchlist", "part-*.parquet"),
                                schema.FETCHLIST).to_pylist()
     results, links = [], []
     for i, row in enumerate(sorted(listed, key=lambda r: r["url"])):
         result = {name: None for name in schema.FETCHED.names}
-        result.update(url=row["url"], host=row["host"], fetched_at=NOW, outcome="ok" if i % 4 else "gone",
+        result.update(url=row["url"], host=row["host"], fetched_at=now, outcome="ok" if i % 4 else "gone",
                       http_status=200 if i % 4 else 404, content_hash=f"{i % 7:032x}", simhash=i + 1)
         results.append(result)
         links += [{"from_url": row["url"], "url": f"http://{row['host']}/new/{i}/{j}", "anchor": "", "nofollow": False,
@@ -49,7 +48,7 @@ def crawl_once(root, executor) -> tuple[list[dict], list[dict]]:
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
     store.write_marker(segment, "fetched", {"segment": segment})
-    update_segment(store, config, segment, now=NOW, executor=executor)
+    update_segment(store, config, segment, now=now, executor=executor)
     _, files = current_bucket_files(store)
     # A seed's first_seen (and due time, until fetched) is its injection, which differs between runs.
     rows = duckdb.sql(f"SELECT * EXCLUDE (first_seen) REPLACE (CASE WHEN fetch_count = 0 AND depth = 0 "
@@ -59,8 +58,9 @@ def crawl_once(root, executor) -> tuple[list[dict], list[dict]]:
 
 
 def test_bucket_tasks_in_a_process_pool_write_what_in_process_tasks_write(tmp_path):
-    listed_here, db_here = crawl_once(tmp_path / "here", InProcess())
-    listed_pool, db_pool = crawl_once(tmp_path / "pool", LocalPool(2))
+    now = utcnow() + dt.timedelta(minutes=1)  # after both runs inject their seeds, so they are due
+    listed_here, db_here = crawl_once(tmp_path / "here", InProcess(), now)
+    listed_pool, db_pool = crawl_once(tmp_path / "pool", LocalPool(2), now)
     assert listed_pool == listed_here and len(listed_here) == 20
     assert db_pool == db_here
     statuses = [r["status"] for r in db_here]
@@ -75,7 +75,7 @@ def test_a_failing_task_leaves_the_crawl_db_as_it_was(tmp_path):
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("http://a.example/\n")
     inject(store, config, seeds)
-    segment = generate(store, config, now=NOW).segment
+    segment = generate(store, config).segment
     store.write_marker(segment, "fetched", {"segment": segment})
     before = store.manifest()
 

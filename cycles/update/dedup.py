@@ -70,15 +70,18 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
         CREATE OR REPLACE TEMP TABLE seg AS
         SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, db.score, db.first_seen
         FROM seg_pages p JOIN {db_source} db USING (url)""")
-    stored = f"""(SELECT url, host, content_hash, simhash, score, first_seen FROM {db_source}
-                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
-                    AND content_hash IS NOT NULL AND url NOT IN (SELECT url FROM seg))"""
+    # Each scan of the crawl DB filters on its cheap columns first; only the few rows left
+    # are checked against the segment's URLs.
+    stored = f"""{db_source} WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+                  AND content_hash IS NOT NULL"""
     exact = con.sql(f"""
         WITH touched AS (SELECT DISTINCT content_hash FROM seg WHERE content_hash IS NOT NULL),
         members AS (
             SELECT url, host, content_hash, score, first_seen FROM seg WHERE content_hash IN (SELECT * FROM touched)
             UNION ALL
-            SELECT url, host, content_hash, score, first_seen FROM {stored} WHERE content_hash IN (SELECT * FROM touched)),
+            SELECT * FROM (SELECT url, host, content_hash, score, first_seen FROM {stored}
+                             AND content_hash IN (SELECT * FROM touched))
+            WHERE url NOT IN (SELECT url FROM seg)),
         groups AS (
             SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
             FROM members)
@@ -127,17 +130,22 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
 
 def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.Table:
     """(url, host, canonical, kind) for the segment's pages (table ``seg``) that are near
-    a better page; ``stored`` is the SQL of the crawl DB's other stored pages.
+    a better page; ``stored`` is ``<crawl DB> WHERE <it stored content>``, to which more
+    conditions are joined with AND.
 
     Two passes, so that only fingerprints are carried through the joins: the block-mask
     joins pair each page of the segment with the *fingerprints* within the distance, then
     the few pages holding those fingerprints are looked up to pick the best one.
     """
-    eligible = "simhash IS NOT NULL AND simhash <> 0 AND url NOT IN (SELECT url FROM exact_marks)"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
-        SELECT url, simhash FROM seg WHERE {eligible} AND text_chars >= {u.simhash_min_chars}""")
+        SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
+          AND url NOT IN (SELECT url FROM exact_marks)""")
+    # The stored fingerprints without their URLs (no URL column is read): a segment page's
+    # previous fingerprint or an exact copy's may pair here, and is dropped below, where
+    # the holders of the paired fingerprints are looked up.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_hashes AS
-        SELECT simhash FROM near_mine UNION ALL SELECT simhash FROM {stored} WHERE {eligible}""")
+        SELECT simhash FROM near_mine
+        UNION ALL SELECT simhash FROM {stored} AND simhash IS NOT NULL AND simhash <> 0""")
     # One small join per block mask: its hash table is built on the segment's pages and the
     # stored fingerprints stream past it. (A single join on (mask id, key) over 20 copies of
     # every stored page spilled tens of GB at 10 M URLs: scripts/bench_scale_parts.py.)
@@ -151,8 +159,9 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.T
         WITH holders AS (
             SELECT url, simhash, score, first_seen FROM near_mine JOIN seg USING (url, simhash)
             UNION ALL
-            SELECT url, simhash, score, first_seen FROM {stored}
-            WHERE {eligible} AND simhash IN (SELECT other_hash FROM near_pairs)),
+            SELECT * FROM (SELECT url, simhash, score, first_seen FROM {stored}
+                             AND simhash IN (SELECT other_hash FROM near_pairs))
+            WHERE url NOT IN (SELECT url FROM seg) AND url NOT IN (SELECT url FROM exact_marks)),
         scored AS (
             SELECT p.url, m.host, o.url AS other,
                    row_number() OVER (PARTITION BY p.url ORDER BY o.score DESC, o.first_seen, length(o.url), o.url) AS r

@@ -388,7 +388,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                                   files[bucket], manifest.schema_version, folder, now, executor.workers)
                  for bucket in range(manifest.buckets)]
         try:
-            added = sum((Counter(done) for done in executor.map(update_bucket, tasks)), Counter())
+            added = Counter()
+            for done in executor.map(update_bucket, tasks):
+                added.update(done)  # update(), not +: a cap that held nothing back still shows 0
         except BaseException:
             store.discard_version("crawldb", version)
             raise
