@@ -228,3 +228,24 @@ def test_a_failed_merge_leaves_the_old_version(store, monkeypatch):
     assert store.manifest("hostdb") == before
     assert [p.name for p in store.path("hostdb").iterdir() if p.name.startswith("v")] == [before.version]
     assert not list(store.scratch_dir().glob("hostdb-*"))
+
+
+def test_a_read_skips_row_groups_without_its_hosts_and_keeps_only_their_rows(store, monkeypatch):
+    """A bucket file sorted by host, in row groups of 10 hosts: asking for two hosts decodes
+    only the row groups whose host range holds them."""
+    rows = random_rows(random.Random(7), [f"h{i:03d}.test" for i in range(100)], iter(range(1, 10**6)))
+    path = store.path("hosts.parquet")
+    store.path().mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema.HOSTS), path, row_group_size=10)
+    asked = []
+    original = pq.ParquetFile.iter_batches
+
+    def spy(self, *args, **kwargs):
+        asked.append(kwargs.get("row_groups"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    table = hoststate.read_host_rows(store, path, ["h015.test", "h093.test", "zzz.test"])
+    assert asked == [[1, 9]]
+    assert table.to_pylist() == [rows[15], rows[93]]
+    assert hoststate.read_host_rows(store, path, ["a.test"]).num_rows == 0 and asked[-1] == [1, 9]

@@ -24,13 +24,14 @@ written before these columns existed are read with them null.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.errors import StoreError
@@ -122,29 +123,59 @@ def read_host_file(path: StorePath, store: Store | None = None) -> pa.Table:
     return conform(store.read_table(path) if store is not None else read_parquet_checked(path))
 
 
-_SCAN_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
-"""Parquet scans that decode column chunks page by page instead of buffering a whole row
-group's compressed bytes first (a row group of robots.txt bodies can be large)."""
+SCAN_BATCH_ROWS = 16 * 1024
+"""Rows decoded at a time when a hosts file is scanned."""
+
+
+def open_host_file(fh) -> pq.ParquetFile:
+    """A hosts file opened for scanning: column chunks are read through a 1 MiB buffer, page
+    by page, not whole (one row group of robots.txt bodies can hold hundreds of MiB: a host
+    DB written before the split is one row group of up to a million hosts)."""
+    return pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
+
+
+def _row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
+    """Row groups whose host range (by their statistics) may hold one of ``wanted`` (sorted)."""
+    column = meta.schema.to_arrow_schema().get_field_index("host")
+    groups = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            groups.append(i)
+            continue
+        at = bisect.bisect_left(wanted, stats.min)
+        if at < len(wanted) and wanted[at] <= stats.max:
+            groups.append(i)
+    return groups
 
 
 def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
     """The rows of ``hosts`` in one hosts file, in the current schema.
 
-    A filtered scan: batches are read and filtered one at a time, and row groups whose host
-    range (files are sorted by host) holds none of them are skipped, so only the matching
-    rows are ever held."""
-    if not hosts:
+    Streamed: batch by batch, each filtered before the next is read, and row groups whose
+    host range holds none of them are skipped (bucket files are sorted by host), so only
+    the matching rows are ever held."""
+    wanted = sorted(hosts)
+    if not wanted:
         return schema.HOSTS.empty_table()
+    value_set = pa.array(wanted, pa.string())
+    parts = []
     try:
-        dataset = ds.dataset(str(path), filesystem=store.fs, format=_SCAN_FORMAT)
-        table = dataset.to_table(filter=ds.field("host").isin(hosts), batch_size=16 * 1024)
+        with store.fs.open_input_file(str(path)) as fh:
+            parquet = open_host_file(fh)
+            groups = _row_groups_holding(parquet.metadata, wanted)
+            if groups:
+                for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, row_groups=groups, use_threads=False):
+                    batch = batch.filter(pc.is_in(batch.column("host"), value_set=value_set))
+                    if batch.num_rows:
+                        parts.append(conform(batch))
     except FileNotFoundError:
         raise StoreError(f"{store.uri_of(path)} is missing; point {store.uri_of(store.path('hostdb', 'CURRENT'))} "
                          "at an intact version, or remove hostdb/ (robots.txt is then fetched again)") from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise StoreError(f"{store.uri_of(path)} is not a readable Parquet file ({exc}); restore it, or remove "
                          "its folder and rerun the stage that wrote it") from None
-    return conform(table)
+    return pa.concat_tables(parts) if parts else schema.HOSTS.empty_table()
 
 
 def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -> dict[str, dict]:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from cycles import schema
 from cycles.config import Config
 from cycles.crawldb import connect
-from cycles.fetch.hoststate import conform, host_buckets, hostdb_files
+from cycles.fetch.hoststate import SCAN_BATCH_ROWS, conform, host_buckets, hostdb_files, open_host_file
 from cycles.store import Manifest, Store, StorePath, new_id, utcnow
 
 HOSTS_COLUMNS = ", ".join(schema.HOSTS.names)
@@ -68,7 +68,7 @@ def route_host_files(store: Store, paths: list[StorePath], buckets: int, folder)
         try:
             for path in paths:
                 with store.fs.open_input_file(str(path)) as fh:
-                    for batch in pq.ParquetFile(fh).iter_batches(batch_size=16 * 1024):
+                    for batch in open_host_file(fh).iter_batches(batch_size=SCAN_BATCH_ROWS, use_threads=False):
                         table = conform(batch)
                         if not table.num_rows:
                             continue
