@@ -97,6 +97,8 @@ def sha1_label(digest: bytes) -> str:
 
 _make_warc_id = StatusAndHeadersParser.make_warc_id  # "<urn:uuid:...>", as warcio's records have
 
+_EMPTY_SHA1 = sha1_label(hashlib.sha1(b"").digest())  # the payload digest of every request record
+
 WARC_CONTENT_TYPES = {"response": "application/http; msgtype=response",
                       "request": "application/http; msgtype=request"}
 
@@ -120,7 +122,7 @@ def _http_record(record_type: str, record_id: str, url: str, extra: list[tuple[s
     block.update(payload)
     warc_headers = StatusAndHeaders("", [
         ("WARC-Type", record_type), ("WARC-Record-ID", record_id), ("WARC-Target-URI", url), *extra,
-        ("WARC-Payload-Digest", sha1_label(hashlib.sha1(payload).digest())),
+        ("WARC-Payload-Digest", sha1_label(hashlib.sha1(payload).digest()) if payload else _EMPTY_SHA1),
         ("WARC-Block-Digest", sha1_label(block.digest())),
         ("Content-Type", WARC_CONTENT_TYPES[record_type]),
         ("Content-Length", str(len(head) + len(payload)))], protocol="WARC/1.1")
