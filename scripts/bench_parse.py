@@ -164,7 +164,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
     """µs per page of parse_html and of each of its steps (the same functions, in order)."""
     from cycles.fingerprint import _content_hash_normalised, _simhash_normalised
 
-    decoded = [parse.decode_html(body, ctype) for body, _, ctype in pages]
+    decoded = [parse._decode(body, ctype) for body, _, ctype in pages]
     indexes = list(range(len(pages)))
 
     def tree(index: int):
@@ -200,7 +200,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
         "parse_html (total, CPU time of the process)": best_per_item(whole, pages, repeat,
                                                                      clock=time.process_time),
         "  decode (charset, validate UTF-8)": best_per_item(
-            lambda page: parse.decode_html(page[0], page[2]), pages, repeat),
+            lambda page: parse._decode(page[0], page[2]), pages, repeat),
         "  lxml parse": best_per_item(tree, indexes, repeat),
         "  scan (pad blocks; collect anchors, head)": best_per_item(
             lambda root: parse._scan(root, "crawlbot"), indexes, repeat, setup=tree),

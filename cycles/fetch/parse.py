@@ -475,7 +475,7 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
     our robots.txt product token (``fetch.robots_agent``): ``<meta name=crawlbot>`` counts
     like ``<meta name=robots>``. Never raises on page content (see the module doc).
     """
-    text, encoding = decode_html(body, content_type)
+    text, encoding = _decode(body, content_type)
     root = _tree(body, text, encoding)
     if root is None:  # nothing but whitespace, comments or a doctype
         return _empty_page(encoding)
@@ -499,9 +499,33 @@ def _empty_page(encoding: str) -> ParsedPage:
                       encoding=encoding)
 
 
-def _tree(body: bytes, text: str, encoding: str) -> etree._Element | None:
-    """The lxml tree of the decoded body; None when there is no markup at all."""
-    if encoding == "utf-8" and "\ufffd" not in text and not body.startswith(b"\xef\xbb\xbf"):
+def _decode(body: bytes, content_type: str | None) -> tuple[str | None, str]:
+    """decode_html's ``(text, encoding)``, except that the text of a pure-ASCII body in an
+    ASCII-compatible encoding is None: lxml is handed the body as it is, and decoding it
+    only to learn that it is valid was ~3 µs a page alone, ~15 µs within parse_html (the
+    first pass over a new body)."""
+    if body.isascii():
+        declared = _header_charset(content_type) or _meta_charset(body[:META_PRESCAN_BYTES])
+        if declared is None:
+            return None, "utf-8"
+        if declared in _ASCII_COMPATIBLE:
+            return None, declared
+    return decode_html(body, content_type)
+
+
+_ASCII_COMPATIBLE = frozenset(
+    name for name, codec in _CODECS.items()
+    if name != "iso-2022-jp"  # 7-bit, but escape sequences switch to JIS X 0208
+    and bytes(range(128)).decode(codec, "replace") == "".join(map(chr, range(128))))
+"""Encodings in which ASCII bytes always mean those ASCII characters (not UTF-16, not
+ISO-2022-JP)."""
+
+
+def _tree(body: bytes, text: str | None, encoding: str) -> etree._Element | None:
+    """The lxml tree of the decoded body (``text`` None: the body is ASCII, see _decode);
+    None when there is no markup at all."""
+    if text is None or (encoding == "utf-8" and "\ufffd" not in text
+                        and not body.startswith(b"\xef\xbb\xbf")):
         data = body  # already valid UTF-8: no copy
     else:
         data = text.encode("utf-8", "replace")
