@@ -181,11 +181,35 @@ def fingerprints(text: str, *, collapsed: bool = False) -> tuple[str, int]:
         except UnicodeEncodeError:
             pass
         else:
-            utf8 = lowered if lowered.isascii() else lowered.decode("latin-1").encode("utf-8")
+            utf8 = lowered if lowered.isascii() else latin1_to_utf8(lowered)
             return (hashlib.blake2b(utf8, digest_size=16).hexdigest(),
                     _simhash_latin1(lowered[:SIMHASH_MAX_CHARS]))
     norm = lower(text) if collapsed else normalise(text)
     return _content_hash_normalised(norm), _simhash_normalised(norm)
+
+
+_FEW_NON_ASCII = 64
+
+
+def latin1_to_utf8(data: bytes) -> bytes:
+    """``data.decode("latin-1").encode("utf-8")``, faster when few bytes are not ASCII.
+
+    CPython encodes a one-byte-per-character str to UTF-8 character by character (~18 µs
+    for a 29 KB text); a text with a handful of non-ASCII characters (a "©", a "·") is
+    copied in ASCII runs with numpy finding the rest instead (~9 µs).
+    """
+    positions = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
+    if len(positions) > _FEW_NON_ASCII:
+        return data.decode("latin-1").encode("utf-8")
+    parts = []
+    start = 0
+    for position in positions.tolist():
+        byte = data[position]
+        parts.append(data[start:position])
+        parts.append(bytes((0xC0 | byte >> 6, 0x80 | byte & 0x3F)))
+        start = position + 1
+    parts.append(data[start:])
+    return b"".join(parts)
 
 
 def hamming(a: int, b: int) -> int:

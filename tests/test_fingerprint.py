@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from cycles import fingerprint
-from cycles.fingerprint import (collapse_other_whitespace, collapse_whitespace, content_hash, fingerprints, hamming,
+from cycles.fingerprint import (collapse_other_whitespace, collapse_whitespace, latin1_to_utf8, content_hash, fingerprints, hamming,
                                 normalise, simhash64)
 
 _WORDS = ("the of and to a in is that for it as was with be by on not this are or from at "
@@ -212,3 +212,14 @@ def test_lower_equals_str_lower():
     assert any(not text.isascii() for text in samples)
     for text in samples:
         assert fingerprint.lower(text) == text.lower()
+
+
+@pytest.mark.parametrize("non_ascii", [0, 1, 5, 64, 65, 3000])
+def test_latin1_to_utf8_equals_the_codecs(non_ascii):
+    rng = random.Random(non_ascii)
+    data = bytearray(rng.randrange(32, 128) for _ in range(5000))
+    for position in rng.sample(range(len(data)), min(non_ascii, len(data))):
+        data[position] = rng.randrange(128, 256)
+    data = bytes(data)
+    assert latin1_to_utf8(data) == data.decode("latin-1").encode("utf-8")
+    assert latin1_to_utf8(b"") == b"" and latin1_to_utf8(b"\xff") == "\xff".encode()
