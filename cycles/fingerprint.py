@@ -317,6 +317,8 @@ def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
         return _code_point_token_hashes(cps, classes.take(cps))
 
 
+if _CLASSES_WITH_NUMBERS[:256].max() >= _SINGLE:  # _latin1_token_hashes relies on it
+    raise RuntimeError("a Latin-1 character stands alone in cycles.fingerprint's classes")
 _LATIN1_CLASSES = {id(_CLASSES): _CLASSES[:256].tobytes(),
                    id(_CLASSES_WITH_NUMBERS): _CLASSES_WITH_NUMBERS[:256].tobytes()}
 """The class tables' first 256 entries as bytes.translate tables: the classes of a Latin-1
@@ -324,10 +326,18 @@ text in one C pass, without numpy widening every byte to an index (~16 vs ~23 µ
 
 
 def _latin1_token_hashes(latin1: bytes, classes: np.ndarray = _CLASSES) -> np.ndarray:
-    """_token_hashes of a normalised text given as its Latin-1 bytes."""
-    return _code_point_token_hashes(np.frombuffer(latin1, dtype=np.uint8),
-                                    np.frombuffer(latin1.translate(_LATIN1_CLASSES[id(classes)]),
-                                                  dtype=np.uint8))
+    """_token_hashes of a normalised text given as its Latin-1 bytes.
+
+    No Latin-1 character stands alone (_SINGLE_RANGES are all above U+00FF), so tokens are
+    the runs of word characters; the classes are translated with a separator on either
+    side, which makes the run edges one comparison.
+    """
+    if not latin1:
+        return np.empty(0, dtype=np.uint64)
+    padded = np.frombuffer(b"".join((b"\0", latin1, b"\0")).translate(_LATIN1_CLASSES[id(classes)]),
+                           dtype=np.uint8)
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return _run_hashes(np.frombuffer(latin1, dtype=np.uint8), edges[0::2], edges[1::2])
 
 
 def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -355,8 +365,14 @@ def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> np.ndarray:
         ends_mask[:-1] |= word[:-1] & ~word[1:]
         starts = np.flatnonzero(starts_mask)
         ends = np.flatnonzero(ends_mask) + 1
+    return _run_hashes(cps, starts, ends)
+
+
+def _run_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The polynomial hash of each token [start, end) of the code points ``cps``."""
     if len(starts) == 0:
         return np.empty(0, dtype=np.uint64)
+    n = len(cps)
     pow_, inv = _powers(n)
     prefix = np.empty(n + 1, dtype=np.uint64)
     prefix[0] = 0
