@@ -160,9 +160,9 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
     u = config.update
     return f"""
         WITH n AS (SELECT *, {pattern_hash_sql('url')} AS pattern FROM {new}),
-        hosts AS (SELECT o.host, count(*) AS have FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY o.host),
         patterns AS (SELECT o.host, o.pattern_hash AS pattern, count(*) AS have
                      FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY ALL),
+        hosts AS (SELECT host, sum(have) AS have FROM patterns GROUP BY host),
         ranked AS (
             SELECT n.*, coalesce(h.have, 0) + row_number() OVER (PARTITION BY n.host ORDER BY n.depth, n.url) AS host_rank,
                    coalesce(p.have, 0) + row_number() OVER (PARTITION BY n.host, n.pattern ORDER BY n.depth, n.url) AS pattern_rank
@@ -374,7 +374,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         con.register("links_all", links)
         write_routed(store, con, "links_all", inputs / "links", manifest.buckets)
         con.unregister("links_all")
-        del links, followed
+        # The bucket tasks get the memory now: nothing of the segment-wide steps but the
+        # feed's candidate list is kept while they run.
+        con.close()
+        del links, followed, pages
         store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
@@ -395,7 +398,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             store.discard_version("crawldb", version)
             raise
         install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment)
-        batch = write_feed_batch(store, segment, seg_dir, changed, counters, con)
+        batch = write_feed_batch(store, segment, seg_dir, changed, counters, connect(store, config))
         store.delete_dir(inputs)
     added.pop("rows", None)
     counters["outlinks/new"] += added.pop("new", 0)
