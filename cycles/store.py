@@ -11,7 +11,7 @@ Layout (the same on both)::
 
     crawldb/CURRENT                    JSON manifest naming the current version (written last)
     crawldb/<version>/bucket-NNNNN.parquet   one file per host-hash bucket (schema.CRAWLDB)
-    hostdb/CURRENT, hostdb/<version>/hosts.parquet   per-host state (schema.HOSTS)
+    hostdb/CURRENT, hostdb/<version>/bucket-NNNNN.parquet   per-host state (schema.HOSTS), bucketed as the crawl DB
     segments/<segment id>/             one folder per cycle, sortable id (UTC time first)
         fetchlist/part-NNNNN.parquet   written by generate (schema.FETCHLIST)
         fetched/part-NNNNN-cNNNNNN.parquet   written by fetch, chunk by chunk (schema.FETCHED)
