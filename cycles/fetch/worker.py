@@ -96,6 +96,10 @@ def robots_url_for(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/robots.txt"
 
 
+DNS_CACHE_S = 3600
+"""How long a worker reuses a host name's resolved address (curl's DNS cache)."""
+
+
 class PartitionFetcher:
     """State of one partition's fetch loop."""
 
@@ -112,6 +116,12 @@ class PartitionFetcher:
         self.frontier = Frontier()
         self.seg_dir = store.segment_dir(segment)
         self.multi = pycurl.CurlMulti()
+        # One DNS cache and TLS session cache for every transfer of this worker. Connections
+        # stay in the multi handle's pool (sized by M_MAXCONNECTS below), where libcurl
+        # reuses one per host; a share-level connection pool would ignore that size.
+        self.share = pycurl.CurlShare()
+        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
+        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
         self.free: list[pycurl.Curl] = []
         self.active: dict[pycurl.Curl, tuple[Transfer, HostSlot]] = {}
         self.output: PartitionOutput | None = None
@@ -559,11 +569,18 @@ class PartitionFetcher:
         return max(slot.delay_s, min(self.fc.max_crawl_delay_s, self.fc.delay_factor * duration))
 
     # --- the loop -----------------------------------------------------------------------
+    def _new_handle(self) -> pycurl.Curl:
+        curl = pycurl.Curl()
+        curl.setopt(pycurl.SHARE, self.share)  # kept through reset(): set once per handle
+        return curl
+
     def _start(self, slot: HostSlot, request: Request) -> None:
-        curl = self.free.pop() if self.free else pycurl.Curl()
+        curl = self.free.pop() if self.free else self._new_handle()
         max_bytes = self.fc.max_robots_bytes if request.kind == "robots" else self.fc.max_page_bytes
         transfer = Transfer(request, self.fc, max_bytes)
         configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
+        # A host's address is looked up once a cycle, not every minute (libcurl's default).
+        curl.setopt(pycurl.DNS_CACHE_TIMEOUT, DNS_CACHE_S)
         slot.in_flight = True
         self.active[curl] = (transfer, slot)
         self.multi.add_handle(curl)
