@@ -416,25 +416,31 @@ def _bit_counts(features: np.ndarray) -> np.ndarray:
 
 
 def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
-    try:
-        return _simhash_latin1(norm[:SIMHASH_MAX_CHARS].encode("latin-1"), width)
+    text = norm[:SIMHASH_MAX_CHARS]
+    try:  # most pages are Latin-1: one byte a character, and the byte is the code point
+        latin1 = text.encode("latin-1")
     except UnicodeEncodeError:
-        pass
+        return _simhash_code_points(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), width)
+    return _simhash_latin1(latin1, width)
+
+
+def _simhash_latin1(latin1: bytes, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
+    """_simhash_normalised of a normalised text given as its (first SIMHASH_MAX_CHARS) Latin-1 bytes."""
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
-        tokens = _token_hashes(norm)
+        tokens = _latin1_token_hashes(latin1)
         if len(tokens) == 0:  # no letters: let numbers count rather than give every such text 0
-            tokens = _token_hashes(norm, _CLASSES_WITH_NUMBERS)
+            tokens = _latin1_token_hashes(latin1, _CLASSES_WITH_NUMBERS)
             if len(tokens) == 0:
                 return 0
         return _simhash_of_features(_features(tokens, width))
 
 
-def _simhash_latin1(latin1: bytes, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
-    """_simhash_normalised of a normalised text given as its (first SIMHASH_MAX_CHARS) Latin-1 bytes."""
+def _simhash_code_points(cps: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
+    """_simhash_normalised of a normalised text given as its code points."""
     with np.errstate(over="ignore"):
-        tokens = _latin1_token_hashes(latin1)
+        tokens = _code_point_token_hashes(cps, _CLASSES.take(cps))
         if len(tokens) == 0:
-            tokens = _latin1_token_hashes(latin1, _CLASSES_WITH_NUMBERS)
+            tokens = _code_point_token_hashes(cps, _CLASSES_WITH_NUMBERS.take(cps))
             if len(tokens) == 0:
                 return 0
         return _simhash_of_features(_features(tokens, width))
