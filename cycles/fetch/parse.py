@@ -12,8 +12,8 @@ Speed is a requirement: the fetch stage has about 1.5 CPU-ms per page for fetch,
 WARC write. ``scripts/bench_parse.py`` times every step; on the 2-vCPU development VM a 30 KB
 page with 133 links takes about 0.88 ms of CPU, of which lxml's parse is ~0.18 ms, the walks
 over the tree ~0.14 ms, the links ~0.24 ms, the text ~0.1 ms and the fingerprints ~0.13 ms;
-a page of the test web bench_fetch.py crawls (29 KB, 5,000 words, 7 links) ~0.57 ms, more
-than half of it the fingerprints of its long text (~0.23 ms).
+a page of the test web bench_fetch.py crawls (29 KB, 5,000 words, 7 links) ~0.57 ms,
+of which ~0.23 ms are the fingerprints of its long text.
 So the tree is walked with lxml's C iterators filtered by tag (each element a walk yields
 costs a Python proxy), the text is collected by one XPath ``normalize-space()`` call, links
 are resolved by string concatenation (``urljoin`` is 5-10 times slower), and the fingerprints
