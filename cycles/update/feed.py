@@ -1,7 +1,7 @@
 """The indexer feed: each update publishes the new or changed, indexable pages it merged.
 
 A batch is ``pages/<segment id>.parquet`` (schema.PAGES), one per updated segment, written
-atomically after the crawl DB swap; readers consume batches in id order through a cursor
+atomically just before the crawl DB swap; readers consume batches in id order through a cursor
 (cycles/pages.py). A page is published when its fetch stored content (outcome ok), it is
 not a duplicate or near-duplicate, its meta robots does not say noindex, and its text is
 new to us or differs from the last stored version.
@@ -41,14 +41,15 @@ def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, cou
         return None
     con = con or duckdb.connect()
     con.register("changed", changed)
-    # Streamed from DuckDB into the file: the batch carries every published page's text.
+    # Streamed from DuckDB into the file: the batch carries every published page's text,
+    # so it is not sorted (sorting 7 M texts ran DuckDB out of memory at 100 M URLs); rows
+    # come in fetch order, grouped by partition and host.
     reader = con.sql(f"""
         SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.simhash,
                f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
                '{segment}' AS segment
         FROM {store.duckdb_source(con, files)} f JOIN changed c ON f.url = c.url
-        WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)
-        ORDER BY f.host, f.url""").to_arrow_reader(16 * 1024)
+        WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)""").to_arrow_reader(16 * 1024)
 
     def counted(batches):
         for batch in batches:

@@ -394,11 +394,13 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             added = Counter()
             for done in executor.map(update_bucket, tasks):
                 added.update(done)  # update(), not +: a cap that held nothing back still shows 0
+            # The feed batch before the swap: once the segment counts as applied, what
+            # changed can no longer be told (a batch written twice is replaced whole).
+            batch = write_feed_batch(store, segment, seg_dir, changed, counters, connect(store, config))
         except BaseException:
             store.discard_version("crawldb", version)
             raise
         install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment)
-        batch = write_feed_batch(store, segment, seg_dir, changed, counters, connect(store, config))
         store.delete_dir(inputs)
     added.pop("rows", None)
     counters["outlinks/new"] += added.pop("new", 0)
