@@ -21,10 +21,13 @@ again changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from cycles import clock, schema
@@ -258,10 +261,31 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
 
 
 def write_routed(store: Store, con, table: str, folder, buckets: int) -> None:
-    """One Parquet file per bucket of ``table``'s rows, by their ``host_hash``."""
-    for bucket in range(buckets):
-        reader = con.sql(f"SELECT * FROM {table} WHERE {bucket_of('host_hash', buckets)} = {bucket}").to_arrow_reader(64 * 1024)
-        store.write_batches(store.bucket_file(folder, bucket), reader, reader.schema)
+    """One Parquet file per bucket of ``table``'s rows, by their ``host_hash``.
+
+    One pass: the rows come sorted by bucket and are cut into files as the bucket changes
+    (a query per bucket scanned the whole table 64 times at 100 M URLs).
+    """
+    reader = con.sql(f"SELECT *, {bucket_of('host_hash', buckets)} AS _bucket FROM {table} ORDER BY _bucket"
+                     ).to_arrow_reader(64 * 1024)
+    out_schema = pa.schema([f for f in reader.schema if f.name != "_bucket"])
+    written = set()
+    for bucket, pieces in itertools.groupby(bucket_runs(reader), key=lambda piece: piece[0]):
+        store.write_batches(store.bucket_file(folder, bucket), (batch for _, batch in pieces), out_schema)
+        written.add(bucket)
+    for bucket in set(range(buckets)) - written:  # every bucket task finds its file
+        store.write_batches(store.bucket_file(folder, bucket), iter(()), out_schema)
+
+
+def bucket_runs(batches) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(bucket, rows) for each run of one bucket in batches sorted by ``_bucket``."""
+    for batch in batches:
+        column = batch.column("_bucket").to_numpy()
+        rows = batch.drop_columns(["_bucket"])
+        edges = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(), len(column)]
+        for start, end in zip(edges, edges[1:]):
+            if end > start:
+                yield int(column[start]), rows.slice(start, end - start)
 
 
 @dataclass(frozen=True)
