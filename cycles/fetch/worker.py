@@ -157,7 +157,8 @@ class PartitionFetcher:
             bloom = BloomFilter(max(100_000, len(items) * self.fc.outlink_bloom_links_per_page),
                                 self.fc.outlink_bloom_fp)
         self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
-                                      next_chunk, self.fc.user_agent, self.fc.warc_gzip_level, bloom)
+                                      next_chunk, self.fc.user_agent, self.fc.warc_gzip_level, bloom,
+                                      flush_bytes=self.fc.flush_bytes)
         states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
         for item in items:
