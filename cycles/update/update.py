@@ -388,6 +388,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         db_source = crawldb_source_sql(files, con, store, manifest.schema_version)
         dedup = find_duplicates(con, db_source, pages, config, counters)
         changed = feed_candidates(con, db_source, pages, dedup)
+        con.unregister("seg_pages")
+        con.unregister("feed_pages")
+        del pages
         # Outlinks of an exact copy were already followed from its canonical page.
         followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
         links = prepare_outlinks(followed, config, counters, con=con)
@@ -401,7 +404,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # The bucket tasks get the memory now: nothing of the segment-wide steps but the
         # feed's candidate list is kept while they run.
         con.close()
-        del links, followed, pages
+        del links, followed
         store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
