@@ -23,10 +23,10 @@ import io
 import os
 import socket
 import time
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
+from isal import isal_zlib
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.warcwriter import WARCWriter
 
@@ -133,10 +133,10 @@ class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
     def __init__(self, store: Store, segment: str, segment_dir: StorePath, partition: int,
-                 first_chunk: int, user_agent: str, gzip_level: int = 3,
+                 first_chunk: int, user_agent: str, gzip_level: int = 1,
                  bloom: BloomFilter | None = None, flush_bytes: int = FLUSH_BYTES):
         self.store = store
-        self.gzip_level = gzip_level
+        self.gzip_level = min(isal_zlib.ISAL_BEST_COMPRESSION, max(0, gzip_level))  # ISA-L has levels 0..3
         self.bloom = bloom
         self.bloom_dropped = 0
         self.segment = segment
@@ -157,9 +157,10 @@ class PartitionOutput:
                 (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     # --- WARC -------------------------------------------------------------------------
-    # Records are gzipped here, one member per record (ISO 28500 annex D.2), at
-    # fetch.warc_gzip_level: warcio's own gzip is fixed at level 9, which cost more CPU than
-    # parsing the page (measured by scripts/bench_fetch.py). The warcinfo record is made and
+    # Records are gzipped here, one member per record (ISO 28500 annex D.2), with ISA-L's
+    # deflate at fetch.warc_gzip_level: warcio's own gzip (zlib, level 9) cost more CPU than
+    # parsing the page, and zlib at level 1 still 3.3x ISA-L's level 1 for the same size
+    # (measured by scripts/bench_fetch.py). The warcinfo record is made and
     # written by warcio's WARCWriter; the request and response records are framed here from
     # warcio's header blocks (StatusAndHeaders) and record ids, see _http_record.
 
@@ -180,7 +181,7 @@ class PartitionOutput:
     def _append(self, *parts: bytes) -> tuple[int, int]:
         """Write one record, given as consecutive parts, as its own gzip member; returns
         (offset, length) in the file."""
-        packer = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)  # 31: gzip container
+        packer = isal_zlib.compressobj(self.gzip_level, isal_zlib.DEFLATED, 31)  # 31: gzip container
         member = b"".join([packer.compress(part) for part in parts] + [packer.flush()])
         offset = self._warc_fh.tell()
         self._warc_fh.write(member)
