@@ -31,3 +31,21 @@ def store(tmp_path) -> Store:
 def write_seeds(path, urls) -> str:
     path.write_text("\n".join(urls) + "\n")
     return str(path)
+
+
+@pytest.fixture
+def fail_second_write(monkeypatch):
+    """Call it to make the next Store.write_batches calls fail on the second one
+    ("disk full"), as a stage failing midway between two files would."""
+    def arm() -> None:
+        calls = []
+        original = Store.write_batches
+
+        def failing(self, path, batches, table_schema):
+            calls.append(path)
+            if len(calls) == 2:
+                raise OSError("disk full")
+            return original(self, path, batches, table_schema)
+
+        monkeypatch.setattr(Store, "write_batches", failing)
+    return arm

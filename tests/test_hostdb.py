@@ -207,22 +207,13 @@ def test_a_host_db_with_another_bucket_count_is_read_as_it_is(store):
     assert sorted(check_layout(store, 4)) == sorted(hosts)
 
 
-def test_a_failed_merge_leaves_the_old_version(store, monkeypatch):
+def test_a_failed_merge_leaves_the_old_version(store, fail_second_write):
     config = Config()
     config.db.buckets = 3
     rows = random_rows(random.Random(6), [f"h{i}.test" for i in range(30)], iter(range(1, 10**6)))
     merge_hostdb(store, config, write_segment(store, rows))
     before = store.manifest("hostdb")
-    calls = []
-    original = Store.write_batches
-
-    def failing(self, path, batches, table_schema):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError("disk full")
-        return original(self, path, batches, table_schema)
-
-    monkeypatch.setattr(Store, "write_batches", failing)
+    fail_second_write()
     with pytest.raises(OSError, match="disk full"):
         merge_hostdb(store, config, write_segment(store, rows[:10]))
     assert store.manifest("hostdb") == before

@@ -120,20 +120,11 @@ def test_rebucket_8_3_5_then_crawl_on(crawl):
     assert same.exit_code == 0 and "already has 5 buckets; nothing changed" in same.output
 
 
-def test_failure_midway_keeps_the_old_version(crawl, monkeypatch):
+def test_failure_midway_keeps_the_old_version(crawl, monkeypatch, fail_second_write):
     store, config = crawl["store"], crawl["config"]
     manifest = store.manifest()
     rows = all_rows(store)
-    calls = []
-    original = Store.write_batches
-
-    def failing(self, path, batches, table_schema):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError("disk full")
-        return original(self, path, batches, table_schema)
-
-    monkeypatch.setattr(Store, "write_batches", failing)
+    fail_second_write()
     with pytest.raises(OSError, match="disk full"):
         rebucket(store, config, manifest.buckets + 1)
     monkeypatch.undo()
