@@ -50,9 +50,15 @@ def crawl_status(store: Store, config: Config) -> dict:
         raise CrawlError(f"no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
     con = open_views(store, config)
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
+    now = clock.now()
     total, hosts, due = con.execute("""
-        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= now()) FROM crawldb""").fetchall()[0]
-    leased = con.execute(f"SELECT count(*) FROM {leased_urls_sql(store, con, clock.now())}").fetchall()[0][0]
+        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= $now) FROM crawldb""",
+        {"now": now}).fetchall()[0]
+    leased_sql = leased_urls_sql(store, con, now)
+    leased = con.execute(f"SELECT count(*) FROM {leased_sql}").fetchall()[0][0]
+    # Due and not handed to a live segment: what the next generate can choose from.
+    due -= con.execute(f"SELECT count(*) FROM crawldb SEMI JOIN {leased_sql} l USING (url) WHERE next_fetch <= $now",
+                       {"now": now}).fetchall()[0][0]
     segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
     dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
                                GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())

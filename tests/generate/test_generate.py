@@ -11,6 +11,7 @@ import pytest
 from cycles.config import Config
 from cycles.crawldb import current_bucket_files
 from cycles.leases import live_lease_files
+from cycles.status import crawl_status
 from cycles.errors import StageError, StoreError
 from cycles.generate.generate import generate
 from cycles.inject import inject
@@ -78,6 +79,8 @@ def test_lease_is_the_fetch_list_and_generate_leaves_the_crawl_db_alone(store, c
     assert sorted(map(str, live_lease_files(store, utcnow()))) == sorted(
         map(str, store.list(store.segment_dir(segment) / "fetchlist", "part-*.parquet")))
     assert live_lease_files(store, utcnow() + dt.timedelta(seconds=config.generate.lease_s + 1)) == []
+    report = crawl_status(store, config)
+    assert report["leased"] == 3 and report["due"] == 0  # leased URLs are not counted as due
 
 
 def test_an_updated_segment_releases_its_lease(store, config, tmp_path):
