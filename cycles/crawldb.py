@@ -127,7 +127,7 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
 
     The caller must hold ``store.lock('crawldb')``. If anything fails before the swap the
     half-written version is deleted and the old one stays current. (Update runs its
-    buckets as tasks instead: :func:`new_version` and :func:`install_version`.)
+    buckets as tasks instead, with :func:`write_bucket` and :func:`install_version`.)
     """
     manifest, files = current_bucket_files(store)
     buckets = manifest.buckets if manifest else config.db.buckets

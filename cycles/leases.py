@@ -31,9 +31,9 @@ def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
     return files
 
 
-def leased_urls_sql(store: Store, con, now: dt.datetime) -> str:
-    """SQL table expression of the leased URLs (one column, ``url``)."""
-    files = live_lease_files(store, now)
+def leased_urls_sql(store: Store, con, files: list[StorePath]) -> str:
+    """SQL table expression (one column, ``url``) of the URLs in these fetch list files
+    (:func:`live_lease_files`)."""
     if not files:
         return "(SELECT NULL::VARCHAR AS url WHERE false)"
     return f"(SELECT url FROM {store.duckdb_source(con, files)})"

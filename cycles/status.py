@@ -18,7 +18,7 @@ from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError
 from cycles.fetch.hoststate import hostdb_files
-from cycles.leases import leased_urls_sql
+from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
 
@@ -54,7 +54,7 @@ def crawl_status(store: Store, config: Config) -> dict:
     total, hosts, due = con.execute("""
         SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE next_fetch <= $now) FROM crawldb""",
         {"now": now}).fetchall()[0]
-    leased_sql = leased_urls_sql(store, con, now)
+    leased_sql = leased_urls_sql(store, con, live_lease_files(store, now))
     leased = con.execute(f"SELECT count(*) FROM {leased_sql}").fetchall()[0][0]
     # Due and not handed to a live segment: what the next generate can choose from.
     due -= con.execute(f"SELECT count(*) FROM crawldb SEMI JOIN {leased_sql} l USING (url) WHERE next_fetch <= $now",

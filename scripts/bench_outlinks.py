@@ -73,23 +73,10 @@ def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
     rng = np.random.default_rng(seed)
     n_hosts = min(1_000_000, db_size // 10)
     counts = bs.host_sizes(db_size, n_hosts, rng)
-    offsets = np.cumsum(counts) - counts
-    half = n_links // 2
-    g = rng.integers(0, db_size, half)
-    k_hid = np.searchsorted(offsets, g, side="right") - 1
-    k_j = g - offsets[k_hid]
-    n_new = n_links - half
-    on_known = rng.random(n_new) < 0.7
-    g2 = rng.integers(0, db_size, n_new)
-    n_hid = np.where(on_known, np.searchsorted(offsets, g2, side="right") - 1,
-                     n_hosts + rng.integers(0, max(1, n_hosts // 10), n_new))
-    base = np.where(on_known, counts[np.minimum(n_hid, n_hosts - 1)], 0)
-    span = np.where(on_known, np.maximum(2, counts[np.minimum(n_hid, n_hosts - 1)] // 4), 20)
-    n_j = base + (rng.random(n_new) * span).astype(np.int64)
+    hid, j = bs.link_targets(rng, counts, n_links)
     src = rng.integers(0, n_hosts, n_links)
     links = pa.table({
-        "src": pa.array(src), "hid": pa.array(np.concatenate([k_hid, n_hid]).astype(np.int64)),
-        "j": pa.array(np.concatenate([k_j, n_j]).astype(np.int64)),
+        "src": pa.array(src), "hid": pa.array(hid), "j": pa.array(j),
         "noise": pa.array(rng.random(n_links)),
         "sdepth": pa.array(rng.integers(0, 6, n_links).astype(np.int16)),
     })
@@ -144,7 +131,7 @@ def old_prepare_outlinks(links, config, counters):
         WHERE m.url IS NOT NULL
         GROUP BY m.url
         HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
-    too_deep = con.execute(f"""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
+    too_deep = con.execute("""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
         WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()[0][0]
     counters["filter/max_depth"] += too_deep
     hosts = [url_host(u) for u in deduped["url"].to_pylist()]

@@ -403,6 +403,28 @@ FETCHED_SELECT = """
     ORDER BY part, rn"""
 
 
+def link_targets(rng: np.random.Generator, counts: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hid, j) of ``n_links`` outlink targets over hosts of ``counts`` URLs each: half known
+    URLs (uniformly random existing ones, j < count), half new ones — 70 % new pages of
+    known hosts (drawn like links: big hosts more often), 30 % pages of hosts never seen
+    (10 % as many new hosts as known ones); ~2 links per new URL."""
+    size, n_hosts = int(counts.sum()), len(counts)
+    half = n_links // 2
+    offsets = np.cumsum(counts) - counts
+    g = rng.integers(0, size, half)
+    k_hid = np.searchsorted(offsets, g, side="right") - 1
+    k_j = g - offsets[k_hid]
+    n_new = n_links - half
+    on_known = rng.random(n_new) < 0.7
+    g2 = rng.integers(0, size, n_new)
+    n_hid = np.where(on_known, np.searchsorted(offsets, g2, side="right") - 1,
+                     n_hosts + rng.integers(0, max(1, n_hosts // 10), n_new))
+    base = np.where(on_known, counts[np.minimum(n_hid, n_hosts - 1)], 0)
+    span = np.where(on_known, np.maximum(2, counts[np.minimum(n_hid, n_hosts - 1)] // 4), 20)
+    n_j = base + (rng.random(n_new) * span).astype(np.int64)
+    return np.concatenate([k_hid, n_hid]).astype(np.int64), np.concatenate([k_j, n_j]).astype(np.int64)
+
+
 def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa.Table, counts: np.ndarray,
                   con, chunk_rows: int, text_chars: int, seed: int = 2) -> dict:
     """Write fetched/, outlinks/, hosts/, stats/ and _FETCHED for a generated segment."""
@@ -443,27 +465,9 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
     n_links = size // 10
     ok_idx = np.flatnonzero(pc.equal(fetched["outcome"], "ok").to_numpy(zero_copy_only=False))
     src = np.sort(rng.choice(ok_idx, n_links))
-    half = n_links // 2
-    # known targets: a uniformly random existing URL (hid, j < count)
-    offsets = np.cumsum(counts) - counts
-    g = rng.integers(0, size, half)
-    k_hid = np.searchsorted(offsets, g, side="right") - 1
-    k_j = g - offsets[k_hid]
-    # new targets: 70 % new pages of known hosts (drawn like links: big hosts more often),
-    # 30 % pages of hosts never seen (10 % as many new hosts as known ones); ~2 links per new URL
-    n_new = n_links - half
-    on_known = rng.random(n_new) < 0.7
-    g2 = rng.integers(0, size, n_new)
-    n_hid = np.where(on_known, np.searchsorted(offsets, g2, side="right") - 1,
-                     n_hosts + rng.integers(0, max(1, n_hosts // 10), n_new))
-    base = np.where(on_known, counts[np.minimum(n_hid, n_hosts - 1)], 0)
-    span = np.where(on_known, np.maximum(2, counts[np.minimum(n_hid, n_hosts - 1)] // 4), 20)
-    n_j = base + (rng.random(n_new) * span).astype(np.int64)
-    links = pa.table({
-        "src": pa.array(src), "hid": pa.array(np.concatenate([k_hid, n_hid]).astype(np.int64)),
-        "j": pa.array(np.concatenate([k_j, n_j]).astype(np.int64)),
-        "noise": pa.array(rng.random(n_links)),
-    })
+    hid, j = link_targets(rng, counts, n_links)
+    links = pa.table({"src": pa.array(src), "hid": pa.array(hid), "j": pa.array(j),
+                      "noise": pa.array(rng.random(n_links))})
     src_tab = pa.table({"src": pa.array(np.arange(fetched.num_rows)), "from_url": fetched["url"],
                         "part": fetched["part"], "chunk": fetched["chunk"], "sdepth": fetched["depth"]})
     con.register("links", links)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_scale_parts.py --store /tmp/bench-scale/10M [--parts outlinks,dedup,select,write]
+    .venv/bin/python scripts/bench_scale_parts.py --store /tmp/bench-scale/10M [--parts outlinks,dedup,neardup,write]
         [--src DIR] [--explain]
 
 Each part prints wall seconds and CPU seconds (user + system of this process, all threads:
@@ -17,10 +17,9 @@ less disturbed by other work on the machine than wall time):
   query that probes with the crawl DB instead of materialising 20 key rows per stored page;
 - ``neardup``: the near-duplicate pairs found with 20 small joins whose build side is the
   segment's keys and whose probe side streams the stored pages (no 20x key table);
-- ``select``: generate's select_due as it is, without the per-pattern window, with only
-  the needed columns read, and per bucket (each bucket's best top_n, then one merge);
-- ``lease``: generate's lease join of one bucket with the whole fetch list and with the
-  bucket's own part of it;
+- (``select`` and ``lease``, which measured generate's choice and its rewrite of the crawl
+  DB to lease, were removed with that design: generate now chooses per bucket and leases
+  through the fetch lists; see the commits of cycles/leases.py.)
 - ``write``: one bucket written with pyarrow zstd (as Store.write_batches: 64 Ki-row row
   groups, cast per batch), zstd level 1 and 3, snappy, lz4, one large row group, and by
   DuckDB COPY; size and time to read back.
@@ -265,81 +264,6 @@ def part_neardup(store: Store, t: Timer, threads: int, memory_limit: str) -> Non
     print(f"  -> {n:,} distinct candidate pairs (the original's 'pairs' CTE)", flush=True)
 
 
-# --- select ----------------------------------------------------------------------------------
-def part_select(store: Store, t: Timer, threads: int, memory_limit: str, top_n: int, cap: int) -> None:
-    import datetime as dt
-
-    from cycles.crawldb import crawldb_source_sql, url_pattern_sql
-    from cycles.generate.generate import select_due
-    _, files = versions(store)
-    config = Config()
-    config.generate.max_urls_per_host = cap
-    now = dt.datetime.now(dt.timezone.utc)
-    con = connect(store, threads, memory_limit)
-    src = crawldb_source_sql([Path(f) for f in files])
-    with t("select_due as it is (pattern window + host window, all columns)"):
-        a = select_due(con, src, config, now, top_n)
-    pat = int(config.generate.max_urls_per_pattern)
-    cols = "url, host, host_hash, score, depth, etag, last_modified, next_fetch"
-    base_where = "next_fetch <= $now AND (lease_until IS NULL OR lease_until <= $now)"
-    with t("same, reading only the needed columns"):
-        b = con.sql(f"""
-            SELECT url, host, host_hash, score, depth, etag, last_modified FROM (
-              SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank FROM (
-                SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')} ORDER BY score DESC, next_fetch, url) AS pattern_rank
-                FROM (SELECT {cols} FROM {src} WHERE {base_where}))
-              WHERE pattern_rank <= {pat})
-            WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table()
-    with t("without the pattern window (host window only)"):
-        con.sql(f"""
-            SELECT url, host, host_hash, score, depth, etag, last_modified FROM (
-              SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank
-              FROM (SELECT {cols} FROM {src} WHERE {base_where}))
-            WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table()
-    with t("per bucket: each bucket's top_n (needed columns), then one merge"):
-        parts = []
-        for f in files:
-            parts.append(con.sql(f"""
-                SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch FROM (
-                  SELECT *, row_number() OVER (PARTITION BY host ORDER BY score DESC, next_fetch, url) AS host_rank FROM (
-                    SELECT *, row_number() OVER (PARTITION BY host, {url_pattern_sql('url')} ORDER BY score DESC, next_fetch, url) AS pattern_rank
-                    FROM (SELECT {cols} FROM read_parquet('{f}') WHERE {base_where}))
-                  WHERE pattern_rank <= {pat})
-                WHERE host_rank <= {cap} ORDER BY score DESC, next_fetch, url LIMIT {top_n}""", params={"now": now}).to_arrow_table())
-        con.register("cands", pa.concat_tables(parts))
-        c = con.sql(f"SELECT * EXCLUDE (next_fetch) FROM cands ORDER BY score DESC, next_fetch, url LIMIT {top_n}").to_arrow_table()
-    same = lambda x, y: set(x["url"].to_pylist()) == set(y["url"].to_pylist())  # noqa: E731
-    print(f"  -> {a.num_rows:,} selected; columns-only same set: {same(a, b)}; per-bucket same set: {same(a, c)}", flush=True)
-
-
-# --- lease ---------------------------------------------------------------------------------
-def part_lease(store: Store, t: Timer, threads: int, memory_limit: str, top_n: int, cap: int) -> None:
-    """generate's lease_bucket: one bucket LEFT JOIN the whole fetch list, or only its bucket's part."""
-    import datetime as dt
-
-    from cycles.crawldb import CRAWLDB_COLUMNS, crawldb_source_sql
-    from cycles.generate.generate import select_due
-    _, files = versions(store)
-    config = Config()
-    config.generate.max_urls_per_host = cap
-    now = dt.datetime.now(dt.timezone.utc)
-    con = connect(store, threads, memory_limit)
-    selected = select_due(con, crawldb_source_sql([Path(f) for f in files]), config, now, top_n)
-    con.register("selected", selected)
-    buckets = len(files)
-    lease = "TIMESTAMPTZ '2030-01-01 00:00:00+00'"
-    for label, sel in (("whole fetch list", "selected"),
-                       ("this bucket's part only", f"(SELECT url FROM selected WHERE host_hash % {buckets} = 0)")):
-        sql = f"""SELECT {CRAWLDB_COLUMNS} FROM (
-                    SELECT db.* REPLACE (CASE WHEN s.url IS NULL THEN db.lease_until ELSE {lease} END AS lease_until,
-                                         CASE WHEN s.url IS NULL THEN db.lease_segment ELSE 'x' END AS lease_segment)
-                    FROM read_parquet('{files[0]}') db LEFT JOIN {sel} s ON db.url = s.url) ORDER BY host, url"""
-        with t(f"lease one bucket (of {buckets}) joining the {label} ({selected.num_rows:,} selected)"):
-            reader = con.sql(sql).to_arrow_reader(64 * 1024)
-            n = sum(b.num_rows for b in reader)
-        print(f"      {n:,} rows", flush=True)
-
-
 # --- write -----------------------------------------------------------------------------------
 def part_write(store: Store, t: Timer) -> None:
     _, files = versions(store)
@@ -385,12 +309,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True)
     p.add_argument("--src")
-    p.add_argument("--parts", default="outlinks,dedup,select,lease,write")
+    p.add_argument("--parts", default="outlinks,dedup,write")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--explain", action="store_true")
-    p.add_argument("--cap", type=int, default=100)
-    p.add_argument("--top-n-pct", type=int, default=10)
     args = p.parse_args()
     store = Store(args.store)
     t = Timer()
@@ -401,12 +323,8 @@ def main() -> None:
             part_outlinks(store, t)
         elif part == "dedup":
             part_dedup(store, t, args.threads, args.memory_limit, args.explain)
-        elif part == "select":
-            part_select(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
         elif part == "neardup":
             part_neardup(store, t, args.threads, args.memory_limit)
-        elif part == "lease":
-            part_lease(store, t, args.threads, args.memory_limit, size * args.top_n_pct // 100, args.cap)
         elif part == "write":
             part_write(store, t)
 

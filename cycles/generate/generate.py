@@ -25,7 +25,7 @@ from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
 from cycles.executor import Executor
-from cycles.leases import live_lease_files
+from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
 
@@ -45,16 +45,10 @@ PRIORITY_SQL = "score * (1 + least(4, epoch($now - next_fetch) / greatest(fetch_
 (at most 5×): a page twice past its due time outranks an equally scored page due now."""
 
 
-def select_due(con, source: str, leased: str, config: Config, now: dt.datetime, top_n: int) -> pa.Table:
-    """The due URLs to fetch next, best first, capped per host and in total.
-
-    ``leased``: SQL source of the URLs leased to live segments (cycles/leases.py).
-    """
-    return con.sql(due_sql(source, leased, config, top_n), params={"now": now}).to_arrow_table()
-
-
 def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
-    """SQL of :func:`select_due` (``$now`` unbound), with the priority and due time."""
+    """SQL of the due URLs to fetch next, best first, capped per host and pattern and in
+    total, with their priority and due time; ``$now`` is left to bind. ``leased``: SQL
+    source of the URLs leased to live segments (cycles/leases.py)."""
     return f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified, priority, next_fetch
         FROM (
@@ -100,8 +94,7 @@ def select_bucket_due(task: GenerateBucketTask) -> int:
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
-    leased = (f"(SELECT url FROM {store.duckdb_source(con, list(task.lease_files))})" if task.lease_files
-              else "(SELECT NULL::VARCHAR AS url WHERE false)")
+    leased = leased_urls_sql(store, con, list(task.lease_files))
     reader = con.sql(due_sql(source, leased, task.config, task.top_n),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)
     rows = store.write_batches(task.out, reader, reader.schema)

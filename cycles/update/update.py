@@ -296,7 +296,6 @@ class UpdateBucketTask:
     config: Config
     segment: str
     bucket: int
-    buckets: int
     old_file: StorePath
     schema_version: int
     new_folder: StorePath
@@ -414,8 +413,8 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         merge_hostdb(store, config, segment)
         executor = bucket_executor(store, config, files, executor)
         version, folder = store.new_version_dir("crawldb")
-        tasks = [UpdateBucketTask(store.uri, config, segment, bucket, manifest.buckets,
-                                  files[bucket], manifest.schema_version, folder, now, executor.workers)
+        tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
+                                  folder, now, executor.workers)
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()
