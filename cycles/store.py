@@ -66,6 +66,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cycles.errors import LockedError, SegmentNotFound, StoreError
+from cycles.faults import commit_point
 
 StorePath = Path | PurePosixPath
 """A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
@@ -308,6 +309,7 @@ class Store:
     def write_bytes(self, path: StorePath, data: bytes) -> None:
         """Write a whole file atomically (local: temporary name, fsync, rename; S3: one PUT)."""
         if not self.local:
+            commit_point(path)
             with self.fs.open_output_stream(str(path), compression=None) as out:
                 out.write(data)
             return
@@ -317,6 +319,7 @@ class Store:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        commit_point(path)
         os.replace(tmp, path)
 
     def write_json(self, path: StorePath, data: dict) -> None:
@@ -324,6 +327,7 @@ class Store:
 
     def put_file(self, local_file: Path, path: StorePath) -> None:
         """Move a finished local file into the store (rename locally, upload to S3)."""
+        commit_point(path)
         if self.local:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(local_file, path)
@@ -343,6 +347,7 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_name(path)
         pq.write_table(table, tmp, compression="zstd")
+        commit_point(path)
         os.replace(tmp, path)
 
     def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
@@ -392,6 +397,7 @@ class Store:
         tmp = self._tmp_name(path)
         try:
             rows = write(str(tmp))
+            commit_point(path)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
