@@ -12,6 +12,8 @@ from cycles.cli import app
 from cycles.crawldb import current_bucket_files
 from cycles.store import Store
 
+pytestmark = pytest.mark.web
+
 runner = CliRunner()
 
 

@@ -22,6 +22,8 @@ from cycles.testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds
 
+pytestmark = pytest.mark.web
+
 # Slack for the clocks of two processes on one machine reading time.time().
 CLOCK_SLACK_S = 0.005
 

@@ -14,6 +14,8 @@ from cycles import fingerprint
 from cycles.fingerprint import (collapse_other_whitespace, collapse_whitespace, latin1_to_utf8, content_hash, fingerprints, hamming,
                                 normalise, simhash64)
 
+pytestmark = pytest.mark.web
+
 _WORDS = ("the of and to a in is that for it as was with be by on not this are or from at "
           "which but have an they you were her she there been one all we crawler page index "
           "fetch segment host robots politeness delay queue frontier parser anchor canonical "

@@ -25,6 +25,8 @@ from cycles.testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds
 
+pytestmark = pytest.mark.web
+
 runner = CliRunner()
 
 

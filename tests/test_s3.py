@@ -37,6 +37,8 @@ from cycles.status import crawl_status, run_sql
 from cycles.store import S3Lock, Store, utcnow
 from cycles.update.update import update_segment
 
+pytestmark = pytest.mark.web
+
 HOST = "127.0.83.1"
 BUCKET = "crawl-test"
 SERVER_MAX_S = 900

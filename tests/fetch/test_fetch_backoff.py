@@ -13,6 +13,8 @@ from cycles.testweb.harness import TestWeb
 from cycles.fetch.worker import retry_after_s
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results
 
+pytestmark = pytest.mark.web
+
 
 def test_retry_after_delta_seconds_and_http_date():
     now = 1_700_000_000.0

@@ -15,6 +15,8 @@ from cycles.testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, host_requests, make_all_due, results
 
+pytestmark = pytest.mark.web
+
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ import pytest
 from cycles.testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import assert_polite, fast_config, fetch, host_requests, results
 
+pytestmark = pytest.mark.web
+
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):

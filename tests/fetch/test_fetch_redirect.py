@@ -24,6 +24,8 @@ from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import (assert_polite, crawldb_rows, fast_config, fetch, host_requests, paths,
                                             results)
 
+pytestmark = pytest.mark.web
+
 ODD = "odd.web.test"
 
 

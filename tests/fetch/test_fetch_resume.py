@@ -20,6 +20,8 @@ from cycles.store import Store
 from cycles.testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import assert_polite, make_segment
 
+pytestmark = pytest.mark.web
+
 HOSTS, PAGES = 30, 10
 
 

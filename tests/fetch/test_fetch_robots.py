@@ -19,6 +19,8 @@ from cycles.store import Store, new_id, utcnow
 from cycles.testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
 
+pytestmark = pytest.mark.web
+
 DELAYS = {"robots-delay.web.test": 2.0}
 
 FIRST = {

@@ -19,6 +19,8 @@ from warcio.warcwriter import WARCWriter
 from cycles.fetch.output import PartitionOutput, sha1_label
 from cycles.store import Store
 
+pytestmark = pytest.mark.web
+
 URL = "http://h1.web.test/p/3.html?a=1"
 BODY = b"<html><head><title>T</title></head><body>" + b"<p>words and more words</p>\n" * 900 + b"</body></html>"
 RESPONSE_HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(BODY))),

@@ -19,6 +19,8 @@ from cycles.testweb.site import CLOCK_START, KIND_IP_PREFIX, Web, http_date
 from cycles.urls import normalize_url
 from tests.testweb.test_testweb import _normalise, fetch, wait_for_log
 
+pytestmark = pytest.mark.web
+
 KINDS = dict(traps=True, neardups=True, changing=True)
 
 

@@ -17,6 +17,8 @@ from cycles.testweb.harness import TestWeb, TestWebError
 from cycles.testweb.site import (BIG_BYTES, LATIN1_TEXT, SPECIAL_HOSTS, Web, canonical_target,
                                  regular_ip)
 
+pytestmark = pytest.mark.web
+
 
 # --- helpers ----------------------------------------------------------------------------------
 

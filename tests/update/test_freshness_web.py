@@ -23,6 +23,8 @@ from cycles.update.update import update_segment
 from tests.conftest import config_for
 from tests.update.test_transitions import rows
 
+pytestmark = pytest.mark.web
+
 HOUR = 3600
 
 

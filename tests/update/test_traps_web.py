@@ -11,11 +11,15 @@ from collections import defaultdict
 
 import duckdb
 
+import pytest
+
 from cycles.crawldb import url_pattern_sql
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
+
+pytestmark = pytest.mark.web
 
 # The good pages share one pattern (/p/N.html): the budget must leave room for them, as on
 # the real web, where legitimate sites have thousands of /article/N pages.
