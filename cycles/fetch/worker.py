@@ -16,7 +16,16 @@ all; 5xx, 429 or a network error → assume complete disallow, so the host's URL
 deferred to a later cycle (never fetched, never marked failed). An unreachable robots.txt
 is asked again after ``fetch.robots_error_cache_s`` (not kept for a day), and after
 ``fetch.robots_unreachable_fallback_s`` of unbroken errors the last good copy is obeyed,
-or everything allowed if there is none (§2.3.1.4).
+or everything allowed if there is none (§2.3.1.4). A 2xx robots.txt we could not read (binary,
+a UTF-16 mark before 8-bit text, a body that does not inflate) is treated as unreachable
+(``robots/unreadable``), and one over ``fetch.max_robots_bytes`` is read up to the cap
+(``robots/truncated``): see cycles/fetch/robots.py.
+
+Only public addresses, and those in ``fetch.allowed_networks``, are connected to (the SSRF
+guard, cycles/fetch/addresses.py, checked by libcurl's open-socket callback on the address
+itself). A refused robots.txt request records every queued URL of the host ``blocked``; a
+refused page request records that URL ``blocked``. Neither counts as a host failure
+(``fetch/blocked_address``).
 
 Page redirects are followed inline, hop by hop through the frontier: a 3xx is recorded
 (outcome ``redirect``, target in ``redirect_to``, and the target written as an outlink), and
