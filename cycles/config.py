@@ -143,6 +143,15 @@ class FetchConfig:
     """Host name -> IP address overrides (like curl's --resolve), for test webs and
     private deployments. Applies to every port."""
 
+    allowed_networks: list[str] = field(default_factory=list)
+    """Networks (CIDR, e.g. ``"10.0.0.0/8"``, ``"fd00::/8"``) the fetcher may connect to
+    besides public addresses. Empty (the default): public addresses only, so a link or a
+    redirect to loopback, a private (RFC 1918) or link-local address (169.254.169.254, the
+    cloud metadata service), CGNAT space, multicast or a reserved range is refused
+    (``fetch/blocked_address``, outcome ``blocked``). Checked on the address actually
+    connected to, after DNS and ``resolve`` (cycles/fetch/addresses.py). A test web on
+    loopback needs ``["127.0.0.0/8"]``; a bad entry is a ConfigError at load time."""
+
     flush_s: float = 30.0
     """Results are flushed to disk (Parquet + WARC, atomically) at least this often, so a
     killed fetch loses at most this much work."""
@@ -377,7 +386,21 @@ def config_from_dict(values: dict[str, Any]) -> Config:
         if not hasattr(config, name) or not isinstance(section_values, dict):
             raise ConfigError(f"unknown config section [{name}]; known: db, generate, fetch, update, urls")
         _apply(getattr(config, name), section_values, name)
+    validate_allowed_networks(config.fetch)
     return config
+
+
+def validate_allowed_networks(fetch: FetchConfig) -> None:
+    """ConfigError unless every ``fetch.allowed_networks`` entry is a CIDR network."""
+    from cycles.fetch.addresses import parse_networks
+
+    if not isinstance(fetch.allowed_networks, list):
+        raise ConfigError(f"fetch.allowed_networks: expected a list of CIDR strings, got "
+                          f"{fetch.allowed_networks!r}; e.g. allowed_networks = [\"10.0.0.0/8\"]")
+    try:
+        parse_networks(fetch.allowed_networks)
+    except ValueError as exc:
+        raise ConfigError(f"fetch.allowed_networks: {exc}") from None
 
 
 def load_config(path: str | Path | None) -> Config:

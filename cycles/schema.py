@@ -48,9 +48,11 @@ class DbStatus:
     DUPLICATE = "duplicate"          # text identical to duplicate_of's; not indexed, links not followed
     NEAR_DUPLICATE = "near_duplicate"  # SimHash within update.simhash_max_distance of duplicate_of's; not indexed
     SKIPPED = "skipped"              # fetched but not stored: not HTML or too large
+    BLOCKED = "blocked"              # its host's address is not public nor in fetch.allowed_networks
+                                     # (SSRF guard); looked at again after update.gone_interval_s
 
     ALL = (UNFETCHED, FETCHED, NOT_MODIFIED, REDIRECTED, GONE, ROBOTS_DENIED, ERROR, DEAD,
-           DUPLICATE, NEAR_DUPLICATE, SKIPPED)
+           DUPLICATE, NEAR_DUPLICATE, SKIPPED, BLOCKED)
 
 
 # --- Fetch outcomes (what one fetch attempt gave) -----------------------------------------
@@ -68,9 +70,11 @@ class FetchOutcome:
     PARSE_ERROR = "parse_error"      # 2xx stored in WARC, but the parser crashed on it
     DEFERRED = "deferred"            # not attempted this cycle (host set aside, robots
                                      # unavailable, out of time); goes back unfetched
+    BLOCKED = "blocked"              # not connected: the address is not public and not in
+                                     # fetch.allowed_networks (SSRF guard); no packet sent
 
     ALL = (OK, NOT_MODIFIED, REDIRECT, GONE, CLIENT_ERROR, SERVER_ERROR, NETWORK_ERROR,
-           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, PARSE_ERROR, DEFERRED)
+           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, PARSE_ERROR, DEFERRED, BLOCKED)
 
 
 CRAWLDB = _schema("crawldb", [
@@ -80,7 +84,7 @@ CRAWLDB = _schema("crawldb", [
     _field("pattern_hash", pa.uint64(), "Hash of the URL's pattern (digit and hex runs and query values "
            "masked: cycles.crawldb.url_pattern_sql); the URLs a trap generates share it", False),
     _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
-           "robots_denied, error, dead, duplicate, near_duplicate, skipped", False),
+           "robots_denied, error, dead, duplicate, near_duplicate, skipped, blocked", False),
     _field("first_seen", TS, "When the URL was first added", False),
     _field("first_fetched", TS, "Start of the first successful fetch (2xx or 304); with fetch_count and "
            "change_count it gives the page's change rate"),
@@ -152,7 +156,8 @@ HOSTS = _schema("hosts", [
     _field("robots_status", pa.int16(), "HTTP status of robots.txt (null: network error)"),
     _field("robots_fetched_at", TS, "When robots.txt was fetched or last revalidated (a 304 to a "
            "conditional GET); crawl clock (cycles.clock), like every robots time here"),
-    _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes)"),
+    _field("robots_body", pa.binary(), "robots.txt body (first fetch.max_robots_bytes, inflated); null "
+           "with a 2xx status: the body could not be read (did not inflate), which disallows all"),
     _field("robots_etag", pa.string(), "ETag of the 2xx robots.txt in robots_body, sent back as "
            "If-None-Match once the copy is older than fetch.robots_cache_s"),
     _field("robots_last_modified", pa.string(), "Last-Modified of that robots.txt, sent back as "

@@ -260,6 +260,7 @@ def bench_config(web: TestWeb, urls: int, seconds: float, partitions: int = 2, p
                  overrides: list[str] = ()) -> Config:
     config = Config()
     config.fetch.resolve = dict(web.resolve_map())
+    config.fetch.allowed_networks = ["127.0.0.0/8"]  # the test web is on loopback (SSRF guard)
     config.fetch.processes = processes
     config.fetch.max_duration_s = seconds
     config.generate.top_n = urls

@@ -24,6 +24,21 @@ wrong, and why each fix is here, is listed in ``tests/data/robots/DIFFERENCES.md
   interfere with the parsing of the standard ones);
 * rules written before any ``User-agent`` line are dropped (we obey them as ``*``).
 
+A robots.txt we could not read never grants access. A 2xx body that is not text (a
+control character other than whitespace: binary junk, or UTF-16 without a byte order
+mark), that carries a UTF-16 byte order mark but does not read as UTF-16 robots.txt
+lines (8-bit text behind the mark), that is still compressed (gzip magic: the fetcher
+did not inflate it), or that the fetcher could not read at all (``body`` None: it did not
+inflate) is *unreadable*: treated like an unreachable robots.txt, complete disallow for now
+(kind ``disallow_all``, reason ``unreadable``), with RFC 9309 §2.3.1.4's long-outage
+fallback applied by the fetcher as for any unreachable robots.txt. Bytes that are not
+UTF-8 inside otherwise readable text (RFC 9309 §2.3 wants UTF-8; Latin-1 files exist) are
+not a reason to stop reading: each is kept as its percent-escape (``/caf\xe9/`` ->
+``/caf%E9/``), so the rule still matches the bytes of the URLs it was written for, as
+Google's parser, which matches bytes, does. Replacing them with U+FFFD instead would turn
+such a Disallow into a rule that matches nothing: broader access than the file asked.
+A file over ``max_bytes`` is read up to its last complete line within the cap (§2.5).
+
 The fetcher counts outcomes by ``RobotsRules.reason`` and denied URLs; this module
 keeps no counters.
 """
@@ -51,6 +66,14 @@ _MAX_FIELD_WORDS = 2  # "user agent", "crawl delay"
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+# C0 control bytes no text file holds, in any 8-bit or multi-byte encoding: NUL and the
+# rest except TAB, LF, VT, FF, CR and ESC (ISO-2022 escapes). Their presence means binary
+# junk or UTF-16 without a byte order mark (every ASCII character then has a NUL beside it).
+_BINARY = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+# Bytes that are not UTF-8, as surrogateescape decodes them (U+DC80..U+DCFF).
+_UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 # §2.2.1: product-token = identifier / "*", identifier = 1*(ALPHA / "-" / "_").
@@ -71,6 +94,9 @@ RULES = "rules"
 ALLOW_ALL = "allow_all"
 DISALLOW_ALL = "disallow_all"
 
+UNREADABLE = "unreadable"
+"""Reason of the ``disallow_all`` given for a 2xx robots.txt we could not read (module doc)."""
+
 
 class RobotsRules:
     """What one robots.txt outcome lets our agent fetch on its host.
@@ -78,7 +104,8 @@ class RobotsRules:
     ``kind`` is ``"rules"`` (a 2xx robots.txt, obeyed), ``"allow_all"`` (robots.txt
     unavailable) or ``"disallow_all"`` (unreachable: fetch nothing for now);
     ``reason`` says why in a few words (``"2xx"``, ``"4xx"``, ``"5xx"``, ``"429"``,
-    ``"network_error"``, ``"too_many_redirects"``, ``"unexpected_status"``).
+    ``"network_error"``, ``"too_many_redirects"``, ``"unexpected_status"``,
+    ``"unreadable"``: a 2xx body we could not read, which never grants access).
 
     Build one per host and robots.txt download with :meth:`from_response`; it parses
     once and :meth:`allowed` is cheap afterwards.
@@ -119,7 +146,9 @@ class RobotsRules:
         TLS, timeout). ``agent`` is our product token (``FetchConfig.robots_agent``);
         a full User-Agent string such as ``crawlbot/0.1 (+https://...)`` is read up to
         its first character that is not a letter, digit, ``-`` or ``_``. Only the first
-        ``max_bytes`` of the body are parsed. A garbage body never raises.
+        ``max_bytes`` of the body are parsed. A garbage body never raises; a 2xx body we
+        cannot read (module doc), or None (the fetcher could not read it), is
+        ``disallow_all`` for reason ``unreadable``.
 
         Raises ValueError if ``agent`` has no product token (a configuration error).
         """
@@ -134,7 +163,11 @@ class RobotsRules:
         if status is None:
             return cls(DISALLOW_ALL, "network_error")
         if 200 <= status < 300:
-            return cls._parse(body or b"", token, max_bytes)
+            text = _decode(body, max_bytes) if body is not None else None
+            if text is None:
+                # A robots.txt we could not read never grants access: unreachable, for now.
+                return cls(DISALLOW_ALL, UNREADABLE)
+            return cls._parse(text, token)
         # §2.3.1.2: the fetcher follows up to five redirects itself; a 3xx here means
         # it stopped following. The RFC lets us treat that as unavailable (allow all);
         # we disallow for now instead, since a redirect loop on robots.txt is more
@@ -155,8 +188,7 @@ class RobotsRules:
         return cls(DISALLOW_ALL, "unexpected_status")
 
     @classmethod
-    def _parse(cls, body: bytes, token: str, max_bytes: int) -> RobotsRules:
-        text = _decode(body, max_bytes)
+    def _parse(cls, text: str, token: str) -> RobotsRules:
         groups, sitemaps = _split_groups(text)
         # §2.2.1: obey every group naming our token, merged; else the "*" groups, merged.
         key = token
@@ -263,24 +295,50 @@ def _path(url: str) -> str:
         return ""
 
 
-def _decode(body: bytes, max_bytes: int) -> str:
-    """The first ``max_bytes`` of ``body`` as text; never raises."""
+def _decode(body: bytes, max_bytes: int) -> str | None:
+    """The first ``max_bytes`` of ``body`` as text, or None when it cannot be read as
+    text (module doc: unreadable). Never raises."""
     if len(body) > max_bytes:
         body = body[:max_bytes]
         # §2.5: parse only the first max_bytes. Drop the cut-off last line: a truncated
         # "Allow: /private/public" would allow all of /private/.
         body = body[: max(body.rfind(b"\n"), body.rfind(b"\r")) + 1]
+    if body.startswith(_GZIP_MAGIC):
+        return None  # still compressed (no Content-Encoding said so, or it was not removed)
     # RFC 9309 wants UTF-8, but a UTF-16 file with a BOM is unambiguous; reading it
     # obeys rules we would otherwise miss.
     if body.startswith(_UTF16_BOMS):
-        return body.decode("utf-16", errors="replace")
+        return _decode_utf16(body)
     # A UTF-8 BOM (or the start of one) glued to "User-agent" would hide the first
     # group: protego 0.7.0 misses it. Skipped as Google's reference parser does.
     for size in (3, 2, 1):
         if body[:size] == _UTF8_BOM[:size]:
             body = body[size:]
             break
-    return body.decode("utf-8", errors="replace")
+    if _BINARY.search(body):
+        return None
+    text = body.decode("utf-8", errors="surrogateescape")
+    # A byte that is not UTF-8 stays as its percent-escape: a Disallow written in Latin-1
+    # then still matches the URLs it was written for (module doc).
+    return _UNDECODED.sub(lambda m: f"%{ord(m.group()) - 0xDC00:02X}", text)
+
+
+def _decode_utf16(body: bytes) -> str | None:
+    """A body behind a UTF-16 byte order mark, or None if it is not UTF-16 robots.txt.
+
+    8-bit text behind the mark decodes "successfully" into CJK characters when its length
+    is even, and reading that as a file without rules would allow everything. So the text
+    must decode strictly and hold at least one line we know (or nothing but blank and
+    comment lines)."""
+    try:
+        text = body.decode("utf-16")
+    except UnicodeDecodeError:
+        return None
+    lines = [raw.split("#", 1)[0].strip() for raw in text.splitlines()]
+    lines = [line for line in lines if line]
+    if lines and not any(_split_line(line) for line in lines):
+        return None
+    return text
 
 
 def _split_line(line: str) -> tuple[str, str] | None:

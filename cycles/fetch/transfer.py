@@ -7,23 +7,33 @@ Aborting (rather than downloading and truncating) frees the slot and spares the 
 Bodies are requested compressed and stored exactly as received (the WARC keeps the
 bytes on the wire); :func:`decoded_body` inflates them with the same size cap, so a
 compression bomb cannot exhaust memory.
+
+robots.txt is the exception to aborting: RFC 9309 §2.5 asks us to parse the first 500 KiB
+of a larger file, and a file dropped unread was crawled as if it had no rules. So a
+robots.txt transfer keeps its first ``max_bytes + 1`` bytes and then stops
+(``ABORT_TRUNCATED``); the byte past the cap tells the parser that the file went on, so it
+drops the cut-off last line. :func:`robots_body` turns that into the bytes to parse.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 import pycurl
 
 from cycles.config import FetchConfig
+from cycles.fetch.addresses import is_allowed, parse_networks
 from cycles.fetch.parse import sniff_html
 
 # Why a transfer was aborted by us (libcurl then reports CURLE_WRITE_ERROR).
 ABORT_TOO_LARGE = "too_large"
 ABORT_NOT_HTML = "not_html"
+ABORT_TRUNCATED = "truncated"  # a robots.txt cut after max_bytes + 1 bytes, the rest unread
 
 
 @dataclass
@@ -42,6 +52,8 @@ class Transfer:
         self.request = request
         self.max_bytes = max_bytes
         self.html_only = config.html_only and request.kind == "page"
+        self.keep_prefix = request.kind == "robots"
+        """Keep the first bytes of a body over the cap instead of aborting with nothing."""
         self.status_line = b""
         self.header_lines: list[bytes] = []
         self.chunks: list[bytes] = []
@@ -51,12 +63,28 @@ class Transfer:
         self.started = time.monotonic()
         self.ended = 0.0
         self.duration_s = 0.0
+        self.allowed_networks = _networks(tuple(config.allowed_networks))
+        self.blocked_address: str | None = None
+        """The address we refused to connect to (SSRF guard), if any: when the transfer
+        failed to connect, this is why."""
         self._checked_type = False
         self._by_name: dict[bytes, bytes] | None = None
         """Lower-case name -> value of the last header line with that name, built on the
         first :meth:`header` call after the lines changed (a page asks for ~8 headers)."""
 
     # --- callbacks --------------------------------------------------------------------
+    def on_open_socket(self, purpose: int, address) -> socket.socket | int:
+        """Open the socket libcurl is about to connect, or refuse a non-public address.
+
+        Called for every address libcurl tries (each of a name's A/AAAA answers, a proxy),
+        with the address itself: a host name that resolves inside, or a spelling such as
+        ``0x7f.1``, is judged by where it leads (cycles/fetch/addresses.py)."""
+        ip = address.addr[0]
+        if not is_allowed(ip, self.allowed_networks):
+            self.blocked_address = ip
+            return pycurl.SOCKET_BAD
+        return socket.socket(address.family, address.socktype, address.protocol)
+
     def on_header(self, line: bytes):
         if line.startswith(b"HTTP/"):
             # A new response (after 100 Continue, say): forget the previous headers.
@@ -83,7 +111,7 @@ class Transfer:
                 self.abort = ABORT_NOT_HTML
                 return 0  # abort now: not one byte of the body is read
         length = self.header("content-length")
-        if length and length.isdigit() and int(length) > self.max_bytes:
+        if length and length.isdigit() and int(length) > self.max_bytes and not self.keep_prefix:
             self.abort = ABORT_TOO_LARGE
             return 0
         return None
@@ -95,6 +123,13 @@ class Transfer:
             if status is not None and 200 <= status < 300 and not sniff_html(data[:512], None):
                 self.abort = ABORT_NOT_HTML
                 return 0
+        if self.keep_prefix and self.size + len(data) > self.max_bytes:
+            # One byte past the cap, then stop: parse what was read (module doc).
+            data = data[: self.max_bytes + 1 - self.size]
+            self.chunks.append(data)
+            self.size += len(data)
+            self.abort = ABORT_TRUNCATED
+            return 0
         self.size += len(data)
         if self.size > self.max_bytes:
             self.abort = ABORT_TOO_LARGE
@@ -153,6 +188,46 @@ def decoded_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> by
     return None
 
 
+def robots_body(transfer: Transfer) -> bytes | None:
+    """The bytes of a 2xx robots.txt response to parse: inflated (Content-Encoding gzip or
+    deflate) to at most ``max_bytes + 1``, a line cut by our stop dropped. None when the
+    body cannot be read: it does not inflate, stops short of its end, or has a coding we
+    did not ask for. A robots.txt we could not read never grants access
+    (cycles.fetch.robots), so None is never "no rules"."""
+    raw = transfer.body()
+    encoding = (transfer.header("content-encoding") or "").strip().lower()
+    if encoding in ("", "identity"):
+        body = raw
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        body = _inflate_prefix(raw, encoding, transfer.max_bytes + 1,
+                               complete=transfer.abort != ABORT_TRUNCATED)
+        if body is None:
+            return None
+    else:
+        return None  # we send Accept-Encoding: gzip, deflate; anything else we cannot read
+    if transfer.abort == ABORT_TRUNCATED and len(body) <= transfer.max_bytes:
+        # The file went on past what we read (a compressed one can inflate to less than
+        # the cap): its last line may be cut, and "Allow: /private/public" cut to
+        # "Allow: /priv" would allow all of /priv*.
+        body = body[: max(body.rfind(b"\n"), body.rfind(b"\r")) + 1]
+    return body
+
+
+def _inflate_prefix(raw: bytes, encoding: str, limit: int, complete: bool) -> bytes | None:
+    """Up to ``limit`` inflated bytes of ``raw``; None if it is not gzip/zlib/deflate data,
+    or if a ``complete`` body ends before its compressed stream does (a corrupt one)."""
+    for wbits in ((47,) if encoding != "deflate" else (47, -15)):
+        try:
+            inflater = zlib.decompressobj(wbits)
+            out = inflater.decompress(raw, limit)
+        except zlib.error:
+            continue
+        if complete and not inflater.eof and len(out) < limit:
+            return None
+        return out
+    return None
+
+
 def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolve: list[str]) -> None:
     """Set every option of one transfer on a (reset) easy handle."""
     request = transfer.request
@@ -170,10 +245,18 @@ def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolv
     curl.setopt(pycurl.LOW_SPEED_LIMIT, int(config.low_speed_bytes_per_s))
     curl.setopt(pycurl.LOW_SPEED_TIME, int(config.low_speed_time_s))
     curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    # The SSRF guard: every connection's address is checked before it is made.
+    curl.setopt(pycurl.OPENSOCKETFUNCTION, transfer.on_open_socket)
     curl.setopt(pycurl.HEADERFUNCTION, transfer.on_header)
     curl.setopt(pycurl.WRITEFUNCTION, transfer.on_body)
     if resolve:
         curl.setopt(pycurl.RESOLVE, resolve)
+
+
+@lru_cache(maxsize=8)
+def _networks(cidrs: tuple[str, ...]):
+    """fetch.allowed_networks parsed once per worker (config load validated them)."""
+    return parse_networks(cidrs)
 
 
 def resolve_entries(url: str, resolve: dict[str, str]) -> list[str]:

@@ -16,7 +16,16 @@ all; 5xx, 429 or a network error → assume complete disallow, so the host's URL
 deferred to a later cycle (never fetched, never marked failed). An unreachable robots.txt
 is asked again after ``fetch.robots_error_cache_s`` (not kept for a day), and after
 ``fetch.robots_unreachable_fallback_s`` of unbroken errors the last good copy is obeyed,
-or everything allowed if there is none (§2.3.1.4).
+or everything allowed if there is none (§2.3.1.4). A 2xx robots.txt we could not read (binary,
+a UTF-16 mark before 8-bit text, a body that does not inflate) is treated as unreachable
+(``robots/unreadable``), and one over ``fetch.max_robots_bytes`` is read up to the cap
+(``robots/truncated``): see cycles/fetch/robots.py.
+
+Only public addresses, and those in ``fetch.allowed_networks``, are connected to (the SSRF
+guard, cycles/fetch/addresses.py, checked by libcurl's open-socket callback on the address
+itself). A refused robots.txt request records every queued URL of the host ``blocked``; a
+refused page request records that URL ``blocked``. Neither counts as a host failure
+(``fetch/blocked_address``).
 
 Page redirects are followed inline, hop by hop through the frontier: a 3xx is recorded
 (outcome ``redirect``, target in ``redirect_to``, and the target written as an outlink), and
@@ -62,8 +71,9 @@ from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
-from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, robots_redirect_ok
-from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body, resolve_entries
+from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, UNREADABLE, RobotsRules, robots_redirect_ok
+from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, Request, Transfer, configure,
+                                   decoded_body, resolve_entries, robots_body)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
 from cycles.urls import Normalizer, UrlFilter, host_hash, url_host
@@ -208,7 +218,7 @@ class PartitionFetcher:
             if fetched_at is not None:
                 # RFC 9309 §2.4: reuse for at most 24 h; an error result only briefly, so
                 # that a host whose robots.txt failed once is not kept out for a day.
-                error = self._robots_error(state["robots_status"])
+                error = self._robots_error(state["robots_status"], state["robots_body"])
                 max_age = self.fc.robots_error_cache_s if error else self.fc.robots_cache_s
                 now_crawl = now_wall + self.clock_offset_s
                 if now_crawl - fetched_at.timestamp() < max_age:
@@ -265,9 +275,11 @@ class PartitionFetcher:
             headers.append(f"If-Modified-Since: {slot.robots_last_modified}")
         return headers
 
-    def _robots_error(self, status: int | None) -> bool:
-        """Is this robots.txt answer an error (unreachable: 5xx, 429, network, redirects)?"""
-        return RobotsRules.from_response(status, b"", self.fc.robots_agent).kind == DISALLOW_ALL
+    def _robots_error(self, status: int | None, body: bytes | None = b"") -> bool:
+        """Is this robots.txt answer an error (unreachable: 5xx, 429, network, redirects, or
+        a 2xx body we could not read)?"""
+        return RobotsRules.from_response(status, body, self.fc.robots_agent,
+                                         self.fc.max_robots_bytes).kind == DISALLOW_ALL
 
     def _robots_rules(self, slot: HostSlot, now_wall: float) -> RobotsRules:
         """Rules from the slot's robots.txt answer, with RFC 9309 §2.3.1.4's way out of a long
@@ -292,6 +304,10 @@ class PartitionFetcher:
         slot.robots_url = None
         self.stats[f"robots/{rules.kind}"] += 1
         if rules.kind == "disallow_all":
+            if rules.reason == UNREADABLE:
+                self._set_aside(slot, "robots.txt unreadable (not text, or does not inflate): a robots.txt we "
+                                      "could not read never grants access; disallow all for now")
+                return
             self._set_aside(slot, f"robots.txt unreachable ({rules.reason}); RFC 9309 §2.3.1.4: disallow all for now")
             return
         delay = rules.crawl_delay() if rules.kind == "rules" else None
@@ -303,9 +319,13 @@ class PartitionFetcher:
             slot.delay_s = max(slot.delay_s, self.floor_s, delay)
 
     def _finish_robots(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
+        if error is not None and transfer.blocked_address:
+            self._robots_blocked(slot, transfer)
+            return
         status = transfer.status_code()
         self.stats["robots/requests"] += 1
-        if error is not None and transfer.abort != ABORT_TOO_LARGE:
+        # ABORT_TRUNCATED: we stopped a robots.txt over the cap ourselves, keeping its start.
+        if error is not None and transfer.abort != ABORT_TRUNCATED:
             self.stats["robots/network_error"] += 1
             status = None
         if status == 304 and slot.robots_revalidating:
@@ -322,6 +342,12 @@ class PartitionFetcher:
             # past five redirects; we fail closed instead (RobotsRules: disallow all for now).
             self.stats["robots/too_many_redirects"] += 1
             body = b""
+        elif status is not None and 200 <= status < 300:
+            if transfer.abort == ABORT_TRUNCATED:
+                self.stats["robots/truncated"] += 1
+            # None when it cannot be read (does not inflate): kept as None, which
+            # RobotsRules reads as unreadable, so the host DB copy decides the same way.
+            body = robots_body(transfer)
         else:
             body = transfer.body()
         ok = status is not None and 200 <= status < 300
@@ -333,7 +359,11 @@ class PartitionFetcher:
         slot.robots_fetched_at = _wall(transfer.started_wall + self.clock_offset_s)
         slot.robots_from_cache = False
         self.stats[f"robots/status/{status if status is not None else 'none'}"] += 1
-        if self._robots_error(status):
+        if self._robots_error(status, slot.robots_body):
+            if ok:
+                self.stats["robots/unreadable"] += 1
+                # No validators: a 304 to them would make the unreadable copy "good" again.
+                slot.robots_etag = slot.robots_last_modified = None
             if slot.robots_errors_since is None:
                 slot.robots_errors_since = slot.robots_fetched_at
         else:
@@ -342,6 +372,25 @@ class PartitionFetcher:
             slot.robots_good_body = slot.robots_body
             slot.robots_good_fetched_at = slot.robots_fetched_at
         self._apply_robots(slot, self._robots_rules(slot, time.time() + self.clock_offset_s))
+
+    def _robots_blocked(self, slot: HostSlot, transfer: Transfer) -> None:
+        """The host's address is not public (SSRF guard): not one packet was sent to it.
+
+        Every URL queued for the host is recorded ``blocked`` (not deferred: deferring would
+        bring it back every hour). Not a robots.txt answer (no robots state is written) and
+        not a host failure."""
+        self.stats["fetch/blocked_address"] += 1
+        slot.robots_url = None
+        reason = self._blocked_reason(transfer)
+        slot.set_aside = reason
+        self.stats["fetch/hosts_set_aside"] += 1
+        while slot.queue:
+            self.output.add(self._row(slot.queue.popleft(), O.BLOCKED, error=reason), [])
+
+    @staticmethod
+    def _blocked_reason(transfer: Transfer) -> str:
+        return (f"address {transfer.blocked_address} is not public and not in fetch.allowed_networks "
+                "(SSRF guard); not connected")
 
     def _robots_not_modified(self, slot: HostSlot, transfer: Transfer) -> None:
         """A 304 to the conditional robots.txt GET: the expired copy is current again.
@@ -397,6 +446,11 @@ class PartitionFetcher:
 
     def _finish_page(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, curl) -> None:
         item = transfer.request.item
+        if error is not None and transfer.blocked_address:
+            # The SSRF guard refused the address (no packet sent): not a host failure.
+            self.stats["fetch/blocked_address"] += 1
+            self.output.add(self._row(item, O.BLOCKED, error=self._blocked_reason(transfer)), [])
+            return
         # Scheduling time (cycles.clock, shiftable in simulations); politeness uses real time.
         started = _wall(transfer.started_wall + clock.offset_s())
         duration_ms = int(transfer.duration_s * 1000)

@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
                        help="add the near-duplicate hosts (dup-news, dup-syndicate, mirror-of-h1)")
     serve.add_argument("--changing", action="store_true",
                        help="add the host whose pages change with the virtual clock")
+    serve.add_argument("--hostile", action="store_true",
+                       help="add the hostile hosts (bad robots.txt, endless bodies, header floods, "
+                       "links into an internal service on 127.0.0.1:--internal-port)")
+    serve.add_argument("--internal-port", type=int, default=0,
+                       help="port of the internal service the hostile hosts point at (default 0)")
     serve.add_argument("--clock-start", type=float, default=None,
                        help="virtual clock at start, Unix seconds (default 1704067200, 2024-01-01)")
     serve.add_argument("--clock-rate", type=float, default=0.0,
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                          log_path=args.log, ready_file=args.ready_file,
                          max_seconds=args.max_seconds, loop=args.loop, traps=args.traps,
                          neardups=args.neardups, changing=args.changing,
-                         clock_start=args.clock_start, clock_rate=args.clock_rate)
+                         clock_start=args.clock_start, clock_rate=args.clock_rate,
+                         hostile=args.hostile, internal_port=args.internal_port)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -64,7 +64,9 @@ class TestWeb:
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
       to Python code per request, not to the loop;
-    - ``traps``, ``neardups``, ``changing``: add those kinds of hosts (all off by default);
+    - ``traps``, ``neardups``, ``changing``, ``hostile``: add those kinds of hosts (all off by
+      default); ``internal_port``: the port of the hostile hosts' internal service
+      (:class:`~cycles.testweb.hostile.InternalService`);
     - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
       2024-01-01) and its speed in virtual seconds per real second (default 0: it moves only
       through :meth:`set_clock`).
@@ -77,9 +79,10 @@ class TestWeb:
                  workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
-                 clock_rate: float = 0.0):
+                 clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
-                           seed=seed, traps=traps, neardups=neardups, changing=changing)
+                           seed=seed, traps=traps, neardups=neardups, changing=changing,
+                           hostile=hostile, internal_port=internal_port)
         self.clock_start = clock_start
         self.clock_rate = clock_rate
         # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
@@ -118,7 +121,9 @@ class TestWeb:
                "--loop", self.loop]
         if not p["special"]:
             cmd.append("--no-special")
-        cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing") if p[kind]]
+        cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing", "hostile") if p[kind]]
+        if p["internal_port"]:
+            cmd += ["--internal-port", str(p["internal_port"])]
         if self.clock_start is not None:
             cmd += ["--clock-start", repr(float(self.clock_start))]
         if self.clock_rate:
@@ -207,6 +212,8 @@ class TestWeb:
 
         config = Config()
         config.fetch.resolve = dict(self.resolve_map())
+        # The test web is on loopback, which the fetcher refuses by default (SSRF guard).
+        config.fetch.allowed_networks = ["127.0.0.0/8"]
         config.fetch.timeout_s = 10.0
         config.fetch.low_speed_time_s = 3
         config.generate.max_urls_per_host = 1000

@@ -61,6 +61,11 @@ Shape of the web
     the virtual time the version began), so a conditional request gets 304 until the next
     change, and the host's ``Date`` header is the virtual time.
 
+  * **Hostile** (``hostile.py``, ``127.0.60.x``, ``hostile=True, internal_port=P``): robots.txt
+    files that must not grant access (oversized, UTF-16 mark on 8-bit text, gzip that is
+    not), a 429 host, an endless chunked body, header floods, a drip, and links and a
+    redirect into an internal service on ``127.0.0.1:P`` that a crawler must never reach.
+
 Virtual clock
 -------------
 Time on the changing host is :attr:`Web.clock`, a :class:`VirtualClock`: a Unix time that
@@ -111,7 +116,8 @@ LAST_MODIFIED_BASE = 1_704_067_200
 """2024-01-01T00:00:00Z. Each page's Last-Modified is a fixed, seed-chosen day before it, so
 validators are the same in every run (a recrawl test can replay them)."""
 
-KIND_IP_PREFIX = {"traps": "127.0.101.", "neardups": "127.0.102.", "changing": "127.0.103."}
+KIND_IP_PREFIX = {"traps": "127.0.101.", "neardups": "127.0.102.", "changing": "127.0.103.",
+                  "hostile": "127.0.60."}
 """Address block of each optional kind of host; host ``j`` of a kind is ``{prefix}{1 + j}``.
 Separate blocks keep a host's address the same whichever other kinds are switched on."""
 
@@ -285,8 +291,9 @@ class Link:
 class Stream:
     """A body sent piece by piece, respecting flow control, for slow or huge responses."""
 
-    length: int
-    """Content-Length announced in the headers."""
+    length: int | None
+    """Content-Length announced in the headers; None for none (the chunks then frame
+    themselves, e.g. with ``Transfer-Encoding: chunked``, as the hostile host's endless body)."""
 
     chunks: Callable[[], Iterator[bytes]]
     """Makes the pieces; their lengths add up to ``length``."""
@@ -930,11 +937,12 @@ class Web:
 
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 80, traps: bool = False,
-                 neardups: bool = False, changing: bool = False):
+                 neardups: bool = False, changing: bool = False, hostile: bool = False,
+                 internal_port: int = 0):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
-        if hosts == 0 and not (special or traps or neardups or changing):
+        if hosts == 0 and not (special or traps or neardups or changing or hostile):
             raise ValueError("a web with no regular hosts needs special=True (or another kind)")
         self.hosts = hosts
         self.pages = pages
@@ -942,7 +950,10 @@ class Web:
         self.special = special
         self.seed = seed
         self.port = port
-        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing)) if on)
+        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing, hostile)) if on)
+        self.internal_port = internal_port
+        """Port of the hostile hosts' internal service on 127.0.0.1 (hostile.py)."""
+        self._extra_resolve: dict[str, str] = {}
         self.clock = VirtualClock()
         self.cache = PageCache()
         self.profiles: dict[str, HostProfile] = {}
@@ -975,6 +986,10 @@ class Web:
         if "changing" in self.kinds:
             from cycles.testweb.changing import changing_hosts
             self._add_kind(changing_hosts(self, KIND_IP_PREFIX["changing"]))
+        if "hostile" in self.kinds:
+            from cycles.testweb.hostile import extra_resolve, hostile_hosts
+            self._add_kind(hostile_hosts(self, KIND_IP_PREFIX["hostile"]))
+            self._extra_resolve.update(extra_resolve())
 
     def _add_kind(self, profiles: list[HostProfile]) -> None:
         for p in profiles:
@@ -1007,8 +1022,9 @@ class Web:
         return self.special_names() + self._kind_names
 
     def resolve_map(self) -> dict[str, str]:
-        """Host name -> loopback address, for ``config.fetch.resolve``."""
-        return {name: p.ip for name, p in self.profiles.items()}
+        """Host name -> loopback address, for ``config.fetch.resolve`` (with the hostile
+        kind, also a name that resolves to its internal service: hostile.py)."""
+        return {**{name: p.ip for name, p in self.profiles.items()}, **self._extra_resolve}
 
     def seeds(self) -> list[str]:
         """The ``/`` of every host, regular ones first."""

@@ -87,6 +87,8 @@ def transition_sql(config: Config) -> str:
       not_html, too_large → skipped, refetched after update.max_interval_s
       server_error, network_error, parse_error → error with retries + 1, exponential
                       retry; after update.max_retries in a row → dead (dead letter)
+      blocked       → blocked (address not public: SSRF guard), looked at again after
+                      update.gone_interval_s; not a failure (no retries, never dead)
       deferred              → status kept, due again after update.deferred_retry_s
       no result             → unchanged (it was due when generated, so it is due again)
     """
@@ -124,6 +126,7 @@ def transition_sql(config: Config) -> str:
                 WHEN f.outcome IN ('gone', 'client_error') THEN 'gone'
                 WHEN f.outcome = 'robots_denied' THEN 'robots_denied'
                 WHEN f.outcome IN ('not_html', 'too_large') THEN 'skipped'
+                WHEN f.outcome = 'blocked' THEN 'blocked'
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN 'dead'
                 ELSE 'error' END AS status,
             coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END) AS first_fetched,
@@ -136,6 +139,7 @@ def transition_sql(config: Config) -> str:
                 WHEN f.outcome IN ('gone', 'client_error') THEN f.fetched_at + to_seconds({u.gone_interval_s})
                 WHEN f.outcome = 'robots_denied' THEN $now + to_seconds({u.default_interval_s})
                 WHEN f.outcome IN ('not_html', 'too_large') THEN coalesce(f.fetched_at, $now) + to_seconds({u.max_interval_s})
+                WHEN f.outcome = 'blocked' THEN $now + to_seconds({u.gone_interval_s})
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + to_seconds({u.dead_retry_s})
                 WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, 10)))::BIGINT)
                 ELSE db.next_fetch END AS next_fetch,

@@ -33,6 +33,7 @@ flush_s = 1.0
 timeout_s = 5.0
 connect_timeout_s = 2.0
 progress_s = 0.5
+allowed_networks = ["127.0.0.0/8"]
 resolve = {{ {resolve} }}
 """)
 
