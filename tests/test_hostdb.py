@@ -167,8 +167,8 @@ def test_load_host_state_reads_only_the_buckets_of_its_hosts(store, monkeypatch)
 
 def write_legacy_hostdb(store: Store, rows: list[dict]) -> None:
     """A host DB as written before the split: one hosts.parquet, buckets=1, and (older
-    still) without the robots.txt validator columns."""
-    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified")])
+    still) without the robots.txt validator columns and not_before."""
+    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified", "not_before")])
     version, folder = store.new_version_dir("hostdb")
     table = pa.Table.from_pylist([{k: v for k, v in r.items() if k in old_schema.names} for r in rows],
                                  schema=old_schema).sort_by("host")

@@ -1,4 +1,5 @@
-"""Per-host state that outlives a cycle: when we last asked a host, and its robots.txt.
+"""Per-host state that outlives a cycle: when we last asked a host, when we may ask it next
+(``not_before``: Retry-After, back-off, delays), and its robots.txt.
 
 The host DB (``hostdb/``, schema.HOSTS) is merged by update from each segment's
 ``hosts/`` output. A fetch also reads the ``hosts/`` output of segments fetched but not
@@ -19,7 +20,10 @@ Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
 ``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
 conditional GET sends once the copy expires) and the last *good* one (``robots_good_*``: a
 2xx or 4xx), with ``robots_errors_since`` marking an unbroken run of errors. Host files
-written before these columns existed are read with them null.
+written before these columns (or ``not_before``) existed are read with them null.
+
+Rows of one host from several files are merged by one rule, ``MERGE_SQL`` (its table below),
+here and in update.
 """
 
 from __future__ import annotations
