@@ -187,7 +187,7 @@ def open_host_file(fh) -> pq.ParquetFile:
     return pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
 
 
-def _row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
+def row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
     """Row groups whose host range (by their statistics) may hold one of ``wanted`` (sorted)."""
     column = meta.schema.to_arrow_schema().get_field_index("host")
     groups = []
@@ -216,7 +216,7 @@ def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
     try:
         with store.fs.open_input_file(str(path)) as fh:
             parquet = open_host_file(fh)
-            groups = _row_groups_holding(parquet.metadata, wanted)
+            groups = row_groups_holding(parquet.metadata, wanted)
             if groups:
                 for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, row_groups=groups, use_threads=False):
                     batch = batch.filter(pc.is_in(batch.column("host"), value_set=value_set))

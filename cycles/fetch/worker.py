@@ -29,7 +29,8 @@ gets its own fetched row (update adds it to the crawl DB if new). Not followed: 
 already in the chain (a loop: the hop's row says ``redirect loop``), a hop past
 ``fetch.max_redirects`` (``too many redirects``), a URL already listed or followed in this
 partition (it has, or will have, its own row), a host of another partition or one set aside
-(fetched in a later cycle, as the outlink). A redirect to the URL itself is recorded, its
+(fetched in a later cycle, as the outlink), a URL the crawl DB holds as fetched and not yet
+due (``fetch/redirect_known``: it was fetched in an earlier cycle; cycles/fetch/known.py). A redirect to the URL itself is recorded, its
 target dropped.
 
 Politeness survives crashes: each partition holds a lock file while it runs, a resumed
@@ -62,6 +63,7 @@ from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
+from cycles.fetch.known import fetched_not_due
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, RobotsRules, robots_redirect_ok
@@ -141,6 +143,11 @@ class PartitionFetcher:
         self.normalizer = Normalizer(config.urls)
         self.url_filter = UrlFilter(config.urls)
         self._resumed_run = False
+        self.known_not_due: dict[str, set[str]] = {}
+        """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due
+        (cycles/fetch/known.py), read once per partition run."""
+        self._crawldb_manifest = None
+        """The crawl DB version those lookups read (taken at the first one)."""
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -492,6 +499,11 @@ class PartitionFetcher:
             # Another worker owns the host (and its politeness): a later cycle fetches it.
             self.stats["fetch/redirect_other_partition"] += 1
             return None
+        if url in self._known_not_due(host):
+            # Fetched in an earlier cycle and not due again yet: the redirect's row (and its
+            # outlink) is enough; the target stays as the crawl DB has it.
+            self.stats["fetch/redirect_known"] += 1
+            return None
         target_slot = self._redirect_slot(host, url)
         if target_slot.set_aside:
             self.stats["fetch/redirect_host_set_aside"] += 1
@@ -506,6 +518,18 @@ class PartitionFetcher:
             self.frontier.schedule(target_slot)
         self.stats["fetch/redirect_followed"] += 1
         return None
+
+    def _known_not_due(self, host: str) -> set[str]:
+        """The host's fetched, not yet due URLs from the current crawl DB (cached per host)."""
+        known = self.known_not_due.get(host)
+        if known is None:
+            if not self.known_not_due:  # the first host asked: the version read from now on
+                self._crawldb_manifest = self.store.manifest("crawldb")
+            manifest = self._crawldb_manifest
+            now = _wall(time.time() + clock.offset_s())  # next_fetch is on the crawl clock
+            known = fetched_not_due(self.store, manifest, host, now) if manifest is not None else set()
+            self.known_not_due[host] = known
+        return known
 
     def _redirect_slot(self, host: str, first_url: str) -> HostSlot:
         """The host's slot; a host not in the fetch list gets one set up as load() would
