@@ -30,8 +30,8 @@ already in the chain (a loop: the hop's row says ``redirect loop``), a hop past
 ``fetch.max_redirects`` (``too many redirects``), a URL already listed or followed in this
 partition (it has, or will have, its own row), a host of another partition or one set aside
 (fetched in a later cycle, as the outlink), a URL the crawl DB holds as fetched and not yet
-due (``fetch/redirect_known``: it was fetched in an earlier cycle; cycles/fetch/known.py). A redirect to the URL itself is recorded, its
-target dropped.
+due (``fetch/redirect_known``: an earlier cycle fetched it; cycles/fetch/known.py). A
+redirect to the URL itself is recorded, its target dropped.
 
 Politeness survives crashes: each partition holds a lock file while it runs, a resumed
 partition waits a full delay before asking any host again, and a pool worker dies with the

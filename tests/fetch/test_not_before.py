@@ -133,3 +133,23 @@ def test_a_set_aside_host_keeps_its_window_and_a_huge_retry_after_is_cut():
     wall = 1_700_000_000.0
     assert fetcher._not_before_wall(huge, 1000.0, wall) == dt.datetime.fromtimestamp(wall + 86400.0, dt.timezone.utc)
     assert fetcher._not_before_wall(HostSlot("never.test"), 1000.0, wall) is None
+
+
+def test_init_slot_honours_not_before_within_the_cap():
+    """A stored not_before holds the slot (past last_request_end's spacing); one absurdly far
+    (a corrupt row, year 9000) holds it at most fetch.max_not_before_s."""
+    from cycles import schema
+
+    fetcher = _bare_fetcher(max_not_before_s=86400.0)
+    fetcher.floor_s, fetcher.clock_offset_s = 1.0, 0.0
+    wall = 1_700_000_000.0
+    state = {name: None for name in schema.HOSTS.names}
+    state.update(last_request_end=dt.datetime.fromtimestamp(wall - 10, dt.timezone.utc),
+                 not_before=dt.datetime.fromtimestamp(wall + 30, dt.timezone.utc))
+    slot = HostSlot("h.test")
+    fetcher._init_slot(slot, "http://h.test/", state, 500.0, wall, resumed=False)
+    assert slot.next_allowed == pytest.approx(530.0)
+    state["not_before"] = dt.datetime(9000, 1, 1, tzinfo=dt.timezone.utc)
+    far = HostSlot("far.test")
+    fetcher._init_slot(far, "http://far.test/", state, 500.0, wall, resumed=False)
+    assert far.next_allowed == pytest.approx(500.0 + 86400.0)
