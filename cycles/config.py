@@ -213,7 +213,14 @@ class FetchConfig:
     is redrawn. 0 turns both off."""
 
     max_retry_after_s: float = 3600.0
-    """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside."""
+    """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside.
+    A later cycle that finds the host's ``not_before`` (host DB) further away than this sets it
+    aside at once, without asking it."""
+
+    max_not_before_s: float = 7 * 86400.0
+    """Longest a host's Retry-After or back-off keeps it out, across cycles (the host DB's
+    ``not_before``). A longer ask (``Retry-After: 99999999999``, an HTTP-date years ahead) is
+    cut to this, so that a host is not lost for good and the time stays a valid timestamp."""
 
 
 @dataclass

@@ -153,6 +153,9 @@ HOSTS = _schema("hosts", [
     _field("host", pa.string(), "Host name", False),
     _field("last_request_end", TS, "Wall-clock end of the last response from the host; the next "
            "request waits the host's delay after it, across cycles"),
+    _field("not_before", TS, "Wall clock: no request to the host before this (Retry-After, back-off after "
+           "5xx or timeouts, the delay after the last response: Crawl-delay, slow host); kept across "
+           "cycles and processes like last_request_end. Null: no such time known"),
     _field("robots_status", pa.int16(), "HTTP status of robots.txt (null: network error)"),
     _field("robots_fetched_at", TS, "When robots.txt was fetched or last revalidated (a 304 to a "
            "conditional GET); crawl clock (cycles.clock), like every robots time here"),

@@ -58,6 +58,7 @@ def host_rows_sql(n: int, offset: int, age_s: int, where: str = "TRUE") -> str:
     return f"""
         SELECT 'www.' || md5(i::VARCHAR)[:10] || '-' || i::VARCHAR || '.example' AS host,
                now() - to_seconds({age_s} + i % 3600) AS last_request_end,
+               now() - to_seconds({age_s} + i % 3600) + INTERVAL 1 SECOND AS not_before,
                (CASE WHEN i % 10 < 8 THEN 200 WHEN i % 10 = 8 THEN 404 ELSE NULL END)::SMALLINT AS robots_status,
                now() - to_seconds({age_s} + i % 7200) AS robots_fetched_at,
                CASE WHEN i % 10 < 8 THEN encode('User-agent: *' || chr(10) || 'Disallow: /' || md5(i::VARCHAR)
@@ -120,19 +121,23 @@ def build(root: Path, args) -> None:
 
 def old_modules(commit: str) -> tuple[types.ModuleType, types.ModuleType]:
     """hoststate and hostdb as they were at ``commit``."""
-    def load(name: str, path: str, replace: tuple[str, str] | None = None) -> types.ModuleType:
+    def load(name: str, path: str, *replace: tuple[str, str]) -> types.ModuleType:
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{path}"], check=True,
                               capture_output=True, text=True).stdout
-        if replace:
-            text = text.replace(*replace)
+        for old, new in replace:
+            text = text.replace(old, new)
         module = types.ModuleType(name)
         sys.modules[name] = module
         exec(compile(text, f"{commit}:{path}", "exec"), module.__dict__)
         return module
 
     hoststate = load("old_hoststate", "cycles/fetch/hoststate.py")
+    # The old merge also carries not_before (a column added since), so that it writes the
+    # current schema.HOSTS.
     hostdb = load("old_hostdb", "cycles/update/hostdb.py",
-                  ("from cycles.fetch.hoststate import", "from old_hoststate import"))
+                  ("from cycles.fetch.hoststate import", "from old_hoststate import"),
+                  ("max(last_request_end) AS last_request_end,",
+                   "max(last_request_end) AS last_request_end, max(not_before) AS not_before,"))
     return hoststate, hostdb
 
 

@@ -13,6 +13,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cycles import schema
 from cycles.config import Config
@@ -65,12 +67,18 @@ def mark_updated(store: Store) -> None:
         store.write_marker(segment, "updated", {"segment": segment})
 
 
+_reference_con = None
+
+
 def merge_all_at_once(rows: list[dict]) -> dict[str, dict]:
     """The reference: the merge as it ran before the split, over one table of every row."""
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.register("everything", pa.Table.from_pylist(rows, schema=schema.HOSTS))
-    merged = con.sql(MERGE_SQL.format(source="SELECT * FROM everything")).to_arrow_table().cast(schema.HOSTS)
+    global _reference_con
+    if _reference_con is None:  # one connection for the test module: a new one costs ~40 ms
+        _reference_con = duckdb.connect()
+        _reference_con.execute("SET TimeZone = 'UTC'")
+    _reference_con.register("everything", pa.Table.from_pylist(rows, schema=schema.HOSTS))
+    merged = _reference_con.sql(MERGE_SQL.format(source="SELECT * FROM everything")).to_arrow_table().cast(schema.HOSTS)
+    _reference_con.unregister("everything")
     return {r["host"]: r for r in merged.to_pylist()}
 
 
@@ -159,8 +167,8 @@ def test_load_host_state_reads_only_the_buckets_of_its_hosts(store, monkeypatch)
 
 def write_legacy_hostdb(store: Store, rows: list[dict]) -> None:
     """A host DB as written before the split: one hosts.parquet, buckets=1, and (older
-    still) without the robots.txt validator columns."""
-    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified")])
+    still) without the robots.txt validator columns and not_before."""
+    old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified", "not_before")])
     version, folder = store.new_version_dir("hostdb")
     table = pa.Table.from_pylist([{k: v for k, v in r.items() if k in old_schema.names} for r in rows],
                                  schema=old_schema).sort_by("host")
@@ -240,3 +248,66 @@ def test_a_read_skips_row_groups_without_its_hosts_and_keeps_only_their_rows(sto
     assert asked == [[1, 9]]
     assert table.to_pylist() == [rows[15], rows[93]]
     assert hoststate.read_host_rows(store, path, ["a.test"]).num_rows == 0 and asked[-1] == [1, 9]
+
+
+# --- One merge rule (hoststate.MERGE_SQL's table), whichever path merges ---------------------
+# Few hosts and few distinct times: ties on every time column are common, so the rule's tie
+# breaking is exercised, not only its ordering.
+_STAMPS = [None] + [T0 + dt.timedelta(seconds=s) for s in (0, 1, 2)]
+
+
+@st.composite
+def host_row(draw) -> dict:
+    row = {name: None for name in schema.HOSTS.names}
+    row.update(
+        host=draw(st.sampled_from(["a.test", "b.test", "c.test"])),
+        last_request_end=draw(st.sampled_from(_STAMPS)),
+        not_before=draw(st.sampled_from(_STAMPS)),
+        robots_status=draw(st.sampled_from([None, 200, 404, 503])),
+        robots_fetched_at=draw(st.sampled_from(_STAMPS)),
+        robots_body=draw(st.sampled_from([None, b"", b"User-agent: *\nDisallow: /x\n"])),
+        robots_etag=draw(st.sampled_from([None, '"1"', '"2"'])),
+        robots_last_modified=draw(st.sampled_from([None, "Mon, 01 Jan 2024 00:00:00 GMT"])),
+        crawl_delay_s=draw(st.sampled_from([None, 1.0, 2.0, 5.0])),
+        robots_good_status=draw(st.sampled_from([None, 200, 404])),
+        robots_good_fetched_at=draw(st.sampled_from(_STAMPS)),
+        robots_good_body=draw(st.sampled_from([None, b"User-agent: *\n", b"# empty\n"])),
+        robots_errors_since=draw(st.sampled_from(_STAMPS)))
+    return row
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema.HOSTS)
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.lists(host_row(), max_size=12), cuts=st.lists(st.integers(0, 12), max_size=3), seed=st.integers(0, 99))
+def test_both_merges_follow_one_rule_in_any_order_and_grouping(rows, cuts, seed):
+    """Fetch merges host DB rows with unmerged segments' rows (merge_host_rows); update merges
+    the host DB with one segment (MERGE_SQL, bucket by bucket). Both must give what one merge of
+    every row gives, however the rows are grouped and ordered: else a host's state depends on
+    which path read it last."""
+    everything = merge_all_at_once(rows)
+    shuffled = rows[:]
+    random.Random(seed).shuffle(shuffled)
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    groups = [_table(shuffled[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert hoststate.merge_host_rows(groups) == everything
+    # A merged group fed back in (the host DB) with the rest (segments not yet updated).
+    if len(groups) > 1:
+        first = hoststate.merge_host_rows(groups[:1])
+        assert hoststate.merge_host_rows([_table(list(first.values()))] + groups[1:]) == everything
+    # The rule itself, where it names one answer: times are maxima; the robots answer is the
+    # newest one's (any row with the newest robots_fetched_at, on a tie).
+    for host, merged in everything.items():
+        mine = [r for r in rows if r["host"] == host]
+        for column in ("last_request_end", "not_before", "robots_fetched_at", "robots_good_fetched_at"):
+            values = [r[column] for r in mine if r[column] is not None]
+            assert merged[column] == (max(values) if values else None), column
+        newest = [r for r in mine if r["robots_fetched_at"] is not None and r["robots_fetched_at"] == merged["robots_fetched_at"]]
+        if newest:
+            assert any(all(merged[c] == r[c] for c in hoststate.ROBOTS_LATEST) for r in newest)
+        good = [r for r in mine if r["robots_good_fetched_at"] is not None
+                and r["robots_good_fetched_at"] == merged["robots_good_fetched_at"]]
+        if good:
+            assert any(all(merged[c] == r[c] for c in hoststate.ROBOTS_GOOD) for r in good)

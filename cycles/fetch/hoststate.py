@@ -1,4 +1,5 @@
-"""Per-host state that outlives a cycle: when we last asked a host, and its robots.txt.
+"""Per-host state that outlives a cycle: when we last asked a host, when we may ask it next
+(``not_before``: Retry-After, back-off, delays), and its robots.txt.
 
 The host DB (``hostdb/``, schema.HOSTS) is merged by update from each segment's
 ``hosts/`` output. A fetch also reads the ``hosts/`` output of segments fetched but not
@@ -19,15 +20,20 @@ Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
 ``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
 conditional GET sends once the copy expires) and the last *good* one (``robots_good_*``: a
 2xx or 4xx), with ``robots_errors_since`` marking an unbroken run of errors. Host files
-written before these columns existed are read with them null.
+written before these columns (or ``not_before``) existed are read with them null.
+
+Rows of one host from several files are merged by one rule, ``MERGE_SQL`` (its table below),
+here and in update.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections import defaultdict
 from typing import Iterable
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,27 +89,74 @@ ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "robots_et
                  "crawl_delay_s", "robots_errors_since")
 ROBOTS_GOOD = ("robots_good_status", "robots_good_fetched_at", "robots_good_body")
 
+HOSTS_COLUMNS = ", ".join(schema.HOSTS.names)
+
+# The one merge rule of host rows, used by update (cycles/update/hostdb.py, bucket by bucket)
+# and by fetch (merge_host_rows: host DB rows plus segments not yet updated). Two copies of it
+# once disagreed on crawl_delay_s, so a host's delay depended on which path read it last.
+#
+#   column                     rule
+#   host                       the key
+#   last_request_end           max (wall clock)
+#   not_before                 max (wall clock): the most cautious "not before" wins
+#   robots_status, _body,      all from one row: the one with the newest robots_fetched_at
+#   _etag, _last_modified,     (crawl clock; rows without it are not robots answers). The
+#   crawl_delay_s,             delay comes from robots.txt's Crawl-delay, so it belongs to the
+#   robots_errors_since,       answer it came from. Never compared with a wall-clock time.
+#   robots_fetched_at
+#   robots_good_status,        all from the row with the newest robots_good_fetched_at
+#   _good_body, _good_fetched_at
+#
+# Ties (two rows with the same newest time) go to the greatest row, column by column in the
+# order of the struct below (a larger crawl_delay_s first; NULL counts as greatest): an
+# arbitrary but fixed choice, so the result does not depend on the order rows arrive in or on
+# how they were grouped into earlier merges. max() of a struct does this in one aggregate.
+MERGE_SQL = """
+    SELECT host, last_request_end, not_before,
+           latest.robots_status, latest.robots_fetched_at, latest.robots_body, latest.robots_etag,
+           latest.robots_last_modified, latest.crawl_delay_s,
+           good.robots_good_status, good.robots_good_fetched_at, good.robots_good_body,
+           latest.robots_errors_since
+    FROM (
+        SELECT host, max(last_request_end) AS last_request_end, max(not_before) AS not_before,
+               max({{'robots_fetched_at': robots_fetched_at, 'crawl_delay_s': crawl_delay_s,
+                    'robots_errors_since': robots_errors_since, 'robots_status': robots_status,
+                    'robots_etag': robots_etag, 'robots_last_modified': robots_last_modified,
+                    'robots_body': robots_body}}) FILTER (WHERE robots_fetched_at IS NOT NULL) AS latest,
+               max({{'robots_good_fetched_at': robots_good_fetched_at, 'robots_good_status': robots_good_status,
+                    'robots_good_body': robots_good_body}}) FILTER (WHERE robots_good_fetched_at IS NOT NULL) AS good
+        FROM ({source}) GROUP BY host)
+    ORDER BY host"""
+"""Host rows of ``source`` (a SQL table expression in schema.HOSTS) merged per host, in
+schema.HOSTS column order, sorted by host. The rule: the table above."""
+
+_connection: tuple[int, duckdb.DuckDBPyConnection] | None = None
+
+
+def _merge_connection() -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB connection for merge_host_rows (one thread: the rows of a few
+    hosts). Kept, because a new connection costs ~40 ms and a redirect to a host not in the
+    fetch list merges that one host's rows; made again in a forked child."""
+    global _connection
+    if _connection is None or _connection[0] != os.getpid():
+        con = duckdb.connect(config={"threads": 1})
+        con.execute("SET TimeZone = 'UTC'")
+        _connection = (os.getpid(), con)
+    return _connection[1]
+
 
 def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
-    """Latest knowledge per host: the latest request end, the newest robots.txt answer and
-    the newest good robots.txt (the same rules as ``merge_hostdb`` in cycles/update/hostdb.py)."""
-    merged: dict[str, dict] = {}
-    for table in tables:
-        for row in table.to_pylist():
-            old = merged.get(row["host"])
-            if old is None:
-                merged[row["host"]] = row
-                continue
-            if row["last_request_end"] and (old["last_request_end"] is None or row["last_request_end"] > old["last_request_end"]):
-                old["last_request_end"] = row["last_request_end"]
-            if row["robots_fetched_at"] and (old["robots_fetched_at"] is None or row["robots_fetched_at"] > old["robots_fetched_at"]):
-                for key in ROBOTS_LATEST:
-                    old[key] = row[key]
-            if row["robots_good_fetched_at"] and (old["robots_good_fetched_at"] is None
-                                                  or row["robots_good_fetched_at"] > old["robots_good_fetched_at"]):
-                for key in ROBOTS_GOOD:
-                    old[key] = row[key]
-    return merged
+    """Latest knowledge per host, by MERGE_SQL: the same rule, the same code as update's."""
+    tables = [conform(t) for t in tables if t.num_rows]
+    if not tables:
+        return {}
+    con = _merge_connection()
+    con.register("host_rows", pa.concat_tables(tables))
+    try:
+        merged = con.sql(MERGE_SQL.format(source=f"SELECT {HOSTS_COLUMNS} FROM host_rows")).to_arrow_table()
+    finally:
+        con.unregister("host_rows")
+    return {row["host"]: row for row in merged.cast(schema.HOSTS).to_pylist()}
 
 
 def conform(table: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -134,7 +187,7 @@ def open_host_file(fh) -> pq.ParquetFile:
     return pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
 
 
-def _row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
+def row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
     """Row groups whose host range (by their statistics) may hold one of ``wanted`` (sorted)."""
     column = meta.schema.to_arrow_schema().get_field_index("host")
     groups = []
@@ -163,7 +216,7 @@ def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
     try:
         with store.fs.open_input_file(str(path)) as fh:
             parquet = open_host_file(fh)
-            groups = _row_groups_holding(parquet.metadata, wanted)
+            groups = row_groups_holding(parquet.metadata, wanted)
             if groups:
                 for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, row_groups=groups, use_threads=False):
                     batch = batch.filter(pc.is_in(batch.column("host"), value_set=value_set))

@@ -4,7 +4,9 @@ The worker owns every host of its partition (generate put each host in exactly o
 politeness needs no coordination: a :class:`~cycles.fetch.frontier.HostSlot` per host,
 one request in flight at most, and ``delay`` seconds between the end of a response and
 the next request — robots.txt requests included, and across cycles (the host's last
-request end is persisted in the host DB).
+request end is persisted in the host DB). So is every longer wait the worker learns (a
+Retry-After, a back-off, a Crawl-delay or slow-host delay, a host set aside for asking too
+long): the slot's next-allowed time, written as ``not_before`` and honoured by the next run.
 
 Per host the first request is for robots.txt unless a copy younger than
 ``fetch.robots_cache_s`` is known. An older 2xx copy with an ETag or Last-Modified is
@@ -36,8 +38,9 @@ gets its own fetched row (update adds it to the crawl DB if new). Not followed: 
 already in the chain (a loop: the hop's row says ``redirect loop``), a hop past
 ``fetch.max_redirects`` (``too many redirects``), a URL already listed or followed in this
 partition (it has, or will have, its own row), a host of another partition or one set aside
-(fetched in a later cycle, as the outlink). A redirect to the URL itself is recorded, its
-target dropped.
+(fetched in a later cycle, as the outlink), a URL the crawl DB holds as fetched and not yet
+due (``fetch/redirect_known``: an earlier cycle fetched it; cycles/fetch/known.py). A
+redirect to the URL itself is recorded, its target dropped.
 
 Politeness survives crashes: each partition holds a lock file while it runs, a resumed
 partition waits a full delay before asking any host again, and a pool worker dies with the
@@ -69,6 +72,7 @@ from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
+from cycles.fetch.known import fetched_not_due
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, UNREADABLE, RobotsRules, robots_redirect_ok
@@ -149,6 +153,11 @@ class PartitionFetcher:
         self.normalizer = Normalizer(config.urls)
         self.url_filter = UrlFilter(config.urls)
         self._resumed_run = False
+        self.known_not_due: dict[str, set[str]] = {}
+        """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due
+        (cycles/fetch/known.py), read once per partition run."""
+        self._crawldb_manifest = None
+        """The crawl DB version those lookups read (taken at the first one)."""
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -178,6 +187,7 @@ class PartitionFetcher:
                 self._init_slot(slot, item["url"], states.get(item["host"]), now_mono, now_wall, resumed)
             slot.queue.append(item)
         for slot in self.frontier.slots.values():
+            self._set_aside_if_far(slot, now_mono)
             self.frontier.schedule(slot)
         self._size_connection_cache(len(self.frontier.slots))
 
@@ -237,6 +247,12 @@ class PartitionFetcher:
                 wait = state["last_request_end"].timestamp() + slot.delay_s + SPACING_MARGIN_S - now_wall
                 slot.next_allowed = now_mono + max(0.0, wait)
                 slot.last_request_end_wall = state["last_request_end"].timestamp()
+            if state["not_before"] is not None:
+                # A Retry-After, back-off or slow-host delay learnt by an earlier run (wall
+                # clock), held whatever made the host's URLs due (deferred URLs come back after
+                # update.deferred_retry_s, maybe sooner than the host asked).
+                wait = min(state["not_before"].timestamp() - now_wall, self.fc.max_not_before_s)
+                slot.next_allowed = max(slot.next_allowed, now_mono + wait)
         if resumed:
             # A killed run may have asked this host after its last flush: wait a full delay.
             slot.next_allowed = max(slot.next_allowed, now_mono + slot.delay_s + SPACING_MARGIN_S)
@@ -427,6 +443,16 @@ class PartitionFetcher:
         self.stats["fetch/hosts_set_aside"] += 1
         self._defer_queue(slot, reason)
 
+    def _set_aside_if_far(self, slot: HostSlot, now_mono: float) -> None:
+        """A host whose not_before (from the host DB) is further away than a Retry-After we
+        wait out in a cycle is set aside now, as _back_off would have: its URLs are deferred
+        rather than holding this worker, and it is not asked inside the window."""
+        wait = slot.next_allowed - now_mono
+        if slot.set_aside is None and wait > self.fc.max_retry_after_s:
+            self.stats["fetch/not_before_set_aside"] += 1
+            self._set_aside(slot, f"host's not_before is {wait:.0f}s away (over fetch.max_retry_after_s); "
+                                  "set aside for this cycle")
+
     def _next_request(self, slot: HostSlot) -> Request | None:
         if slot.robots_url:
             return Request(slot.robots_url, slot.host, "robots", None, self._robots_validators(slot))
@@ -527,6 +553,11 @@ class PartitionFetcher:
             # Another worker owns the host (and its politeness): a later cycle fetches it.
             self.stats["fetch/redirect_other_partition"] += 1
             return None
+        if url in self._known_not_due(host):
+            # Fetched in an earlier cycle and not due again yet: the redirect's row (and its
+            # outlink) is enough; the target stays as the crawl DB has it.
+            self.stats["fetch/redirect_known"] += 1
+            return None
         target_slot = self._redirect_slot(host, url)
         if target_slot.set_aside:
             self.stats["fetch/redirect_host_set_aside"] += 1
@@ -542,6 +573,18 @@ class PartitionFetcher:
         self.stats["fetch/redirect_followed"] += 1
         return None
 
+    def _known_not_due(self, host: str) -> set[str]:
+        """The host's fetched, not yet due URLs from the current crawl DB (cached per host)."""
+        known = self.known_not_due.get(host)
+        if known is None:
+            if not self.known_not_due:  # the first host asked: the version read from now on
+                self._crawldb_manifest = self.store.manifest("crawldb")
+            manifest = self._crawldb_manifest
+            now = _wall(time.time() + clock.offset_s())  # next_fetch is on the crawl clock
+            known = fetched_not_due(self.store, manifest, host, now) if manifest is not None else set()
+            self.known_not_due[host] = known
+        return known
+
     def _redirect_slot(self, host: str, first_url: str) -> HostSlot:
         """The host's slot; a host not in the fetch list gets one set up as load() would
         (its state read from the host DB: spacing across cycles and robots.txt hold)."""
@@ -550,7 +593,9 @@ class PartitionFetcher:
             self.stats["fetch/redirect_new_host"] += 1
             slot = self.frontier.slot(host)
             state = load_host_state(self.store, {host}, self.segment).get(host)
-            self._init_slot(slot, first_url, state, time.monotonic(), time.time(), self._resumed_run)
+            now_mono = time.monotonic()
+            self._init_slot(slot, first_url, state, now_mono, time.time(), self._resumed_run)
+            self._set_aside_if_far(slot, now_mono)
         return slot
 
     def _link(self, item: dict, url: str, anchor: str, nofollow: bool) -> dict:
@@ -609,6 +654,10 @@ class PartitionFetcher:
         if wait is None:
             wait = min(self.fc.max_retry_after_s, slot.delay_s * 2 ** slot.backoffs)
         self.stats["fetch/backoff"] += 1
+        # Before any set-aside: a set-aside host's window is written to the host DB too
+        # (not_before), so the next cycle does not ask it inside the window either.
+        slot.next_allowed = max(slot.next_allowed,
+                                transfer.ended + min(wait, self.fc.max_not_before_s) + SPACING_MARGIN_S)
         if slot.failures >= self.fc.max_host_failures:
             self._set_aside(slot, f"{slot.failures} consecutive failures (last HTTP {status}); host set aside for this cycle")
             return
@@ -616,7 +665,6 @@ class PartitionFetcher:
             self._set_aside(slot, f"host asked us to wait {wait:.0f}s (HTTP {status}); set aside for this cycle")
             return
         self.stats["fetch/retry_after"] += 1 if transfer.header("retry-after") else 0
-        slot.next_allowed = max(slot.next_allowed, transfer.ended + wait + SPACING_MARGIN_S)
 
     def _delay_after(self, slot: HostSlot, transfer: Transfer) -> float:
         """Spacing before the next request: the host's delay, longer for a slow host."""
@@ -736,9 +784,19 @@ class PartitionFetcher:
         tmp.write_text(json.dumps(data))
         os.replace(tmp, path)
 
+    def _not_before_wall(self, slot: HostSlot, now_mono: float, now_wall: float) -> dt.datetime | None:
+        """The slot's next-allowed time (monotonic) on the wall clock, for HOSTS.not_before:
+        every wait the run learnt (Retry-After, back-off, Crawl-delay, slow host) in one time.
+        None if the slot never had one."""
+        if slot.next_allowed <= 0.0:
+            return None
+        return _wall(now_wall + min(slot.next_allowed - now_mono, self.fc.max_not_before_s))
+
     def write_hosts(self) -> None:
+        now_mono, now_wall = time.monotonic(), time.time()
         rows = [{"host": s.host,
                  "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
+                 "not_before": self._not_before_wall(s, now_mono, now_wall),
                  "robots_status": s.robots_status, "robots_fetched_at": s.robots_fetched_at,
                  "robots_body": s.robots_body, "robots_etag": s.robots_etag,
                  "robots_last_modified": s.robots_last_modified, "crawl_delay_s": s.delay_s,

@@ -1,7 +1,8 @@
 """The host DB: per-host state (last request time, robots.txt) merged from each segment.
 
 Update folds a segment's ``hosts/`` output (cycles/fetch/hoststate.py writes it) into a new
-host DB version, newest answer per column; fetch reads it back at the start of a cycle.
+host DB version by the one merge rule (``MERGE_SQL``, its table in hoststate.py); fetch
+reads it back at the start of a cycle.
 
 The host DB is split like the crawl DB: ``host_hash % buckets``, one Parquet file per
 bucket sorted by host, the count taken from the crawl DB's manifest (``db.buckets`` before
@@ -26,29 +27,14 @@ import pyarrow.parquet as pq
 from cycles import schema
 from cycles.config import Config
 from cycles.crawldb import connect
-from cycles.fetch.hoststate import SCAN_BATCH_ROWS, conform, host_buckets, hostdb_files, open_host_file
+# MERGE_SQL: the one merge rule of host rows (its table is in cycles/fetch/hoststate.py); fetch
+# merges unmerged segments with the same SQL.
+from cycles.fetch.hoststate import (HOSTS_COLUMNS, MERGE_SQL, SCAN_BATCH_ROWS, conform, host_buckets, hostdb_files,
+                                    open_host_file)
 from cycles.store import Manifest, Store, StorePath, new_id, utcnow
-
-HOSTS_COLUMNS = ", ".join(schema.HOSTS.names)
 
 ROUTE_OPEN_FILES = 1024
 """At most this many bucket files are open at once while routing (more buckets: more passes)."""
-
-# arg_max_null, not arg_max: arg_max skips NULL values, so a newer network error
-# (robots_status NULL) or 4xx (robots_body NULL) would take the older row's value.
-MERGE_SQL = """
-    SELECT host, max(last_request_end) AS last_request_end,
-           arg_max_null(robots_status, robots_fetched_at) AS robots_status,
-           max(robots_fetched_at) AS robots_fetched_at,
-           arg_max_null(robots_body, robots_fetched_at) AS robots_body,
-           arg_max_null(robots_etag, robots_fetched_at) AS robots_etag,
-           arg_max_null(robots_last_modified, robots_fetched_at) AS robots_last_modified,
-           arg_max(crawl_delay_s, coalesce(robots_fetched_at, last_request_end)) AS crawl_delay_s,
-           arg_max_null(robots_good_status, robots_good_fetched_at) AS robots_good_status,
-           max(robots_good_fetched_at) AS robots_good_fetched_at,
-           arg_max_null(robots_good_body, robots_good_fetched_at) AS robots_good_body,
-           arg_max_null(robots_errors_since, robots_fetched_at) AS robots_errors_since
-    FROM ({source}) GROUP BY host ORDER BY host"""
 
 
 def hostdb_buckets(store: Store, config: Config) -> int:
