@@ -58,7 +58,7 @@ from cycles import clock, schema
 from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config, config_from_dict
-from cycles.errors import CrawlError, StageError
+from cycles.errors import CrawlError, StageError, StoreError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
 from cycles.fetch.output import PartitionOutput, resume_state
@@ -763,7 +763,13 @@ def fetch_partition(root: str, segment: str, partition: int, config_values: dict
         fetcher = PartitionFetcher(store, segment, partition, config)
         fetcher.resumed = started_before
         fetcher.parent_pid = _PARENT_PID
-        fetcher.load()
+        try:
+            fetcher.load()
+        except StoreError as exc:
+            # pyarrow's messages span lines; the stage's error is one line, with the fix.
+            raise StoreError(f"fetch: segment {segment}, partition {partition}: {' '.join(str(exc).split())}; "
+                             f"or give the segment up with `crawl abandon {segment}` and run `crawl generate`"
+                             ) from None
         try:
             fetcher.run()
         finally:
