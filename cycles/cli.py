@@ -54,7 +54,7 @@ def main(
 
 def fail(exc: Exception) -> None:
     typer.secho(f"crawl: error: {exc}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(2)
+    raise typer.Exit(getattr(exc, "exit_code", 2))  # FetchInterrupted: 75, resumable
 
 
 def run(fn, *args, **kwargs):
@@ -139,8 +139,25 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
     """
     from cycles.cycle import run_cycles
 
-    for line in run(run_cycles, state.store, state.config, cycles, top_n=top_n):
-        typer.echo(line)
+    def lines() -> None:  # the cycle's errors surface while iterating: inside run()
+        for line in run_cycles(state.store, state.config, cycles, top_n=top_n):
+            typer.echo(line)
+
+    run(lines)
+
+
+@app.command()
+def abandon(segment: str = typer.Argument(..., help="Segment id."),
+            reason: str = typer.Option("abandoned by hand (`crawl abandon`)", "--reason",
+                                       help="Why; kept in the segment's abandoned marker.")) -> None:
+    """Give up a segment: it is never fetched or applied, and its URLs are leased no more.
+
+    Example: crawl abandon 20261129T223500123456Z-a1b2c3
+    """
+    from cycles.segment import abandon as do_abandon
+
+    run(do_abandon, state.store, segment, reason)
+    typer.echo(f"abandoned segment {segment}; its URLs come back when due")
 
 
 @app.command()

@@ -26,3 +26,11 @@ class StageError(CrawlError):
 
 class LockedError(CrawlError):
     """Another process holds the crawl DB lock."""
+
+
+class FetchInterrupted(CrawlError):
+    """Fetch stopped on SIGTERM/SIGINT after committing what it fetched; resumable."""
+
+    exit_code = 75
+    """EX_TEMPFAIL (sysexits.h): stopped on request, run the same command again to resume.
+    Distinct from 2 (an error to fix) so a supervisor can tell the two apart."""

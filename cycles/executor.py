@@ -16,7 +16,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Protocol, Sequence, TypeVar
+
+from cycles.errors import StageError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,7 +52,18 @@ class LocalPool:
             return [fn(task) for task in tasks]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=context) as pool:
-            return list(pool.map(fn, tasks))
+            try:
+                return list(pool.map(fn, tasks))
+            except BrokenProcessPool:
+                raise worker_died(getattr(fn, "__name__", "task")) from None
+
+
+def worker_died(what: str) -> StageError:
+    """The error when a pool worker was killed (SIGKILL, the OOM killer): one line, saying
+    that nothing was swapped in and what to do (a traceback of BrokenProcessPool said neither)."""
+    return StageError(f"a worker process running {what} died (killed, or out of memory); the stage "
+                      "stopped and nothing was swapped in; run it again (with fewer processes, "
+                      "db.duckdb_threads, or a larger machine if memory ran out)")
 
 
 def default_executor(processes: int) -> Executor:

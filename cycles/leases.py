@@ -1,9 +1,9 @@
 """Leases: which URLs are handed to a segment and must not be generated again.
 
 A URL is leased while it sits in the fetch list of a segment that has not been updated
-yet and whose lease (``lease_until`` in the segment's ``_GENERATED`` marker, generate
-time + ``generate.lease_s``) has not run out. Update ends the lease by writing the
-segment's ``_UPDATED`` marker; a segment that is never updated lets its URLs become due
+yet and whose lease (``lease_until`` in the segment's generated marker, generate
+time + ``generate.lease_s``) has not run out (cycles/segment.py). Update ends the lease by
+writing the segment's updated marker, ``crawl abandon`` by an abandoned one; a segment that is never updated lets its URLs become due
 again when the lease runs out.
 
 The fetch lists *are* the lease table: generate writes them anyway, so leasing costs
@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import datetime as dt
 
+from cycles import segment as seg
 from cycles.store import Store, StorePath
 
 
 def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
     """The fetch list files of every segment whose lease is live at ``now``."""
     files: list[StorePath] = []
-    for segment in store.segments():
-        if store.segment_state(segment) not in ("generated", "fetched"):
-            continue  # updated: released; incomplete: generate never finished, nothing leased
-        marker = store.marker(segment, "generated") or {}
-        lease_until = marker.get("lease_until")
-        if lease_until and dt.datetime.fromisoformat(lease_until) > now:
-            files += store.list(store.segment_dir(segment) / "fetchlist", "part-*.parquet")
+    for segment, state in seg.states(store):
+        if state not in seg.PENDING:
+            continue  # updated: released; abandoned: given up; incomplete: nothing leased
+        marker = seg.read_marker(store, segment, seg.Generated)
+        if marker is not None and marker.lease_until and not marker.lease_expired(now):
+            files += seg.files(store, segment, seg.FETCHLIST)
     return files
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import duckdb
 
 from cycles import clock, schema
+from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError
@@ -33,9 +34,9 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
     host_files = hostdb_files(store, manifest) if manifest else []  # every bucket of the host DB
     if host_files:
         con.execute(f"CREATE VIEW hosts AS SELECT * FROM {store.duckdb_source(con, host_files)}")
-    segments = store.segments()
-    for name in ("fetched", "outlinks"):
-        parts = [p for s in segments for p in store.list(store.path("segments", s, name), "part-*.parquet")]
+    segments = seg.segment_ids(store)
+    for name in (seg.FETCHED, seg.OUTLINKS):
+        parts = [p for s in segments for p in seg.files(store, s, name)]
         if parts:
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM {store.duckdb_source(con, parts, segment_column=True)}")
     pages = store.list(store.path("pages"), "*.parquet")
@@ -59,7 +60,8 @@ def crawl_status(store: Store, config: Config) -> dict:
     # Due and not handed to a live segment: what the next generate can choose from.
     due -= con.execute(f"SELECT count(*) FROM crawldb SEMI JOIN {leased_sql} l USING (url) WHERE next_fetch <= $now",
                        {"now": now}).fetchall()[0][0]
-    segments = [{"segment": s, "state": store.segment_state(s)} for s in store.segments()]
+    segments = [{"segment": s, "state": state.value, "next": seg.next_command(s, state)}
+                for s, state in seg.states(store)]
     dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
                                GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())
     consumer, lag = feed_lag(store)
@@ -86,6 +88,12 @@ def format_status(report: dict) -> str:
     if report["segments"]:
         last = report["segments"][-1]
         lines.append(f"  newest {last['segment']} ({last['state']})")
+    pending = [s for s in report["segments"] if s.get("next")]
+    if pending:
+        # Applied in generation order: the oldest pending segment is the one to move on.
+        lines.append(f"pending segments ({len(pending)}), oldest first; next: `{pending[0]['next']}` "
+                     "(or `crawl cycle`, which finishes them first):")
+        lines += [f"  {s['segment']}  {s['state']:<9}  {s['next']}" for s in pending[:10]]
     return "\n".join(lines)
 
 

@@ -512,41 +512,32 @@ class Store:
     def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"
 
-    # --- segments ----------------------------------------------------------------------
+    # --- segments: thin delegates of cycles/segment.py (the one home of their layout) ------
     def segments(self) -> list[str]:
-        return self.list_dirs(self.path("segments"))
+        from cycles import segment
+        return segment.segment_ids(self)
 
     def segment_dir(self, segment: str, must_exist: bool = True) -> StorePath:
-        folder = self.path("segments", segment)
-        if must_exist and not self.is_dir(folder):
-            known = self.segments()
-            hint = f"known segments: {', '.join(known[-5:])}" if known else "run `crawl generate` first"
-            raise SegmentNotFound(f"segment {segment!r} does not exist in {self.uri_of(self.path('segments'))}; {hint}")
-        return folder
+        from cycles import segment as seg
+        return seg.segment_dir(self, segment, must_exist)
 
     def marker(self, segment: str, stage: str) -> dict | None:
-        try:
-            return self.read_json(self.segment_dir(segment) / f"_{stage.upper()}")
-        except FileNotFoundError:
-            return None
+        """A marker as a dict (``stage``: generated, fetching, fetched, updated, abandoned)."""
+        from cycles import segment as seg
+        marker = seg.read_marker(self, segment, seg.MARKERS[stage])
+        return None if marker is None else marker.__dict__.copy()
 
     def write_marker(self, segment: str, stage: str, data: dict) -> None:
-        self.write_json(self.segment_dir(segment) / f"_{stage.upper()}", data)
+        from cycles import segment as seg
+        seg.write_marker(self, seg.MARKERS[stage].from_dict({**data, "segment": segment}))
 
     def segment_state(self, segment: str) -> str:
-        """generated, fetched or updated — the last stage whose marker exists ("incomplete" if none)."""
-        names = self.names(self.segment_dir(segment))  # one listing, not a request per marker
-        for stage in ("updated", "fetched", "generated"):
-            if f"_{stage.upper()}" in names:
-                return stage
-        return "incomplete"
+        from cycles import segment as seg
+        return seg.state(self, segment).value
 
     def latest_segment(self, state: str) -> str:
-        """The newest segment in the given state, for commands run without a segment id."""
-        for segment in reversed(self.segments()):
-            if self.segment_state(segment) == state:
-                return segment
-        raise SegmentNotFound(f"no segment in state {state!r} in {self.uri_of(self.path('segments'))}")
+        from cycles import segment as seg
+        return seg.latest(self, state)
 
 
 class S3Lock:

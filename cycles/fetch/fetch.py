@@ -19,15 +19,20 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
+from cycles import segment as seg
 from cycles.config import Config
-from cycles.errors import StageError
+from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor
+from cycles.fetch import worker
 from cycles.fetch.worker import fetch_partition, fetch_partition_task, pool_worker_init, progress_dir
 from cycles.store import Store, utcnow
 
@@ -41,25 +46,109 @@ class FetchResult:
 
 
 def partitions_of(store: Store, segment: str) -> list[int]:
-    folder = store.segment_dir(segment) / "fetchlist"
-    return sorted(int(p.stem.split("-")[1]) for p in store.list(folder, "part-*.parquet"))
+    return seg.partitions_of(store, segment)
+
+
+def choose_segment(store: Store, segment: str | None) -> str:
+    """The segment to fetch: the one named, else the oldest generated or interrupted one
+    (segments are fetched and applied in generation order)."""
+    if segment is None:
+        segment = seg.oldest(store, seg.State.GENERATED, seg.State.FETCHING)
+        if segment is None:
+            raise SegmentNotFound(f"fetch: no generated segment waiting in {store.uri_of(seg.segments_root(store))}; "
+                                  "run `crawl generate` first")
+    state = seg.state(store, segment)
+    if state == seg.State.INCOMPLETE:
+        raise StageError(f"fetch: segment {segment} has no generated marker (generate was "
+                         "interrupted); run `crawl generate` again")
+    if state == seg.State.ABANDONED:
+        marker = seg.read_marker(store, segment, seg.Abandoned)
+        raise StageError(f"fetch: segment {segment} is abandoned ({marker.reason if marker else '?'}); "
+                         "it is never fetched or applied; run `crawl generate` for a new one")
+    if state in (seg.State.FETCHED, seg.State.UPDATED):
+        raise StageError(f"fetch: segment {segment} is already {state}; nothing to do")
+    return segment
+
+
+class StopSignals:
+    """While fetching: SIGTERM and SIGINT ask every partition to commit what it fetched and
+    stop (the handler forwards the signal to the pool workers), instead of killing the
+    stage and losing up to ``fetch.flush_s`` of fetched pages."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.received: int | None = None
+        self.workers: list[int] = []
+        self._previous: dict = {}
+
+    def __enter__(self):
+        worker.clear_stop()
+        if threading.current_thread() is threading.main_thread():  # signal() works only there
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+        worker.request_stop(signum)  # a partition running in this process
+        for pid in self.workers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        worker.clear_stop()
+
+
+def run_pool(tasks: list[tuple], processes: int, stop: StopSignals, counters: Counter, segment: str) -> None:
+    """Run the partition tasks in a spawn pool whose workers die with this process.
+
+    A worker that dies (SIGKILL, the OOM killer) breaks the pool: the stage ends at once
+    with a one-line error; ``multiprocessing.Pool`` never noticed and hung, holding the
+    fetch lock. The partitions are resumable, so the message says how to resume.
+    """
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=pool_worker_init,
+                               initargs=(os.getpid(),))
+    try:
+        futures = [pool.submit(fetch_partition_task, task) for task in tasks]
+        stop.workers = list(pool._processes or {})  # spawned on submit; for forwarding signals
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+            stop.workers = list(pool._processes or {})  # a worker may be replaced
+            for future in done:
+                counters.update(future.result())
+    except BrokenProcessPool:
+        raise StageError(f"fetch: a worker process of segment {segment} died (killed, or out of memory); "
+                         f"what it committed is kept; run `crawl fetch {segment}` to resume") from None
+    except BaseException:
+        # Another partition failed: ask the others to commit and stop, rather than wait
+        # for them to fetch their whole partition.
+        for pid in list(pool._processes or {}):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def fetch_segment(store: Store, config: Config, segment: str | None = None,
                   processes: int | None = None, executor: Executor | None = None) -> FetchResult:
-    """Fetch a generated segment (the newest unfetched one if ``segment`` is None).
+    """Fetch a generated segment (the oldest unfetched one if ``segment`` is None).
 
     ``executor`` (cycles/executor.py) runs the partition tasks elsewhere, e.g. on a
     cluster; by default they run in a local pool of ``processes`` whose workers die with
-    this process.
+    this process. SIGTERM or SIGINT commits what was fetched and raises
+    :class:`FetchInterrupted` (resume with ``crawl fetch SEGMENT``).
     """
-    segment = segment or store.latest_segment("generated")
-    state = store.segment_state(segment)
-    if state == "incomplete":
-        raise StageError(f"fetch: segment {segment} has no _GENERATED marker (generate was "
-                         "interrupted); run `crawl generate` again")
-    if state in ("fetched", "updated"):
-        raise StageError(f"fetch: segment {segment} is already {state}; nothing to do")
+    segment = choose_segment(store, segment)
     partitions = partitions_of(store, segment)
     processes = processes or config.fetch.processes or os.cpu_count() or 1
     processes = max(1, min(processes, len(partitions)))
@@ -71,7 +160,8 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     # both ask the same host.
     progress_folder = progress_dir(store, segment)
     progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s)
-    with store.lock("fetch"):
+    with store.lock("fetch"), StopSignals() as stop:
+        seg.mark_fetching(store, segment)
         progress.start()
         try:
             if executor is not None:
@@ -79,21 +169,31 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
                     counters.update(result)
             elif processes == 1:
                 for task in tasks:
+                    if stop.received is not None:
+                        break
                     counters.update(fetch_partition(*task))
             else:
-                context = multiprocessing.get_context("spawn")
-                with context.Pool(processes, initializer=pool_worker_init, initargs=(os.getpid(),)) as pool:
-                    for result in pool.imap_unordered(fetch_partition_task, tasks, chunksize=1):
-                        counters.update(result)
+                run_pool(tasks, processes, stop, counters, segment)
         finally:
             progress.stop()
+        received = stop.received
     shutil.rmtree(progress_folder, ignore_errors=True)
     seconds = round(time.monotonic() - started, 3)
     counters.pop("fetch/seconds", None)
-    store.write_json(store.segment_dir(segment) / "stats" / "fetch.json", dict(sorted(counters.items())))
-    store.write_marker(segment, "fetched", {"segment": segment, "fetched_at": utcnow().isoformat(),
-                                            "seconds": seconds, "partitions": len(partitions),
-                                            "requests": counters.get("fetch/requests", 0)})
+    seg_dir = seg.segment_dir(store, segment)
+    finished = [p for p in partitions if store.exists(seg.partition_stats_file(seg_dir, p))]
+    if received is not None or counters.get("fetch/interrupted") or len(finished) < len(partitions):
+        name = signal.Signals(received).name if received else "a stop signal"
+        raise FetchInterrupted(
+            f"fetch: segment {segment} stopped by {name}: {len(finished)} of {len(partitions)} partitions "
+            f"finished, every page fetched is committed; resume with `crawl fetch {segment}`")
+    stats = [store.read_json(seg.partition_stats_file(seg_dir, p)) for p in partitions]
+    # Partitions finished by an older version have no chunk list: the segment is then not verified.
+    chunks = None if any("chunks" not in s for s in stats) else [c for s in stats for c in s["chunks"]]
+    store.write_json(seg.stats_file(seg_dir, "fetch"), dict(sorted(counters.items())))
+    seg.write_marker(store, seg.Fetched(segment, fetched_at=utcnow().isoformat(), seconds=seconds,
+                                        partitions=len(partitions), requests=counters.get("fetch/requests", 0),
+                                        chunks=chunks))
     return FetchResult(segment, len(partitions), counters, seconds)
 
 

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cycles import schema
+from cycles import segment as seg
 from cycles.errors import StoreError
 from cycles.store import Manifest, Store, StorePath, read_parquet_checked
 from cycles.urls import host_hashes
@@ -71,10 +72,9 @@ def host_buckets(hosts: pa.Array | pa.ChunkedArray | Iterable[str], buckets: int
 def segment_host_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
     """The ``hosts/`` outputs of segments not yet merged by update (and of ``include_segment``)."""
     files: list[StorePath] = []
-    for segment in store.segments():
-        state = store.segment_state(segment)
-        if state in ("fetched", "generated") or segment == include_segment:
-            files += store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
+    for segment, state in seg.states(store):
+        if state in seg.PENDING or segment == include_segment:
+            files += seg.files(store, segment, seg.HOSTS)
     return files
 
 

@@ -26,11 +26,13 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from isal import isal_zlib
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.warcwriter import WARCWriter
 
 from cycles import schema
+from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.store import Store, StorePath
 
@@ -57,11 +59,22 @@ def chunk_name(partition: int, chunk: int) -> str:
     return f"part-{partition:05d}-c{chunk:06d}"
 
 
+def chunk_entry(store: Store, segment_dir: StorePath, partition: int, name: str) -> dict:
+    """What the fetch manifest (cycles/segment.py ``Fetched.chunks``) says of a committed chunk
+    of an earlier run of the partition: its files' row counts, read from their footers."""
+    rows = {}
+    for folder in (seg.FETCHED, seg.OUTLINKS):
+        rows[folder] = store.read_metadata(segment_dir / folder / f"{name}.parquet").num_rows
+    warc = store.fs.get_file_info(str(segment_dir / seg.WARC / f"{name}.warc.gz"))
+    return {"partition": partition, "chunk": name, "fetched_rows": rows[seg.FETCHED],
+            "outlinks_rows": rows[seg.OUTLINKS], "warc_bytes": warc.size if warc.type == pafs.FileType.File else None}
+
+
 def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[set[str], int]:
     """Clean up after an interrupted run; return (URLs already committed, next chunk number)."""
     prefix = f"part-{partition:05d}-c"
-    fetched_dir, outlinks_dir, warc_dir = (segment_dir / d for d in ("fetched", "outlinks", "warc"))
-    for folder in (fetched_dir, outlinks_dir, warc_dir, segment_dir / "hosts"):
+    fetched_dir, outlinks_dir, warc_dir = (segment_dir / d for d in (seg.FETCHED, seg.OUTLINKS, seg.WARC))
+    for folder in (fetched_dir, outlinks_dir, warc_dir, segment_dir / seg.HOSTS):
         store.remove_temporaries(folder, prefix=f"part-{partition:05d}")
     committed = {p.name[: -len(".parquet")] for p in store.list(fetched_dir, prefix + "*.parquet")}
     for folder, suffix in ((warc_dir, ".warc.gz"), (outlinks_dir, ".parquet")):
@@ -143,6 +156,9 @@ class PartitionOutput:
         self.dir = segment_dir
         self.partition = partition
         self.chunk = first_chunk
+        self.first_chunk = first_chunk
+        self.chunks: list[dict] = []
+        """The manifest entries of the chunks this run committed (see :meth:`manifest`)."""
         self.user_agent = user_agent
         self.rows: list[dict] = []
         self.links: list[dict] = []
@@ -153,7 +169,7 @@ class PartitionOutput:
         self._warc_fh = None
         self.last_flush = time.monotonic()
         if store.local:
-            for sub in ("fetched", "outlinks", "warc"):
+            for sub in (seg.FETCHED, seg.OUTLINKS, seg.WARC):
                 (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     # --- WARC -------------------------------------------------------------------------
@@ -222,11 +238,13 @@ class PartitionOutput:
         if not self.rows:
             return 0
         name = chunk_name(self.partition, self.chunk)
+        warc_bytes = None
         if self._warc_fh is not None:
             self._warc_fh.flush()
             os.fsync(self._warc_fh.fileno())
+            warc_bytes = self._warc_fh.tell()
             self._warc_fh.close()
-            self.store.put_file(self._warc_tmp, self.dir / "warc" / f"{name}.warc.gz")
+            self.store.put_file(self._warc_tmp, self.dir / seg.WARC / f"{name}.warc.gz")
             self._warc_fh = self._warc_tmp = None
         links = self.links
         if self.bloom is not None and links:
@@ -235,15 +253,25 @@ class PartitionOutput:
             keep = self.bloom.add_new([link["url"] for link in links])
             self.bloom_dropped += len(links) - int(keep.sum())
             links = [link for link, new in zip(links, keep) if new]
-        self.store.write_table(self.dir / "outlinks" / f"{name}.parquet",
+        self.store.write_table(self.dir / seg.OUTLINKS / f"{name}.parquet",
                                columns_to_table(links, schema.OUTLINKS), schema.OUTLINKS)
-        self.store.write_table(self.dir / "fetched" / f"{name}.parquet",
+        self.store.write_table(self.dir / seg.FETCHED / f"{name}.parquet",
                                columns_to_table(self.rows, schema.FETCHED), schema.FETCHED)
         committed = len(self.rows)
+        self.chunks.append({"partition": self.partition, "chunk": name, "fetched_rows": committed,
+                            "outlinks_rows": len(links), "warc_bytes": warc_bytes})
         self.rows, self.links = [], []
         self.buffered_bytes = 0
         self.chunk += 1
         return committed
+
+    def manifest(self) -> list[dict]:
+        """Every chunk of the partition: those earlier runs committed (read back from their
+        footers) and this run's, as committed. Update checks the segment against it."""
+        earlier = sorted(p.name[: -len(".parquet")] for p in self.store.list(
+            self.dir / seg.FETCHED, f"{seg.part_name(self.partition)}-c*.parquet"))
+        earlier = [n for n in earlier if int(n.rsplit("-c", 1)[1]) < self.first_chunk]
+        return [chunk_entry(self.store, self.dir, self.partition, n) for n in earlier] + self.chunks
 
     def close(self) -> int:
         committed = self.flush()

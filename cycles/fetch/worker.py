@@ -67,9 +67,10 @@ from urllib.parse import urljoin, urlsplit
 import pycurl
 
 from cycles import clock, schema
+from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config, config_from_dict
-from cycles.errors import CrawlError, StageError
+from cycles.errors import CrawlError, StageError, StoreError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.hoststate import load_host_state
 from cycles.fetch.known import fetched_not_due
@@ -161,10 +162,10 @@ class PartitionFetcher:
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
-        items = self.store.read_table(self.seg_dir / "fetchlist" / f"part-{self.partition:05d}.parquet").to_pylist()
+        items = self.store.read_table(seg.fetchlist_file(self.seg_dir, self.partition)).to_pylist()
         done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
         resumed = (self.resumed or bool(done)
-                   or self.store.exists(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet"))
+                   or self.store.exists(seg.hosts_file(self.seg_dir, self.partition)))
         self.stats["fetch/resumed_skipped"] += len(done)
         self.partitions = self._partition_count()
         # With done: a target an earlier run of this partition followed has its row already.
@@ -193,9 +194,9 @@ class PartitionFetcher:
 
     def _partition_count(self) -> int:
         """Partitions of the segment, from generate's marker (else its fetch list files)."""
-        marker = self.store.read_json(self.seg_dir / "_GENERATED")
-        listed = len(self.store.list(self.seg_dir / "fetchlist", "part-*.parquet"))
-        return max(1, int(marker.get("partitions") or listed))
+        marker = seg.read_marker(self.store, self.segment, seg.Generated)
+        listed = len(seg.partitions_of(self.store, self.segment))
+        return max(1, int((marker.partitions if marker else 0) or listed))
 
     def _size_connection_cache(self, hosts: int) -> None:
         """Keep one idle connection per host between its requests.
@@ -729,12 +730,21 @@ class PartitionFetcher:
 
     def run(self) -> None:
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
+        stopping_at: float | None = None
         while True:
             now = time.monotonic()
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 # The `crawl fetch` that started us is gone (kill -9): stop at once, without
                 # committing, so a resumed run never shares this partition with us.
                 os._exit(3)
+            if _STOP_SIGNAL is not None and stopping_at is None:
+                # SIGTERM/SIGINT (Airflow, systemd, Kubernetes): start nothing new, let the
+                # transfers in flight end, commit what was fetched (up to flush_s of pages
+                # were lost otherwise) and leave the rest to a resumed run.
+                stopping_at = now
+                self.stats["fetch/interrupted"] = 1
+            if stopping_at is not None and (not self.active or now - stopping_at > STOP_GRACE_S):
+                break
             if self.fc.progress_s > 0 and now - self._last_progress >= self.fc.progress_s:
                 self.publish_progress(now)
             if deadline is not None and now >= deadline:
@@ -744,7 +754,7 @@ class PartitionFetcher:
                         self._defer_queue(slot, "fetch.max_duration_s reached")
                 if not self.active:
                     break
-            while len(self.active) < self.fc.max_in_flight:
+            while stopping_at is None and len(self.active) < self.fc.max_in_flight:
                 slot = self.frontier.pop_ready(now)
                 if slot is None:
                     break
@@ -757,7 +767,11 @@ class PartitionFetcher:
                 break
             timeout = min(1.0, wait if wait is not None else 1.0)
             if self.active:
-                self.multi.select(max(timeout, 0.001))
+                try:
+                    self.multi.select(max(timeout, 0.001))
+                except pycurl.error:
+                    if _STOP_SIGNAL is None:
+                        raise  # else: select(2) interrupted by the stop signal
                 self._drain()
             elif timeout > 0:
                 time.sleep(timeout)
@@ -770,6 +784,9 @@ class PartitionFetcher:
         self.stats["fetch/chunks"] += 1 if committed else 0
         self.stats["outlinks/bloom_dropped"] = self.output.bloom_dropped
         self.write_hosts()
+
+    def chunk_manifest(self) -> list[dict]:
+        return self.output.manifest()
 
     def publish_progress(self, now: float) -> None:
         """Counters so far, for the parent's progress display (a small JSON file, replaced)."""
@@ -806,7 +823,7 @@ class PartitionFetcher:
                 for s in self.frontier.slots.values()
                 if s.last_request_end_wall is not None or s.robots_fetched_at is not None]
         import pyarrow as pa
-        self.store.write_table(self.seg_dir / "hosts" / f"part-{self.partition:05d}.parquet",
+        self.store.write_table(seg.hosts_file(self.seg_dir, self.partition),
                                pa.Table.from_pylist(rows, schema=schema.HOSTS), schema.HOSTS)
 
     def close(self) -> None:
@@ -827,7 +844,7 @@ killed ``crawl fetch`` notices within a second that its parent is gone, and exit
 
 def progress_dir(store: Store, segment: str):
     """Where partitions publish their progress counters: a local folder (see Store.local_dir)."""
-    return store.local_dir(store.path("segments", segment, "stats", "progress"))
+    return store.local_dir(store.path(seg.SEGMENTS, segment, seg.STATS, seg.PROGRESS))
 
 
 def fetch_partition(root: str, segment: str, partition: int, config_values: dict) -> dict:
@@ -836,8 +853,8 @@ def fetch_partition(root: str, segment: str, partition: int, config_values: dict
     ``root`` is the store's folder or ``s3://`` URI."""
     store = Store(root)
     config = config_from_dict(config_values)
-    seg_dir = store.segment_dir(segment)
-    stats_path = seg_dir / "stats" / f"fetch-part-{partition:05d}.json"
+    seg_dir = seg.segment_dir(store, segment)
+    stats_path = seg.partition_stats_file(seg_dir, partition)
     if store.exists(stats_path):
         return store.read_json(stats_path)["counters"]
     # A local lock file (for S3, on this machine: the store-wide fetch lock keeps other
@@ -858,14 +875,28 @@ def fetch_partition(root: str, segment: str, partition: int, config_values: dict
         fetcher = PartitionFetcher(store, segment, partition, config)
         fetcher.resumed = started_before
         fetcher.parent_pid = _PARENT_PID
-        fetcher.load()
+        try:
+            fetcher.load()
+        except StoreError as exc:
+            # pyarrow's messages span lines; the stage's error is one line, with the fix.
+            raise StoreError(f"fetch: segment {segment}, partition {partition}: {' '.join(str(exc).split())}; "
+                             f"or give the segment up with `crawl abandon {segment}` and run `crawl generate`"
+                             ) from None
         try:
             fetcher.run()
         finally:
             fetcher.close()
         fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
         counters = dict(fetcher.stats)
-        store.write_json(stats_path, {"partition": partition, "counters": counters})
+        if counters.get("fetch/interrupted"):
+            # Stopped by a signal: what was fetched is committed, the partition is not
+            # finished (no stats file); the lock file stays, so the resumed run knows it
+            # must wait a full delay before asking any host again.
+            return counters
+        # The partition's chunk manifest, summed into the segment's fetched marker: update
+        # checks every listed file (a lost chunk was silently dropped before).
+        store.write_json(stats_path, {"partition": partition, "counters": counters,
+                                      "chunks": fetcher.chunk_manifest()})
         if config.fetch.progress_s > 0:
             fetcher.publish_progress(time.monotonic())  # final counters (fetch_segment removes the folder)
     lock_path.unlink(missing_ok=True)
@@ -890,11 +921,35 @@ _PARENT_PID: int | None = None
 """In a pool worker, the pid of the fetch that started it (see :func:`pool_worker_init`)."""
 
 
+STOP_GRACE_S = 10.0
+"""After a stop signal, how long transfers in flight may take to end before the partition
+commits and stops anyway (Kubernetes waits 30 s between SIGTERM and SIGKILL)."""
+
+_STOP_SIGNAL: int | None = None
+"""Set by :func:`request_stop` (a SIGTERM or SIGINT handler): the run loop commits and stops."""
+
+
+def request_stop(signum: int = signal.SIGTERM, frame=None) -> None:
+    """Ask the partition running in this process to commit its open chunk and stop."""
+    global _STOP_SIGNAL
+    _STOP_SIGNAL = signum
+
+
+def clear_stop() -> None:
+    global _STOP_SIGNAL
+    _STOP_SIGNAL = None
+
+
 def pool_worker_init(parent_pid: int) -> None:
     """Pool initializer: die with the parent. On Linux the kernel sends SIGKILL when the
-    parent exits (prctl PR_SET_PDEATHSIG); elsewhere the run loop notices a new parent pid."""
+    parent exits (prctl PR_SET_PDEATHSIG); elsewhere the run loop notices a new parent pid.
+    SIGTERM and SIGINT (sent by the parent, or by a supervisor to the whole process group)
+    make the partition commit what it fetched and stop."""
     global _PARENT_PID
     _PARENT_PID = parent_pid
+    clear_stop()
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG

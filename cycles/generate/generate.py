@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles import clock, schema
+from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
@@ -117,23 +118,29 @@ def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[i
 
 
 def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con) -> None:
-    folder = store.segment_dir(segment, must_exist=False) / "fetchlist"
+    folder = seg.segment_dir(store, segment, must_exist=False)
     con.register("selected", selected)
     for part in range(partitions):
         table = con.sql(f"""
             SELECT * FROM selected WHERE host_hash % {partitions} = {part}
             ORDER BY host, score DESC, url""").to_arrow_table()
-        store.write_table(folder / f"part-{part:05d}.parquet", table, schema.FETCHLIST)
+        store.write_table(seg.fetchlist_file(folder, part), table, schema.FETCHLIST)
 
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
-             top_n: int | None = None, executor: Executor | None = None) -> GenerateResult:
+             top_n: int | None = None, executor: Executor | None = None,
+             cycle_locked: bool = False) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
     ``executor`` (cycles/executor.py; default :func:`cycles.crawldb.bucket_executor`);
-    the best ``top_n`` of their union make the fetch list.
+    the best ``top_n`` of their union make the fetch list. Runs under the store's cycle
+    lock (:func:`cycles.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
+    second generate or cycle fails before leasing anything.
     """
+    if not cycle_locked:
+        with seg.cycle_lock(store, "generate"):
+            return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True)
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
     top_n, held = apply_feed_backpressure(store, config, top_n)
@@ -145,8 +152,11 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
+        # Segments whose lease ran out are given up before their URLs are leased again:
+        # applied later, they would put older results over newer rows.
+        seg.abandon_expired(store, now)
         segment = new_id(now)
-        candidates = store.segment_dir(segment, must_exist=False) / "candidates"
+        candidates = seg.segment_dir(store, segment, must_exist=False) / seg.CANDIDATES
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
@@ -163,14 +173,13 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         finally:
             store.delete_dir(candidates)
         if selected.num_rows == 0:
-            store.delete_dir(store.segment_dir(segment, must_exist=False))
+            store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
         # The marker makes the fetch list a lease: written last, under the lock, so a
         # generate running next sees either no segment or a complete, leased one.
         hosts = pc.count_distinct(selected["host"]).as_py()
-        store.write_marker(segment, "generated", {
-            "segment": segment, "generated_at": now.isoformat(), "urls": selected.num_rows,
-            "hosts": hosts, "partitions": partitions, "lease_until": lease_until.isoformat(),
-            "crawldb_version": manifest.version})
+        seg.write_marker(store, seg.Generated(
+            segment, generated_at=now.isoformat(), urls=selected.num_rows, hosts=hosts, partitions=partitions,
+            lease_until=lease_until.isoformat(), crawldb_version=manifest.version))
     return GenerateResult(segment, selected.num_rows, hosts, partitions)

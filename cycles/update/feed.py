@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles import schema
+from cycles import segment as seg
 from cycles.store import Store
 
 
@@ -36,7 +37,7 @@ def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, cou
 
     Pass update's connection (``con``): its memory limit and spill folder bound the sort.
     """
-    files = store.list(seg_dir / "fetched", "part-*.parquet")
+    files = seg.output_files(store, seg_dir, seg.FETCHED)
     if not files or changed.num_rows == 0:
         return None
     con = con or duckdb.connect()

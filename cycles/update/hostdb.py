@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cycles import schema
+from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import connect
 # MERGE_SQL: the one merge rule of host rows (its table is in cycles/fetch/hoststate.py); fetch
@@ -86,7 +87,7 @@ def merge_hostdb(store: Store, config: Config, segment: str) -> int:
     manifest = store.manifest("hostdb")
     old_files = hostdb_files(store, manifest) if manifest else []
     buckets = hostdb_buckets(store, config)
-    seg_files = store.list(store.segment_dir(segment) / "hosts", "part-*.parquet")
+    seg_files = seg.files(store, segment, seg.HOSTS)
     # The old files are read in place when they are this layout in the current schema;
     # otherwise (another count, or columns added since) they are routed like the segment's.
     in_place = bool(old_files) and manifest.buckets == buckets and len(old_files) == buckets and \

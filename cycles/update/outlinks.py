@@ -29,6 +29,7 @@ import os
 import tempfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
 import duckdb
@@ -36,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles.config import Config, UrlConfig
+from cycles.executor import worker_died
 from cycles.urls import Normalizer, UrlFilter, canonical_mask, host_hashes, rejection_reason
 
 CHUNK_ROWS = 100_000
@@ -183,9 +185,12 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
                               ORDER BY hash(split_part(url, '/', 3))""").to_arrow_table()
         con.unregister("outlinks_follow")
         del follow
-        for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
-            parts.append(_from_ipc(kept))
-            counters.update(dropped)
+        try:
+            for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
+                parts.append(_from_ipc(kept))
+                counters.update(dropped)
+        except BrokenProcessPool:
+            raise worker_died("outlink preparation") from None
         del distinct
     kept = pa.concat_tables(parts) if parts else KEPT.empty_table()
     del parts

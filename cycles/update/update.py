@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from cycles import clock, schema
+from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import (bucket_executor, bucket_of, connect, crawldb_source_sql, current_bucket_files,
                             install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
@@ -188,13 +189,13 @@ def load_fetch_results(con, store: Store, seg_dir, config: Config, counters: Cou
     list (a redirect target followed inline) gets its URL normalised like an outlink, and
     is dropped when the URL filters reject it.
     """
-    files = store.list(seg_dir / "fetched", "part-*.parquet")
+    files = seg.output_files(store, seg_dir, seg.FETCHED)
     columns = ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
                "redirect_to", "error", "content_hash", "simhash"]
     source = store.duckdb_source(con, files) if files else "empty_fetched"
     if not files:
         con.register("empty_fetched", schema.FETCHED.empty_table())
-    listed = store.list(seg_dir / "fetchlist", "part-*.parquet")
+    listed = store.list(seg_dir / seg.FETCHLIST, seg.PART_GLOB)
     fetchlist = store.duckdb_source(con, listed) if listed else "(SELECT NULL::VARCHAR AS url WHERE false)"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE fetched_raw AS
         SELECT {", ".join(columns)}, url IN (SELECT url FROM {fetchlist}) AS listed FROM {source}""")
@@ -235,7 +236,7 @@ def followed_outlinks(con, store: Store, seg_dir, marks: pa.Table, counters: Cou
     An exact copy's outlinks were already followed from its canonical page. DuckDB reads
     only these three columns of the files (the anchors stay on disk).
     """
-    files = store.list(seg_dir / "outlinks", "part-*.parquet")
+    files = seg.output_files(store, seg_dir, seg.OUTLINKS)
     if not files:
         return schema.OUTLINKS.empty_table().select(["url", "nofollow", "depth"])
     con.register("copy_marks", marks)
@@ -253,7 +254,7 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
     them into Arrow first held a whole segment's text in memory, 21 GB at 100 M URLs).
     """
     store = store or Store(seg_dir.parent.parent.parent)
-    files = store.list(seg_dir / "fetched", "part-*.parquet")
+    files = seg.output_files(store, seg_dir, seg.FETCHED)
     if not files:
         return pa.table({"url": pa.array([], pa.string()), "host": pa.array([], pa.string()),
                          "content_hash": pa.array([], pa.string()), "simhash": pa.array([], pa.uint64()),
@@ -317,7 +318,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     """
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
-    inputs = store.segment_dir(task.segment) / "update"
+    inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
     old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
     con.execute(f"CREATE TEMP TABLE fetched_all AS SELECT * FROM "
                 f"{store.duckdb_source(con, [store.bucket_file(inputs / 'fetched', task.bucket)])}")
@@ -366,25 +367,31 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
     """
     if segment is None:
-        pending = [s for s in store.segments() if store.segment_state(s) == "fetched"]
-        if not pending:
-            raise StageError(f"update: no fetched segment waiting in {store.uri_of(store.path('segments'))}; "
+        segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/segment.py)
+        if segment is None:
+            raise StageError(f"update: no fetched segment waiting in {store.uri_of(seg.segments_root(store))}; "
                              "run `crawl fetch` first")
-        segment = pending[0]
-    state = store.segment_state(segment)
-    if state in ("generated", "incomplete"):
+    state = seg.state(store, segment)
+    if state in (seg.State.GENERATED, seg.State.FETCHING, seg.State.INCOMPLETE):
         raise StageError(f"update: segment {segment} has not been fetched (state: {state}); run `crawl fetch {segment}` first")
+    if state == seg.State.ABANDONED:
+        marker = seg.read_marker(store, segment, seg.Abandoned)
+        raise StageError(f"update: segment {segment} is abandoned ({marker.reason if marker else '?'}); "
+                         "it is never applied")
+    if state == seg.State.FETCHED:
+        seg.check_apply_order(store, segment)
     counters: Counter = Counter()
     now = now or clock.now()
-    seg_dir = store.segment_dir(segment)
+    seg_dir = seg.segment_dir(store, segment)
     with store.lock("crawldb"):
         manifest, files = current_bucket_files(store)
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
             if state != "updated":  # a crash between the swap and the marker: finish the job
-                store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat()})
+                seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat()))
             return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
+        seg.verify_fetched(store, segment)  # before anything is written: a lost chunk fails here
         con = connect(store, config)
         results = load_fetch_results(con, store, seg_dir, config, counters)
         pages = stored_pages(seg_dir, store, con)
@@ -398,7 +405,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
         links = prepare_outlinks(followed, config, counters, con=con)
         links_rows = links.num_rows
-        inputs = seg_dir / "update"
+        inputs = seg_dir / seg.UPDATE_INPUTS
         # Route every input to its bucket: each bucket is then a task reading only its files.
         write_routed(store, con, "fetched_all", inputs / "fetched", manifest.buckets)
         con.register("links_all", links)
@@ -436,10 +443,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters["outlinks/new"] += added.pop("new", 0)
     counters.update(added)
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
-    store.write_json(seg_dir / "stats" / "update.json", dict(sorted(counters.items())))
+    store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(counters.items())))
     if dedup.mirrors:
-        store.write_json(seg_dir / "stats" / "mirrors.json", dedup.mirrors)
-    store.write_marker(segment, "updated", {"segment": segment, "updated_at": now.isoformat(),
-                                            "new_urls": counters["outlinks/new"], "results": results,
-                                            "feed_batch": batch})
+        store.write_json(seg.stats_file(seg_dir, "mirrors"), dedup.mirrors)
+    seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat(), new_urls=counters["outlinks/new"],
+                                        results=results, feed_batch=batch))
     return UpdateResult(segment, True, counters)
