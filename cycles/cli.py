@@ -221,5 +221,24 @@ def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts
     typer.echo(table)
 
 
+@app.command()
+def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: make the newest complete "
+                                          "version older than the current one current (after a corrupt bucket)."),
+            table: Optional[str] = typer.Option(None, "--table", help="Only this table: crawldb or hostdb.")) -> None:
+    """Reinstate the newest complete crawl DB and host DB version when CURRENT is lost.
+
+    Complete: sealed by its writer (_COMPLETE), every file present, every page checksum
+    intact. Nothing is deleted.
+
+    Example: crawl recover            (or: crawl recover --previous --table crawldb)
+    """
+    from cycles.recover import TABLES, recover as do_recover
+
+    for result in run(do_recover, state.store, previous, (table,) if table else TABLES):
+        for version, why in result.skipped:
+            typer.echo(f"  {result.table}: passed over {version}: {why}", err=True)
+        typer.echo(f"{result.table}: {result.action}" + (f" {result.version}" if result.version else ""))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

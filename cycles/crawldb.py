@@ -14,14 +14,19 @@ import datetime as dt
 import os
 import socket
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from cycles import clock, schema
 from cycles.config import Config
+from cycles.errors import StageError
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
 from cycles.store import Manifest, Store, StorePath, utcnow
+from cycles.urls import host_hashes
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 
@@ -47,13 +52,24 @@ def bucket_of(host_hash_sql: str, buckets: int) -> str:
     return f"({host_hash_sql} % {int(buckets)})"
 
 
-def current_bucket_files(store: Store) -> tuple[Manifest | None, list[StorePath]]:
-    """The installed manifest and its bucket files, each checked to be readable Parquet."""
+VERIFY_THREADS = 4
+"""Bucket files verified side by side (pyarrow decodes without the GIL)."""
+
+
+def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | None, list[StorePath]]:
+    """The installed manifest and its bucket files, each checked to be readable Parquet.
+
+    With ``verify`` every page of every bucket is read and its checksum checked
+    (:meth:`Store.verify_parquet`) before a stage lets DuckDB — which checks none — read
+    them: a corrupt bucket stops the stage, naming the file, before anything is written.
+    """
     manifest = store.manifest("crawldb")
     if manifest is None:
         return None, []
     files = [store.bucket_file(store.path("crawldb", manifest.version), b) for b in range(manifest.buckets)]
     store.check_parquet(files)
+    if verify:
+        store.verify_parquet(files, threads=min(VERIFY_THREADS, os.cpu_count() or 1))
     return manifest, files
 
 
@@ -140,7 +156,8 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
             old = (upgraded_sql(store.duckdb_source(con, [files[bucket]]), manifest.schema_version)
                    if files else "empty_crawldb")
             sql = build_bucket(con, old, bucket)
-            rows += write_bucket(store, con, sql, store.bucket_file(folder, bucket), now)
+            rows += write_bucket(store, con, sql, store.bucket_file(folder, bucket), now,
+                                 bucket=bucket, buckets=buckets)
     except BaseException:
         store.discard_version("crawldb", version)
         raise
@@ -149,13 +166,67 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
 
 
 def write_bucket(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath,
-                 now: dt.datetime | None = None) -> int:
+                 now: dt.datetime | None = None, *, bucket: int, buckets: int) -> int:
     """Stream the rows of ``sql`` (all CRAWLDB columns), sorted by host and URL, into one
-    bucket file; returns the rows written. ``$now`` in ``sql`` is bound to ``now``."""
+    bucket file; returns the rows written. ``$now`` in ``sql`` is bound to ``now``.
+
+    The rows are checked as they stream (:func:`checked_rows`): a bucket that would hold a
+    URL twice or a host of another bucket is never written, the caller discards the
+    version and the crawl DB stays as it was.
+    """
     reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY host, url",
                      params={"now": now or clock.now()} if "$now" in sql else None).to_arrow_reader(64 * 1024)
     # write_batches leaves a file even when the bucket is empty.
-    return store.write_batches(path, reader, schema.CRAWLDB)
+    return store.write_batches(path, checked_rows(reader, store.uri_of(path), bucket, buckets), schema.CRAWLDB)
+
+
+def checked_rows(batches: Iterable[pa.RecordBatch], where: str, bucket: int,
+                 buckets: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` (crawl DB rows sorted by host, url), each checked before it is passed on:
+    one row per URL, and every row's ``host_hash`` is its host's and falls in ``bucket``.
+
+    A URL written twice (a join that matched two rows, as the demoted hosts once did) would
+    be fetched and counted twice forever; a host in the wrong bucket would be invisible to
+    the bucket tasks that look for it. Sorted by (host, url), a URL's rows are adjacent,
+    so a vectorised comparison per batch plus the previous batch's last key finds them.
+    """
+    last: tuple[str, str] | None = None
+    for batch in batches:
+        if batch.num_rows:
+            problem = bucket_violation(batch, last, bucket, buckets)
+            if problem:
+                raise StageError(f"bucket {bucket} ({where}) would hold {problem}; nothing was installed and "
+                                 "the crawl DB is unchanged; report this as a bug")
+            last = (batch.column("host")[-1].as_py(), batch.column("url")[-1].as_py())
+        yield batch
+
+
+def bucket_violation(batch: pa.RecordBatch, last: tuple[str, str] | None, bucket: int, buckets: int) -> str:
+    """What is wrong with these crawl DB rows of ``bucket`` ("" if nothing); see :func:`checked_rows`."""
+    url, host, hashes = batch.column("url"), batch.column("host"), batch.column("host_hash")
+    for name, column in (("url", url), ("host", host), ("host_hash", hashes)):
+        if column.null_count:
+            first = pc.index(pc.is_null(column), True).as_py()
+            return f"a row without {name} (URL {url[first].as_py()!r})"
+    keys_url = pa.concat_arrays([pa.array([last[1]], pa.string()), url]) if last else url
+    keys_host = pa.concat_arrays([pa.array([last[0]], pa.string()), host]) if last else host
+    if len(keys_url) > 1:
+        twice = pc.and_(pc.equal(keys_url[1:], keys_url[:-1]), pc.equal(keys_host[1:], keys_host[:-1]))
+        if pc.any(twice).as_py():
+            return f"URL {keys_url[pc.index(twice, True).as_py()].as_py()!r} twice"
+    numbers = hashes.to_numpy()
+    wrong = np.flatnonzero(numbers % np.uint64(buckets) != np.uint64(bucket))
+    if len(wrong):
+        return f"URL {url[int(wrong[0])].as_py()!r} of another bucket (host_hash % {buckets} = " \
+               f"{int(numbers[wrong[0]] % np.uint64(buckets))})"
+    # host_hash must be its host's: checked once per run of one host (rows are sorted by host).
+    starts = np.flatnonzero(np.concatenate(([True], pc.not_equal(host[1:], host[:-1]).to_numpy(zero_copy_only=False))))
+    run_hosts = host.take(pa.array(starts))
+    expected = host_hashes(run_hosts).to_numpy()
+    bad = np.flatnonzero(expected != numbers[starts])
+    if len(bad):
+        return f"URL {url[int(starts[bad[0]])].as_py()!r} whose host_hash is not its host's"
+    return ""
 
 
 def install_version(store: Store, config: Config, manifest: Manifest | None, version: str, buckets: int, *,

@@ -121,6 +121,12 @@ class Manifest:
 
 _source_names = itertools.count()
 
+COMPLETE = "_COMPLETE"
+"""Marker of a fully written version (``<table>/<version>/_COMPLETE``), see :meth:`Store.seal_version`."""
+
+HISTORY = "HISTORY"
+"""``<table>/HISTORY``: the versions that were once current, oldest first (:meth:`Store.install`)."""
+
 
 class Store:
     """A crawl store: a local folder or ``s3://bucket/prefix``.
@@ -236,6 +242,27 @@ class Store:
     def read_metadata(self, path: StorePath) -> pq.FileMetaData:
         return pq.read_metadata(str(path), filesystem=self.fs)
 
+    def read_metadata_checked(self, path: StorePath) -> pq.FileMetaData:
+        """The file's footer; a missing or unreadable one is a StoreError naming the file."""
+        return parquet_footer(path, filesystem=self.fs)
+
+    def verify_parquet(self, paths: list[StorePath], threads: int = 1) -> None:
+        """Read every page of each file, checking its CRC (:func:`verify_parquet_file`).
+
+        DuckDB does not check Parquet page checksums, so a stage that reads crawl DB buckets
+        with DuckDB has them verified here first: one flipped bit in a data page was once
+        read without an error and carried into every later version.
+        """
+        if threads <= 1 or len(paths) <= 1:
+            for path in paths:
+                verify_parquet_file(path, filesystem=self.fs)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        # pyarrow decodes without the GIL: threads verify buckets side by side.
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda p: verify_parquet_file(p, filesystem=self.fs), paths))
+
     def check_parquet(self, paths: list[StorePath]) -> None:
         """Open each file's footer: fails fast, naming the file, before a long query starts."""
         check_parquet_files(paths, filesystem=self.fs)
@@ -313,25 +340,25 @@ class Store:
             with self.fs.open_output_stream(str(path), compression=None) as out:
                 out.write(data)
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs(path.parent)
         tmp = self._tmp_name(path)
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        commit_point(path)
-        os.replace(tmp, path)
+        self._rename_durably(tmp, path)
 
     def write_json(self, path: StorePath, data: dict) -> None:
         self.write_bytes(path, (json.dumps(data, indent=1, default=str) + "\n").encode())
 
     def put_file(self, local_file: Path, path: StorePath) -> None:
         """Move a finished local file into the store (rename locally, upload to S3)."""
-        commit_point(path)
         if self.local:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(local_file, path)
+            self._make_dirs(path.parent)
+            fsync_file(local_file)
+            self._rename_durably(local_file, path)
             return
+        commit_point(path)
         with open(local_file, "rb") as src, self.fs.open_output_stream(str(path), compression=None) as out:
             shutil.copyfileobj(src, out, 8 * 1024 * 1024)
         Path(local_file).unlink(missing_ok=True)
@@ -341,14 +368,17 @@ class Store:
         table = table.select(schema.names).cast(schema)
         if not self.local:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd")
+            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
             self.write_bytes(path, sink.getvalue().to_pybytes())
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs(path.parent)
         tmp = self._tmp_name(path)
-        pq.write_table(table, tmp, compression="zstd")
-        commit_point(path)
-        os.replace(tmp, path)
+        try:
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+            fsync_file(tmp)
+            self._rename_durably(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
         """Stream record batches into one Parquet file atomically; returns rows written.
@@ -361,7 +391,8 @@ class Store:
             rows = 0
             pending: list[pa.RecordBatch] = []
             pending_rows = pending_bytes = 0
-            with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
+            # Page checksums (CRC32 per page) let readers tell a flipped bit from data.
+            with pq.ParquetWriter(sink, schema, compression="zstd", write_page_checksum=True) as writer:
                 def flush() -> None:
                     writer.write_table(pa.Table.from_batches(pending).select(schema.names).cast(schema),
                                        row_group_size=ROW_GROUP_ROWS)
@@ -385,6 +416,7 @@ class Store:
             return rows
 
         if not self.local:
+            commit_point(path)
             try:
                 with self.fs.open_output_stream(str(path), compression=None) as out:
                     return write(out)
@@ -393,15 +425,37 @@ class Store:
                 with contextlib.suppress(OSError):
                     self.fs.delete_file(str(path))
                 raise
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs(path.parent)
         tmp = self._tmp_name(path)
         try:
             rows = write(str(tmp))
-            commit_point(path)
-            os.replace(tmp, path)
+            fsync_file(tmp)
+            self._rename_durably(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         return rows
+
+    @staticmethod
+    def _rename_durably(tmp: Path, path: Path) -> None:
+        """Rename a fsynced file into place and fsync its folder: the rename itself is then
+        on disk too, so ``CURRENT`` (written last) never survives a power loss that the
+        files it names did not. Every local file that matters becomes visible here: the
+        fault-injection tests kill the process at this point (cycles/faults.py)."""
+        commit_point(path)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+
+    @staticmethod
+    def _make_dirs(folder: Path) -> None:
+        """``mkdir -p``, fsyncing the parent of each folder created (its entry is then durable)."""
+        missing = []
+        folder = Path(folder)
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        for new in reversed(missing):
+            new.mkdir(exist_ok=True)
+            fsync_dir(new.parent)
 
     def delete(self, path: StorePath) -> None:
         """Delete one file; a missing file is fine."""
@@ -470,38 +524,122 @@ class Store:
 
     # --- crawl DB and host DB versions -------------------------------------------------
     def manifest(self, name: str = "crawldb") -> Manifest | None:
-        """The current version's manifest, or None if the table was never written."""
+        """The current version's manifest, or None if the table was never written.
+
+        ``CURRENT`` missing while version folders exist is an error, not an empty table:
+        a stage that went on would write a fresh table and prune the real one.
+        """
         current = self.path(name, "CURRENT")
         try:
             text = self.read_bytes(current)
         except FileNotFoundError:
+            folders = self.version_dirs(name)
+            if folders:
+                raise StoreError(f"{self.uri_of(current)} is missing but {len(folders)} version folders exist "
+                                 f"under {self.uri_of(self.path(name))}; if no crawl process is running, "
+                                 f"run `crawl recover` to reinstate the newest complete version") from None
             return None
         try:
             manifest = Manifest.from_json(text)
         except (ValueError, TypeError, KeyError) as exc:
-            raise StoreError(f"{self.uri_of(current)} is corrupt ({exc}); point it at an intact version "
-                             f"folder under {self.uri_of(self.path(name))} or restore it from backup") from None
+            raise StoreError(f"{self.uri_of(current)} is corrupt ({exc}); run `crawl recover` to point it at "
+                             f"the newest complete version under {self.uri_of(self.path(name))}") from None
         if not self.is_dir(self.path(name, manifest.version)):
             raise StoreError(f"{self.uri_of(current)} names version {manifest.version}, which is missing; "
-                             f"point CURRENT at an intact version folder under {self.uri_of(self.path(name))}")
+                             f"run `crawl recover` to point CURRENT at the newest complete version")
         return manifest
+
+    def version_dirs(self, name: str = "crawldb") -> list[str]:
+        """The version folders of a versioned table, oldest first (ids sort by creation time)."""
+        return [v for v in self.list_dirs(self.path(name)) if v.startswith("v")]
 
     def new_version_dir(self, name: str = "crawldb") -> tuple[str, StorePath]:
         version = "v" + new_id()
         folder = self.path(name, version)
         if self.local:
-            folder.mkdir(parents=True)
+            self._make_dirs(folder)
         return version, folder
 
+    def history(self, name: str = "crawldb") -> list[str]:
+        """Versions that were once current (``<name>/HISTORY``), oldest first; [] if none recorded."""
+        try:
+            data = self.read_json(self.path(name, HISTORY))
+        except FileNotFoundError:
+            return []
+        return [str(v) for v in data.get("installed", [])]
+
+    def seal_version(self, name: str, manifest: Manifest) -> dict:
+        """Write ``<version>/_COMPLETE``: the manifest to install and each Parquet file's row
+        count, read back from its footer (so each file is known readable). Written after the
+        last file and before ``CURRENT``: ``crawl recover`` reinstates only sealed versions."""
+        folder = self.path(name, manifest.version)
+        files = {p.name: self.read_metadata_checked(p).num_rows for p in self.list(folder, "*.parquet")}
+        seal = {"manifest": json.loads(manifest.to_json()), "files": files, "rows": sum(files.values())}
+        self.write_json(folder / COMPLETE, seal)
+        return seal
+
+    def sealed_manifest(self, name: str, version: str) -> tuple[Manifest | None, str]:
+        """(manifest, "") if ``version`` is complete — sealed, every file of its seal present
+        with a readable footer and the row count sealed — else (None, why not)."""
+        folder = self.path(name, version)
+        try:
+            seal = self.read_json(folder / COMPLETE)
+            manifest = Manifest.from_json(json.dumps(seal["manifest"]))
+            files = dict(seal["files"])
+        except FileNotFoundError:
+            return None, f"no {COMPLETE} marker (never finished)"
+        except (StoreError, ValueError, TypeError, KeyError) as exc:
+            return None, f"unreadable {COMPLETE} marker ({exc})"
+        if manifest.version != version:
+            return None, f"its {COMPLETE} marker names version {manifest.version}"
+        for file, rows in files.items():
+            try:
+                found = self.read_metadata_checked(folder / file).num_rows
+            except StoreError as exc:
+                return None, str(exc).split(";")[0]
+            if found != rows:
+                return None, f"{file} holds {found} rows, {rows} were written"
+        return manifest, ""
+
     def install(self, name: str, manifest: Manifest, keep: int) -> None:
-        """Make ``manifest.version`` current (atomic rename or PUT), then prune old versions."""
+        """Make ``manifest.version`` current (atomic rename or PUT), then prune old versions.
+
+        In order: the version is sealed (``_COMPLETE``), recorded in ``HISTORY``, made
+        current, and only then are old versions deleted. Pruned are the installed versions
+        beyond ``keep`` (at least the current one and the one before it stay), oldest first,
+        and folders older than the new version that were never installed (a crashed writer's
+        leftovers). A folder newer than the new version is never touched: its writer may be
+        running. (Pruning by sorted folder names once kept a crashed writer's half-written
+        version and deleted the last good one.)
+        """
         for lock in self._held.values():
             lock.check()  # never swap after losing the lock (S3 lease expired and taken over)
+        previous = self._current_version(name)
+        self.seal_version(name, manifest)
+        existing = set(self.version_dirs(name))
+        installed = [v for v in self.history(name) if v in existing and v not in (previous, manifest.version)]
+        installed += [v for v in (previous,) if v in existing and v != manifest.version] + [manifest.version]
+        kept = installed[-max(2, keep):]
+        self.write_json(self.path(name, HISTORY), {"installed": kept})
         self.write_bytes(self.path(name, "CURRENT"), manifest.to_json().encode())
-        versions = [v for v in self.list_dirs(self.path(name)) if v.startswith("v")]
-        for old in versions[: max(0, len(versions) - keep)]:
-            if old != manifest.version:
+        for old in sorted(existing - set(kept)):
+            if old < manifest.version:
                 self.delete_dir(self.path(name, old))
+
+    def reinstate(self, name: str, manifest: Manifest) -> None:
+        """Make a sealed version current again (``crawl recover``); deletes nothing."""
+        for lock in self._held.values():
+            lock.check()
+        installed = [v for v in self.history(name) if v != manifest.version] + [manifest.version]
+        self.write_json(self.path(name, HISTORY), {"installed": installed})
+        self.write_bytes(self.path(name, "CURRENT"), manifest.to_json().encode())
+
+    def _current_version(self, name: str) -> str | None:
+        """The version ``CURRENT`` names, or None if it is missing or unreadable (no checks)."""
+        try:
+            return Manifest.from_json(self.read_bytes(self.path(name, "CURRENT"))).version
+        except (FileNotFoundError, ValueError, TypeError, KeyError, StoreError):
+            return None
 
     def discard_version(self, name: str, version: str) -> None:
         self.delete_dir(self.path(name, version))
@@ -658,6 +796,24 @@ class S3Lock:
                 self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
 
 
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a file's data to disk (before it is renamed into place)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Flush a folder's entries to disk (after a rename or mkdir in it)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _name(path, filesystem) -> str:
     if filesystem is not None and filesystem.type_name == "s3":
         return "s3://" + str(path)
@@ -668,7 +824,7 @@ def read_parquet_checked(path: StorePath, schema: pa.Schema | None = None, *,
                          filesystem: pafs.FileSystem | None = None, columns: list[str] | None = None) -> pa.Table:
     """Read a Parquet file, turning a corrupt or missing file into a StoreError that says what to do."""
     try:
-        table = pq.read_table(str(path), filesystem=filesystem, columns=columns)
+        table = pq.read_table(str(path), filesystem=filesystem, columns=columns, page_checksum_verification=True)
     except FileNotFoundError:
         raise StoreError(f"{_name(path, filesystem)} is missing") from None
     except (pa.ArrowInvalid, OSError) as exc:
@@ -686,11 +842,39 @@ def read_parquet_checked(path: StorePath, schema: pa.Schema | None = None, *,
 def check_parquet_files(paths: list[StorePath], *, filesystem: pafs.FileSystem | None = None) -> None:
     """Open each file's footer: fails fast, naming the file, before a long query starts."""
     for path in paths:
-        try:
-            pq.read_metadata(str(path), filesystem=filesystem)
-        except FileNotFoundError:
-            raise StoreError(f"{_name(path, filesystem)} is missing; restore it, or point CURRENT at an intact "
-                             "version") from None
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise StoreError(f"{_name(path, filesystem)} is corrupt ({exc}); restore it from backup, or point "
-                             f"{_name(path.parent.parent / 'CURRENT', filesystem)} at an older intact version") from None
+        parquet_footer(path, filesystem=filesystem)
+
+
+def _repair_hint(path: StorePath, filesystem) -> str:
+    return (f"restore it from backup, or make the version before it current with `crawl recover --previous` "
+            f"(table {_name(path.parent.parent, filesystem)})")
+
+
+def parquet_footer(path: StorePath, *, filesystem: pafs.FileSystem | None = None) -> pq.FileMetaData:
+    """A Parquet file's footer; a missing or unreadable file is a StoreError naming it."""
+    try:
+        return pq.read_metadata(str(path), filesystem=filesystem)
+    except FileNotFoundError:
+        raise StoreError(f"{_name(path, filesystem)} is missing; {_repair_hint(path, filesystem)}") from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise StoreError(f"{_name(path, filesystem)} is corrupt ({exc}); {_repair_hint(path, filesystem)}") from None
+
+
+VERIFY_BATCH_ROWS = 64 * 1024
+
+
+def verify_parquet_file(path: StorePath, *, filesystem: pafs.FileSystem | None = None) -> int:
+    """Read every page of a Parquet file (streaming, a batch at a time), checking the page
+    CRCs written with it; returns its rows. A mismatch or undecodable page is a StoreError
+    naming the file. (Files written without checksums are only decoded.)"""
+    rows = 0
+    try:
+        with pq.ParquetFile(str(path), filesystem=filesystem, page_checksum_verification=True) as reader:
+            for batch in reader.iter_batches(batch_size=VERIFY_BATCH_ROWS, use_threads=False):
+                rows += batch.num_rows
+    except FileNotFoundError:
+        raise StoreError(f"{_name(path, filesystem)} is missing; {_repair_hint(path, filesystem)}") from None
+    except (pa.ArrowException, OSError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise StoreError(f"{_name(path, filesystem)} is corrupt ({reason}); {_repair_hint(path, filesystem)}") from None
+    return rows

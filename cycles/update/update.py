@@ -307,6 +307,8 @@ class UpdateBucketTask:
     now: dt.datetime
     workers: int = 1
     """How many such tasks run at once on this machine (they share memory and threads)."""
+    buckets: int = 1
+    """The crawl DB's bucket count (every row written must be of ``bucket``)."""
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
@@ -320,13 +322,20 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     con = connect(store, config, task.workers)
     inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
     old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
-    con.execute(f"CREATE TEMP TABLE fetched_all AS SELECT * FROM "
-                f"{store.duckdb_source(con, [store.bucket_file(inputs / 'fetched', task.bucket)])}")
+    # Every table joined to the crawl DB rows holds one row per key: a key matched twice
+    # would write that URL's row twice (a host both mirror and duplicate-heavy once did).
+    # A URL fetched twice in one segment keeps its newest result.
+    con.execute(f"""CREATE TEMP TABLE fetched_all AS SELECT * FROM
+        {store.duckdb_source(con, [store.bucket_file(inputs / 'fetched', task.bucket)])}
+        QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1""")
     con.execute(f"CREATE TEMP TABLE links_all AS SELECT * FROM "
                 f"{store.duckdb_source(con, [store.bucket_file(inputs / 'links', task.bucket)])}")
-    con.execute(f"CREATE TEMP TABLE marks AS SELECT * FROM {store.duckdb_source(con, [inputs / 'marks.parquet'])}")
-    con.execute(f"CREATE TEMP TABLE demoted_hosts AS SELECT * FROM "
-                f"{store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])}")
+    # A URL marked twice keeps one mark: an exact copy before a near one, then the first canonical.
+    con.execute(f"""CREATE TEMP TABLE marks AS SELECT * FROM {store.duckdb_source(con, [inputs / 'marks.parquet'])}
+        QUALIFY row_number() OVER (PARTITION BY url ORDER BY kind = 'duplicate' DESC, canonical) = 1""")
+    # A host both mirror and duplicate-heavy gets the smaller of its factors, once.
+    con.execute(f"""CREATE TEMP TABLE demoted_hosts AS SELECT host, min(factor) AS factor FROM
+        {store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])} GROUP BY host""")
     con.execute(f"""CREATE TEMP TABLE candidates AS
         {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", old, config)}""")
     # Results for URLs the crawl DB does not hold (redirect targets followed inline)
@@ -353,7 +362,8 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
-    rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now)
+    rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now,
+                        bucket=task.bucket, buckets=task.buckets)
     con.close()
     return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host}
 
@@ -425,7 +435,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         executor = bucket_executor(store, config, files, executor)
         version, folder = store.new_version_dir("crawldb")
         tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
-                                  folder, now, executor.workers)
+                                  folder, now, executor.workers, manifest.buckets)
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()

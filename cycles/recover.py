@@ -1,0 +1,95 @@
+"""``crawl recover``: make a complete version of the crawl DB (and host DB) current again.
+
+A versioned table (``crawldb/``, ``hostdb/``) is trusted only through ``CURRENT``. When
+``CURRENT`` is missing, unreadable or names a missing folder, every stage refuses to run
+(``Store.manifest``): going on would create a fresh, empty table and prune the real one.
+This command reinstates the newest *complete* version: sealed by its writer with a
+``_COMPLETE`` marker (the manifest to install and each file's row count, written after its
+last file and before ``CURRENT``), every file of the seal present with the sealed row count
+and every page's checksum intact. A version folder a crashed writer left half-written has
+no seal and is passed over.
+
+With ``previous`` it rolls back instead: the newest complete version older than the current
+one becomes current — the repair for a bucket found corrupt (``verify_parquet``).
+
+Nothing is deleted: the next stage that installs a version prunes what is not kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cycles.errors import StoreError
+from cycles.store import Manifest, Store, verify_parquet_file
+
+TABLES = ("crawldb", "hostdb")
+
+
+@dataclass
+class RecoverResult:
+    table: str
+    action: str
+    """'kept' (CURRENT was fine), 'reinstated', 'rolled back' or 'absent' (no such table)."""
+    version: str | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(version, why it is not complete) for each newer version passed over."""
+
+
+def recover(store: Store, previous: bool = False, tables: tuple[str, ...] = TABLES) -> list[RecoverResult]:
+    """Reinstate (or with ``previous`` roll back to) a complete version of each table.
+
+    Holds the ``crawldb`` lock, which every stage writing either table holds, so no writer
+    runs meanwhile.
+    """
+    for table in tables:
+        if table not in TABLES:
+            raise StoreError(f"recover: unknown table {table!r}; choose from {', '.join(TABLES)}")
+    with store.lock("crawldb"):
+        return [recover_table(store, table, previous) for table in tables]
+
+
+def recover_table(store: Store, table: str, previous: bool) -> RecoverResult:
+    current = current_or_none(store, table)
+    if current is not None and not previous:
+        return RecoverResult(table, "kept", current.version)
+    if not previous and not store.version_dirs(table):
+        return RecoverResult(table, "absent")
+    candidates = list(reversed(store.version_dirs(table)))
+    if previous:
+        if current is None:
+            raise StoreError(f"recover: {store.uri_of(store.path(table, 'CURRENT'))} is missing or unreadable; "
+                             "run `crawl recover` without --previous first")
+        candidates = [v for v in candidates if v < current.version]
+    skipped = []
+    for version in candidates:
+        manifest, why = complete_version(store, table, version)
+        if manifest is None:
+            skipped.append((version, why))
+            continue
+        store.reinstate(table, manifest)
+        return RecoverResult(table, "rolled back" if previous else "reinstated", version, tuple(skipped))
+    looked = "; ".join(f"{v}: {why}" for v, why in skipped) or "no version folder"
+    raise StoreError(f"recover: no complete {'older ' if previous else ''}version of {store.uri_of(store.path(table))} "
+                     f"({looked}); restore the table from backup (if these are leftovers of an interrupted first "
+                     f"`crawl inject`, delete them and inject again)")
+
+
+def current_or_none(store: Store, table: str) -> Manifest | None:
+    """The current manifest, or None if ``CURRENT`` is missing, unreadable or dangling."""
+    try:
+        return store.manifest(table)
+    except StoreError:
+        return None
+
+
+def complete_version(store: Store, table: str, version: str) -> tuple[Manifest | None, str]:
+    """(manifest, "") if ``version`` is sealed, whole and every page checks out; else (None, why)."""
+    manifest, why = store.sealed_manifest(table, version)
+    if manifest is None:
+        return None, why
+    for path in store.list(store.path(table, version), "*.parquet"):
+        try:
+            verify_parquet_file(path, filesystem=store.fs)
+        except StoreError as exc:
+            return None, str(exc).split(";")[0]
+    return manifest, ""
