@@ -406,6 +406,11 @@ def _canon_authority(scheme: str, authority: str) -> Optional[str]:
     if port:
         if not (port.isascii() and port.isdigit()):
             return None
+        port = port.lstrip("0") or "0"
+        if len(port) > 5:
+            # Too big for a port; and int() itself raises ValueError past 4,300 digits,
+            # which once made one poison <a href> crash every retry of update.
+            return None
         number = int(port)
         if number > 65535:
             return None
