@@ -214,10 +214,13 @@ class UrlConfig:
     drop_params: list[str] = field(default_factory=lambda: [
         "utm_*", "gclid", "fbclid", "msclkid", "dclid", "yclid", "mc_cid", "mc_eid",
         "_ga", "_hsenc", "_hsmi", "sessionid", "session_id", "sid", "phpsessid",
-        "jsessionid", "aspsessionid", "cfid", "cftoken",
+        "jsessionid", "aspsessionid*", "asp.net_sessionid", "oscsid", "zenid", "cfid", "cftoken",
     ])
-    """Query parameters removed during normalisation (case-insensitive; ``*`` is a wildcard).
-    Tracking and session parameters make one page look like thousands."""
+    """Query parameters removed during normalisation (case-insensitive; ``*`` is a wildcard),
+    also as ``;name=value`` path parameters (``;jsessionid=``). Tracking and session
+    parameters make one page look like thousands. Classic ASP names its session parameter
+    ``ASPSESSIONID`` plus 8 random letters (``ASPSESSIONIDQQGGQGRS``), hence the ``*``;
+    ``osCsid`` (osCommerce) and ``zenid`` (Zen Cart) are shop session ids."""
 
     max_length: int = 2048
     """Longer URLs are dropped (``filter/too_long``)."""
