@@ -147,3 +147,38 @@ def test_prepare_chunk_agrees_with_normalizer_and_filter(urls):
             expected_dropped["filter/" + reason] = expected_dropped.get("filter/" + reason, 0) + 1
     assert _from_ipc(kept).column("url").to_pylist() == expected_kept
     assert dropped == expected_dropped
+
+
+# --- Link resolution in the fetch stage's parser (cycles/fetch/parse.py) -----------------
+def _attribute(text: str) -> bytes:
+    import html
+    return html.escape(text, quote=True).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("base_href", ["http://[a/", "http://a\uff03b/", "https://[::1/x", "http://a]/",
+                                       "http://a:" + "9" * 5000 + "/"])
+def test_poison_base_href_falls_back_to_the_page_url(base_href):
+    """A <base href> that urlsplit refuses (unclosed IPv6 bracket: ValueError; a netloc
+    that changes under NFKC) crashed parse_html, so the fetch worker, on the page."""
+    from cycles.fetch.parse import parse_html
+
+    page = parse_html(b'<base href="' + _attribute(base_href) + b'"><a href="x">x</a><a href="http://b/">b</a>',
+                      "http://page.example/dir/p.html")
+    urls = [link.url for link in page.links]
+    assert urls[-1] == "http://b/"
+    assert urls[0] in ("http://page.example/dir/x", base_href.rsplit("/", 1)[0] + "/x")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.none(), TEXT, HTTPISH), st.lists(st.one_of(TEXT, HTTPISH), max_size=5))
+@example("http://[a/", ["x"])
+def test_parse_html_link_resolution_is_total(base_href, hrefs):
+    """Whatever the hrefs, parse_html gives links that are strings, never an exception."""
+    from cycles.fetch.parse import parse_html
+
+    body = b"".join(b'<a href="' + _attribute(h) + b'">l</a>' for h in hrefs)
+    if base_href is not None:
+        body = b'<base href="' + _attribute(base_href) + b'">' + body
+    page = parse_html(body, "http://page.example/dir/p.html")
+    for link in page.links:
+        assert isinstance(link.url, str) and link.url.startswith(("http://", "https://"))
