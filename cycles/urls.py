@@ -83,7 +83,7 @@ import operator
 import re
 from collections.abc import Sequence
 from typing import Optional
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urljoin
 
 import idna
 import pyarrow as pa
@@ -99,10 +99,12 @@ __all__ = [
     "canonical_mask",
     "host_hash",
     "host_hashes",
+    "join_url",
     "normalize_url",
     "rejection_reason",
     "remove_dot_segments",
     "resolve_reference",
+    "url_authority",
     "url_host",
 ]
 
@@ -253,6 +255,24 @@ def resolve_reference(ref: str, base: str) -> str:
     if r_frag is not None:
         out.append("#" + r_frag)
     return "".join(out)
+
+
+def join_url(base: str, ref: str) -> str:
+    """``urllib.parse.urljoin(base, ref)``, total: where urljoin raises ValueError (an
+    unclosed IPv6 bracket, ``http://[a/``; a netloc that NFKC changes) it is
+    :func:`resolve_reference`, which never raises. For a redirect's Location, whose target
+    is then normalised like any link (and dropped, counted, if it is no URL): a hostile
+    server's Location once crashed the fetch worker on every retry."""
+    try:
+        return urljoin(base, ref)
+    except ValueError:
+        return resolve_reference(ref, base)
+
+
+def url_authority(url: str) -> str:
+    """The authority (``host:port``, with any userinfo) of ``url``, lower case, by RFC 3986
+    appendix B; "" if it has none. Never raises (``urlsplit`` does on ``http://[a/``)."""
+    return (_RFC3986_SPLIT.fullmatch(url).group(2) or "").lower()
 
 
 # --- Hosts ----------------------------------------------------------------------------

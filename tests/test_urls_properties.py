@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cycles.config import UrlConfig
-from cycles.urls import Normalizer, UrlFilter, canonical_mask, rejection_reason, resolve_reference
+from cycles.urls import (Normalizer, UrlFilter, canonical_mask, join_url, rejection_reason, resolve_reference,
+                         url_authority)
 
 NORMALIZER = Normalizer(UrlConfig())
 FILTER = UrlFilter(UrlConfig())
@@ -104,6 +105,26 @@ def test_filter_and_rejection_reason_are_total(url):
 @given(TEXT, TEXT)
 def test_resolve_reference_is_total(ref, base):
     assert isinstance(resolve_reference(ref, base), str)
+
+
+LATIN1 = st.text(st.characters(max_codepoint=0xFF), max_size=40)  # a Location header, decoded as Latin-1
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(TEXT, HTTPISH), st.one_of(TEXT, HTTPISH, LATIN1))
+@example("http://a.example/p", "http://[a/")
+@example("http://a.example/p", "http://a\uff03b/")
+def test_join_url_and_url_authority_are_total(base, location):
+    """The fetch worker's redirect path: join_url is urljoin where urljoin works, and
+    neither it nor url_authority raises."""
+    from urllib.parse import urljoin
+
+    joined = join_url(base, location)
+    assert isinstance(joined, str) and isinstance(url_authority(joined), str)
+    try:
+        assert joined == urljoin(base, location)
+    except ValueError:
+        pass
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
