@@ -281,7 +281,7 @@ PRODUCT_TOKEN = Text("a product token: letters, digits, '-' and '_' (RFC 9309 §
 class DbConfig:
     """Layout of the crawl DB and the tables beside it."""
 
-    buckets: Annotated[int, Int(1, 65_536)] = 8
+    buckets: Annotated[int, Int(1, 100_000)] = 8  # 100_000: rebucket.MAX_BUCKETS
     """Number of host-hash buckets the crawl DB is split into (one Parquet file each).
     A host always lives in one bucket, so generate and update work bucket by bucket
     with bounded memory: choose about 1.6 M URLs per bucket per 4 GB of

@@ -199,5 +199,5 @@ def test_cli_subprocess_one_line_exit_2(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.strip() == f"crawl: error: config file {config}: db.buckets = 0 is not allowed: " \
-                                    "expected an integer from 1 to 65536"
+                                    "expected an integer from 1 to 100000"
     assert not (tmp_path / "data").exists()

@@ -203,3 +203,27 @@ def test_parse_html_link_resolution_is_total(base_href, hrefs):
     page = parse_html(body, "http://page.example/dir/p.html")
     for link in page.links:
         assert isinstance(link.url, str) and link.url.startswith(("http://", "https://"))
+
+
+def test_update_outlinks_count_poison_links():
+    """The issue's poison link: update's outlink preparation (in-process and in a pool)
+    drops and counts it instead of raising on every retry."""
+    from collections import Counter
+
+    from cycles import schema
+    from cycles.config import Config
+    from cycles.update.outlinks import prepare_outlinks
+
+    urls = ["http://good.example/a"] + POISON
+    links = pa.table({"from_url": ["http://s.example/"] * len(urls),
+                      "url": [u.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for u in urls],
+                      "anchor": [None] * len(urls), "nofollow": [False] * len(urls),
+                      "depth": [1] * len(urls)}).cast(schema.OUTLINKS)
+    for processes in (1, 2):
+        counters = Counter()
+        got = prepare_outlinks(links, Config(), counters, processes=processes, chunk_rows=4)
+        kept = got.column("url").to_pylist()
+        assert "http://good.example/a" in kept
+        assert not any(len(u) > 200 for u in kept)  # no 5,000-digit port or host got through
+        assert counters["filter/unparseable"] >= 10
+        assert counters["outlinks/found"] == len(urls)
