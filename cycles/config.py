@@ -13,7 +13,11 @@ A config file is TOML with one table per section, for example::
     [generate]
     top_n = 100000
 
-Load it with :func:`load_config`; unknown keys are an error, not silently ignored.
+Load it with :func:`load_config`; unknown keys are an error, not silently ignored, and so
+is a value of the wrong type or out of range: every setting declares its rule
+(``buckets: Annotated[int, Int(1, 100_000)] = 8``) and :func:`check_config` applies them,
+with a one-line error naming ``section.key``, the value and what is allowed. A new setting
+needs a rule (tests/test_config.py fails without one).
 """
 
 from __future__ import annotations
