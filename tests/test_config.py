@@ -103,6 +103,24 @@ def test_every_default_passes_its_rule(section, key):
     assert getattr(getattr(config, section), key) == default
 
 
+def test_a_setting_without_a_rule_is_still_type_checked():
+    """A setting merged without a rule fails the test above, but still loads, checked
+    against its default's type (not a crash of every config load)."""
+    from cycles.config import Typed, _rule_or_type_check, check_setting
+
+    @dataclasses.dataclass
+    class Section:
+        count: int = 3
+        name: str = ""
+        table: dict = dataclasses.field(default_factory=dict)
+
+    assert rules_of(Section) == {"count": None, "name": None, "table": None}
+    assert check_setting("s", "name", _rule_or_type_check(Section, "name"), "") == ""
+    assert isinstance(_rule_or_type_check(Section, "table"), Typed)
+    with pytest.raises(ConfigError, match=r"^s\.count = '3' is not allowed: expected an integer$"):
+        check_setting("s", "count", _rule_or_type_check(Section, "count"), "3")
+
+
 def test_defaults_pass_and_round_trip():
     """Config() is valid, and the fetch workers' to_dict -> config_from_dict path keeps it."""
     assert check_config(Config()) == Config()
