@@ -13,25 +13,279 @@ A config file is TOML with one table per section, for example::
     [generate]
     top_n = 100000
 
-Load it with :func:`load_config`; unknown keys are an error, not silently ignored.
+Load it with :func:`load_config`; unknown keys are an error, not silently ignored, and so
+is a value of the wrong type or out of range: every setting declares its rule
+(``buckets: Annotated[int, Int(1, 100_000)] = 8``) and :func:`check_config` applies them,
+with a one-line error naming ``section.key``, the value and what is allowed. A new setting
+needs a rule (tests/test_config.py fails without one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import ipaddress
+import math
+import re
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from cycles.errors import ConfigError
+
+
+# --- Constraints ----------------------------------------------------------------------
+# Every setting is declared ``name: Annotated[type, Rule] = default``; check_config applies
+# the rules, for TOML files and for config_from_dict (how fetch workers get their config)
+# alike. A bad value once did damage far from where it was set: db.buckets = 0 made a crawl
+# DB that even rebucket could not repair, fetch.max_in_flight = 0 hung fetch,
+# fetch.max_page_bytes = -1 skipped every page for 90 days, drop_params = "sid" was read
+# letter by letter. tests/test_config.py fails for a setting without a rule.
+
+class Invalid(ValueError):
+    """A value breaks its rule; the message says what is allowed."""
+
+
+def _bounds(low: float | None, high: float | None, above: float | None = None,
+            below: float | None = None) -> str:
+    """ "from 1 to 10", "at least 0", "above 0 and below 1" ... ("" if unbounded)."""
+    if low is not None and high is not None:
+        return f"from {low:g} to {high:g}"
+    parts = [f"{word} {bound:g}" for word, bound in
+             (("at least", low), ("above", above), ("at most", high), ("below", below)) if bound is not None]
+    return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer (not a bool, not a float) within [min, max]."""
+
+    min: int | None = None
+    max: int | None = None
+
+    def allowed(self) -> str:
+        bounds = _bounds(self.min, self.max)
+        return "an integer" + (" " + bounds if bounds else "")
+
+    def check(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise Invalid(self.allowed())
+        return value
+
+
+@dataclass(frozen=True)
+class Float:
+    """A finite number within [min, max], and > above, < below when given."""
+
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    below: float | None = None
+
+    def allowed(self) -> str:
+        bounds = _bounds(self.min, self.max, self.above, self.below)
+        return "a number" + (" " + bounds if bounds else "")
+
+    def check(self, value: Any) -> float:
+        # NaN compares false with every bound, so it would pass them all: refused first.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise Invalid(self.allowed())
+        value = float(value)
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max) or \
+                (self.above is not None and value <= self.above) or (self.below is not None and value >= self.below):
+            raise Invalid(self.allowed())
+        return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    """true or false."""
+
+    def allowed(self) -> str:
+        return "true or false"
+
+    def check(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise Invalid(self.allowed())
+        return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string without control characters (a CR or LF in a header value would
+    split the request), matching ``pattern`` if given."""
+
+    what: str = "a non-empty string without control characters"
+    pattern: str | None = None
+
+    def allowed(self) -> str:
+        return self.what
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip() or _CONTROL.search(value) or \
+                (self.pattern is not None and not re.fullmatch(self.pattern, value)):
+            raise Invalid(self.allowed())
+        return value
+
+
+_MEMORY = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT])(i?B)?\s*", re.IGNORECASE)
+_MEMORY_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A DuckDB memory limit such as "4GB" or "512MiB" (it is pasted into SQL, and
+    executor.share_of_memory splits it between workers: only number + unit)."""
+
+    min_bytes: int = 64 << 20
+
+    def allowed(self) -> str:
+        return f'a memory size such as "4GB" or "512MiB", at least {self.min_bytes >> 20}MB'
+
+    def check(self, value: Any) -> str:
+        m = _MEMORY.fullmatch(value) if isinstance(value, str) else None
+        if m is None or float(m.group(1)) * _MEMORY_UNITS[m.group(2).upper()] < self.min_bytes:
+            raise Invalid(self.allowed())
+        return value
+
+
+@dataclass(frozen=True)
+class Strings:
+    """A list of non-empty strings (a bare string is refused: it would be read letter by letter)."""
+
+    def allowed(self) -> str:
+        return "a list of non-empty strings"
+
+    def check(self, value: Any) -> list[str]:
+        if not isinstance(value, (list, tuple)) or \
+                not all(isinstance(v, str) and v.strip() and not _CONTROL.search(v) for v in value):
+            raise Invalid(self.allowed())
+        return list(value)
+
+
+PYTHON_RE, RE2 = "Python re", "RE2"
+
+
+def _compile_error(pattern: str, engine: str) -> str | None:
+    """Why ``pattern`` does not compile in ``engine``, or None."""
+    if engine == RE2:  # DuckDB's regexp functions use RE2, as do pyarrow's
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        try:
+            pc.match_substring_regex(pa.array([""], pa.string()), pattern)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            return str(exc).splitlines()[0]
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class Regexes:
+    """A list of regular expressions that compile (``engine``: Python re or RE2)."""
+
+    engine: str = PYTHON_RE
+
+    def allowed(self) -> str:
+        return f"a list of regular expressions ({self.engine} syntax)"
+
+    def check(self, value: Any) -> list[str]:
+        patterns = Strings().check(value)
+        for pattern in patterns:
+            error = _compile_error(pattern, self.engine)
+            if error is not None:
+                raise Invalid(f"{self.allowed()}; {pattern!r} does not compile: {error}")
+        return patterns
+
+
+@dataclass(frozen=True)
+class HostRegexes:
+    """A table host -> list of regular expressions (Python re); ``*`` is every host."""
+
+    def allowed(self) -> str:
+        return "a table of host = [regular expressions]"
+
+    def check(self, value: Any) -> dict[str, list[str]]:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.strip() for k in value):
+            raise Invalid(self.allowed())
+        try:
+            return {host: Regexes().check(patterns) for host, patterns in value.items()}
+        except Invalid as exc:
+            raise Invalid(f"{self.allowed()}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class HostAddresses:
+    """A table host name -> IP address."""
+
+    def allowed(self) -> str:
+        return 'a table of host = "IP address"'
+
+    def check(self, value: Any) -> dict[str, str]:
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and k.strip() and not _CONTROL.search(k) and isinstance(v, str) for k, v in value.items()):
+            raise Invalid(self.allowed())
+        for address in value.values():
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise Invalid(f"{self.allowed()}; {address!r} is not an IP address") from None
+        return dict(value)
+
+
+@dataclass(frozen=True)
+class Networks:
+    """A list of IP networks in CIDR notation ("10.0.0.0/8", "fd00::/8"; a bare address is a /32 or /128)."""
+
+    def allowed(self) -> str:
+        return 'a list of IP networks such as "10.0.0.0/8"'
+
+    def check(self, value: Any) -> list[str]:
+        for network in Strings().check(value):
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise Invalid(f"{self.allowed()}; {network!r} is not a network") from None
+        return list(value)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of the given values."""
+
+    values: tuple = ()
+
+    def allowed(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+    def check(self, value: Any) -> Any:
+        if value not in self.values or isinstance(value, bool) != any(isinstance(v, bool) for v in self.values):
+            raise Invalid(self.allowed())
+        return value
+
+
+Rule = Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | HostAddresses | Networks | Choice
+
+DAY_S = 86400
+MEMORY = Memory()
+HEADER_VALUE = Text("a non-empty string without control characters (it is sent as a header)")
+PRODUCT_TOKEN = Text("a product token: letters, digits, '-' and '_' (RFC 9309 §2.2.1)", r"[A-Za-z0-9_-]+")
 
 
 @dataclass
 class DbConfig:
     """Layout of the crawl DB and the tables beside it."""
 
-    buckets: int = 8
+    buckets: Annotated[int, Int(1, 100_000)] = 8  # 100_000: rebucket.MAX_BUCKETS
     """Number of host-hash buckets the crawl DB is split into (one Parquet file each).
     A host always lives in one bucket, so generate and update work bucket by bucket
     with bounded memory: choose about 1.6 M URLs per bucket per 4 GB of
@@ -39,22 +293,22 @@ class DbConfig:
     when the crawl DB is created; afterwards the count in ``crawldb/CURRENT`` rules, and
     ``crawl rebucket --buckets N`` changes it."""
 
-    keep_versions: int = 2
+    keep_versions: Annotated[int, Int(1, 1000)] = 2
     """How many crawl DB versions to keep on disk (the current one included)."""
 
-    duckdb_memory_limit: str = "4GB"
+    duckdb_memory_limit: Annotated[str, MEMORY] = "4GB"
     """DuckDB's memory limit for generate and update; past it DuckDB spills to disk."""
 
-    duckdb_threads: int = 2
+    duckdb_threads: Annotated[int, Int(0, 1024)] = 2
     """DuckDB worker threads."""
 
-    processes: int = 0
+    processes: Annotated[int, Int(0, 1024)] = 0
     """Processes running generate's and update's bucket tasks at once (cycles/executor.py);
     0 means one per CPU core. They share ``duckdb_memory_limit`` and ``duckdb_threads``.
     A crawl DB under ``small_db_rows`` rows is done in-process: starting workers would
     cost more than it saves."""
 
-    small_db_rows: int = 2_000_000
+    small_db_rows: Annotated[int, Int(0)] = 2_000_000
     """Below this many crawl DB rows, bucket tasks run in-process (see ``processes``)."""
 
 
@@ -62,27 +316,27 @@ class DbConfig:
 class GenerateConfig:
     """Choosing the URLs of the next fetch list."""
 
-    top_n: int = 50_000
+    top_n: Annotated[int, Int(1)] = 50_000
     """At most this many URLs in one fetch list (one segment)."""
 
-    max_urls_per_host: int = 100
+    max_urls_per_host: Annotated[int, Int(1)] = 100
     """At most this many URLs of one host in one fetch list. At the 1 request/s
     politeness floor a host cannot be fetched faster than 3,600 pages an hour."""
 
-    partitions: int = 2
+    partitions: Annotated[int, Int(1, 4096)] = 2
     """Number of fetch-list partitions; a host is in exactly one (hash of host).
     Each partition is fetched by one process."""
 
-    max_urls_per_pattern: int = 20
+    max_urls_per_pattern: Annotated[int, Int(1)] = 20
     """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
     one fetch list, so a trap cannot fill a host's per-cycle budget."""
 
-    feed_max_lag_cycles: int = 10
+    feed_max_lag_cycles: Annotated[int, Int(0)] = 10
     """When a registered consumer of the pages feed is this many batches behind, generate
     holds the crawl (and from half of it, halves the fetch list) and says why: slow the
     crawl down, never drop pages. 0 disables the check."""
 
-    lease_s: int = 6 * 3600
+    lease_s: Annotated[int, Int(1)] = 6 * 3600
     """How long URLs handed to a segment stay leased. If the segment is never updated
     (a fetcher died), its URLs become due again after this."""
 
@@ -91,59 +345,59 @@ class GenerateConfig:
 class FetchConfig:
     """Fetching: politeness, limits, identity."""
 
-    user_agent: str = "crawlbot/0.1 (+https://example.invalid/crawlbot)"
+    user_agent: Annotated[str, HEADER_VALUE] = "crawlbot/0.1 (+https://example.invalid/crawlbot)"
     """User-Agent header sent with every request. Name the crawler and a contact URL."""
 
-    robots_agent: str = "crawlbot"
+    robots_agent: Annotated[str, PRODUCT_TOKEN] = "crawlbot"
     """Product token matched against robots.txt User-agent lines (RFC 9309 §2.2.1)."""
 
-    delay_s: float = 1.0
+    delay_s: Annotated[float, Float(0, DAY_S)] = 1.0
     """Seconds between the end of one response and the start of the next request to the
     same host. Never below 1.0: values under it are raised to it."""
 
-    max_crawl_delay_s: float = 30.0
+    max_crawl_delay_s: Annotated[float, Float(0, DAY_S)] = 30.0
     """A robots.txt Crawl-delay above this makes us skip the host for the cycle
     (counted as ``robots/crawl_delay_too_long``) rather than crawl it slower than useful."""
 
-    connect_timeout_s: float = 10.0
+    connect_timeout_s: Annotated[float, Float(above=0, max=3600)] = 10.0
     """TCP (and TLS) connect timeout."""
 
-    timeout_s: float = 30.0
+    timeout_s: Annotated[float, Float(above=0, max=DAY_S)] = 30.0
     """Total time allowed for one transfer, headers and body."""
 
-    low_speed_bytes_per_s: int = 1000
+    low_speed_bytes_per_s: Annotated[int, Int(0)] = 1000
     """A transfer slower than this for ``low_speed_time_s`` is aborted: a server that
     drips a byte a second must not hold a slot for the full timeout."""
 
-    low_speed_time_s: int = 5
+    low_speed_time_s: Annotated[int, Int(0, 3600)] = 5
     """See ``low_speed_bytes_per_s``."""
 
-    max_page_bytes: int = 2 * 1024 * 1024
+    max_page_bytes: Annotated[int, Int(1)] = 2 * 1024 * 1024
     """Largest body we download; a larger transfer is aborted, not truncated after the fact."""
 
-    max_robots_bytes: int = 500 * 1024
+    max_robots_bytes: Annotated[int, Int(1)] = 500 * 1024
     """Only this much of a robots.txt is parsed (RFC 9309 §2.5 asks for at least 500 KiB)."""
 
-    max_redirects: int = 5
+    max_redirects: Annotated[int, Int(0, 100)] = 5
     """Redirect hops followed: for robots.txt (RFC 9309 §2.3.1.2), and for pages inline
     when the target's host is in this worker's partition (cycles/fetch/worker.py). The hop
     past it is recorded with error 'too many redirects'; its target stays an outlink for a
     later cycle."""
 
-    max_in_flight: int = 256
+    max_in_flight: Annotated[int, Int(1, 100_000)] = 256
     """Transfers in flight in one fetch worker (each to a different host)."""
 
-    processes: int = 0
+    processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
 
-    html_only: bool = True
+    html_only: Annotated[bool, Flag()] = True
     """Download bodies of HTML (and XHTML) only; other types are recorded, body skipped."""
 
-    resolve: dict[str, str] = field(default_factory=dict)
+    resolve: Annotated[dict[str, str], HostAddresses()] = field(default_factory=dict)
     """Host name -> IP address overrides (like curl's --resolve), for test webs and
     private deployments. Applies to every port."""
 
-    allowed_networks: list[str] = field(default_factory=list)
+    allowed_networks: Annotated[list[str], Networks()] = field(default_factory=list)
     """Networks (CIDR, e.g. ``"10.0.0.0/8"``, ``"fd00::/8"``) the fetcher may connect to
     besides public addresses. Empty (the default): public addresses only, so a link or a
     redirect to loopback, a private (RFC 1918) or link-local address (169.254.169.254, the
@@ -152,72 +406,72 @@ class FetchConfig:
     connected to, after DNS and ``resolve`` (cycles/fetch/addresses.py). A test web on
     loopback needs ``["127.0.0.0/8"]``; a bad entry is a ConfigError at load time."""
 
-    flush_s: float = 30.0
+    flush_s: Annotated[float, Float(above=0)] = 30.0
     """Results are flushed to disk (Parquet + WARC, atomically) at least this often, so a
     killed fetch loses at most this much work."""
 
-    flush_pages: int = 5000
+    flush_pages: Annotated[int, Int(1)] = 5000
     """... or after this many results, whichever comes first."""
 
-    flush_bytes: int = 32 << 20
+    flush_bytes: Annotated[int, Int(1)] = 32 << 20
     """... or once the buffered page texts and outlinks reach about this many bytes: a chunk
     peaks at ~4× its text in memory (5,000 test-web pages peaked at 760 MB per worker,
     32 MiB chunks at ~380 MB; cycles/fetch/output.py)."""
 
-    max_host_failures: int = 5
+    max_host_failures: Annotated[int, Int(1)] = 5
     """After this many consecutive network errors a host is set aside for the rest of the
     cycle; its remaining URLs go back unfetched, not failed."""
 
-    warc_gzip_level: int = 1
+    warc_gzip_level: Annotated[int, Int(0, 3)] = 1
     """Compression level of the WARC files' gzip members, ISA-L's scale (0 fastest .. 3
     smallest; cycles/fetch/output.py). On the 30 KB test-web pages: level 1 78 µs a page at
     40 % of the size, 2: 83 µs / 39 %; zlib's level 1 took 258 µs for 41 %, and warcio's
     own level 9 ~1.2 ms for 35 %."""
 
-    outlink_bloom_fp: float = 0.001
+    outlink_bloom_fp: Annotated[float, Float(0, below=1)] = 0.001
     """False-positive rate of the per-partition Bloom filter that writes each outlink once
     per segment (cycles/bloom.py); a false positive loses that link for this segment only.
     0 turns the filter off (every outlink of every page is written)."""
 
-    outlink_bloom_links_per_page: int = 40
+    outlink_bloom_links_per_page: Annotated[int, Int(1)] = 40
     """Sizing of that filter: expected distinct outlinks per fetched page (14 bits each at 0.1 %)."""
 
-    delay_factor: float = 2.0
+    delay_factor: Annotated[float, Float(0, 1000)] = 2.0
     """A slow host gets a proportionally longer delay: at least this many times its last
     response time (capped at ``max_crawl_delay_s``). A server that takes 3 s to answer is
     telling us it is busy."""
 
-    max_duration_s: float = 0.0
+    max_duration_s: Annotated[float, Float(0)] = 0.0
     """Stop fetching a segment after this many seconds (0: no limit); URLs not reached go
     back unfetched, so cron runs end on time."""
 
-    robots_cache_s: int = 24 * 3600
+    robots_cache_s: Annotated[int, Int(0)] = 24 * 3600
     """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h),
     measured on the crawl clock (cycles.clock). An older 2xx copy with an ETag or
     Last-Modified is then revalidated with a conditional GET."""
 
-    robots_error_cache_s: int = 3600
+    robots_error_cache_s: Annotated[int, Int(0)] = 3600
     """An *unreachable* robots.txt (5xx, 429, network error, redirect loop) is asked again
     after this many seconds, not after ``robots_cache_s``: a host whose robots.txt failed
     once must not be kept out for a day. Matches ``update.deferred_retry_s``, after which
     the host's deferred URLs are due again."""
 
-    robots_unreachable_fallback_s: int = 30 * 86400
+    robots_unreachable_fallback_s: Annotated[int, Int(0)] = 30 * 86400
     """When robots.txt has been unreachable for this long without a break, RFC 9309
     §2.3.1.4 lets a crawler stop assuming complete disallow: the last good copy (a 2xx or
     4xx answer, kept in the host DB) is obeyed, or, if there is none, everything is allowed."""
 
-    progress_s: float = 1.0
+    progress_s: Annotated[float, Float(0)] = 1.0
     """How often (seconds) fetch workers publish their counters under
     ``segments/<id>/stats/progress/`` and, on a terminal, the one-line progress display
     is redrawn. 0 turns both off."""
 
-    max_retry_after_s: float = 3600.0
+    max_retry_after_s: Annotated[float, Float(0)] = 3600.0
     """Upper bound on a Retry-After we honour within a cycle; beyond it the host is set aside.
     A later cycle that finds the host's ``not_before`` (host DB) further away than this sets it
     aside at once, without asking it."""
 
-    max_not_before_s: float = 7 * 86400.0
+    max_not_before_s: Annotated[float, Float(above=0)] = 7 * 86400.0
     """Longest a host's Retry-After or back-off keeps it out, across cycles (the host DB's
     ``not_before``). A longer ask (``Retry-After: 99999999999``, an HTTP-date years ahead) is
     cut to this, so that a host is not lost for good and the time stays a valid timestamp."""
@@ -227,25 +481,28 @@ class FetchConfig:
 class UrlConfig:
     """URL normalisation and filtering (cycles/urls.py), applied to seeds and outlinks."""
 
-    drop_params: list[str] = field(default_factory=lambda: [
+    drop_params: Annotated[list[str], Strings()] = field(default_factory=lambda: [
         "utm_*", "gclid", "fbclid", "msclkid", "dclid", "yclid", "mc_cid", "mc_eid",
         "_ga", "_hsenc", "_hsmi", "sessionid", "session_id", "sid", "phpsessid",
-        "jsessionid", "aspsessionid", "cfid", "cftoken",
+        "jsessionid", "aspsessionid*", "asp.net_sessionid", "oscsid", "zenid", "cfid", "cftoken",
     ])
-    """Query parameters removed during normalisation (case-insensitive; ``*`` is a wildcard).
-    Tracking and session parameters make one page look like thousands."""
+    """Query parameters removed during normalisation (case-insensitive; ``*`` is a wildcard),
+    also as ``;name=value`` path parameters (``;jsessionid=``). Tracking and session
+    parameters make one page look like thousands. Classic ASP names its session parameter
+    ``ASPSESSIONID`` plus 8 random letters (``ASPSESSIONIDQQGGQGRS``), hence the ``*``;
+    ``osCsid`` (osCommerce) and ``zenid`` (Zen Cart) are shop session ids."""
 
-    max_length: int = 2048
+    max_length: Annotated[int, Int(16, 1_000_000)] = 2048
     """Longer URLs are dropped (``filter/too_long``)."""
 
-    max_path_depth: int = 16
+    max_path_depth: Annotated[int, Int(1, 10_000)] = 16
     """URLs with more path segments are dropped (``filter/too_deep``)."""
 
-    max_segment_repeats: int = 2
+    max_segment_repeats: Annotated[int, Int(1)] = 2
     """A path in which one segment occurs more often than this is a likely trap
     (``/a/b/a/b/a/b``) and is dropped (``filter/repeating_segments``)."""
 
-    blocked_extensions: list[str] = field(default_factory=lambda: [
+    blocked_extensions: Annotated[list[str], Strings()] = field(default_factory=lambda: [
         "jpg", "jpeg", "png", "gif", "webp", "svg", "ico", "bmp", "tif", "tiff",
         "mp3", "mp4", "m4a", "avi", "mov", "mkv", "webm", "wav", "ogg", "flac",
         "zip", "gz", "tgz", "bz2", "xz", "7z", "rar", "tar", "iso", "dmg", "exe", "msi",
@@ -253,11 +510,11 @@ class UrlConfig:
     ])
     """Path extensions we never fetch (``filter/extension``): not HTML, large, or both."""
 
-    include: dict[str, list[str]] = field(default_factory=dict)
+    include: Annotated[dict[str, list[str]], HostRegexes()] = field(default_factory=dict)
     """Per-host allow list: host -> regular expressions; when a host has one, only URLs
     matching one of them are kept (``filter/host_rule``)."""
 
-    exclude: dict[str, list[str]] = field(default_factory=dict)
+    exclude: Annotated[dict[str, list[str]], HostRegexes()] = field(default_factory=dict)
     """Per-host block list: host -> regular expressions (``filter/host_rule``). ``*`` as
     host applies to every host."""
 
@@ -266,57 +523,57 @@ class UrlConfig:
 class UpdateConfig:
     """Merging a segment into the crawl DB."""
 
-    max_retries: int = 3
+    max_retries: Annotated[int, Int(0, 1000)] = 3
     """After this many consecutive transient failures a URL becomes ``dead``
     and is retried only every ``dead_retry_s``."""
 
-    dead_retry_s: int = 90 * 86400
+    dead_retry_s: Annotated[int, Int(1)] = 90 * 86400
     """How rarely a dead (dead-lettered) URL is tried again."""
 
-    retry_s: int = 86400
+    retry_s: Annotated[int, Int(1)] = 86400
     """Delay before a transient failure (5xx, timeout) is retried."""
 
-    default_interval_s: int = 14 * 86400
+    default_interval_s: Annotated[int, Int(1)] = 14 * 86400
     """Fetch interval of a newly fetched page (the design's `recrawl.default: 14d`)."""
 
-    min_interval_s: int = 2 * 3600
+    min_interval_s: Annotated[int, Int(1)] = 2 * 3600
     """Shortest refetch interval (the design's `recrawl.news_like: 2h`)."""
 
-    max_interval_s: int = 90 * 86400
+    max_interval_s: Annotated[int, Int(1)] = 90 * 86400
     """Longest refetch interval."""
 
-    news_like_interval_s: int = 2 * 3600
+    news_like_interval_s: Annotated[int, Int(1)] = 2 * 3600
     """First refetch interval of pages on news-like hosts or URL patterns (the design's
     ``recrawl.news_like: 2h``); later intervals follow the page's observed change rate."""
 
-    news_like_hosts: list[str] = field(default_factory=list)
+    news_like_hosts: Annotated[list[str], Strings()] = field(default_factory=list)
     """Hosts declared news-like (exact names, or ``*.example.com`` for a domain and its subdomains)."""
 
-    news_like_patterns: list[str] = field(default_factory=list)
+    news_like_patterns: Annotated[list[str], Regexes(RE2)] = field(default_factory=list)
     """Regular expressions (DuckDB / RE2 syntax) on the URL that declare a page news-like."""
 
-    revisit_factor: float = 0.5
+    revisit_factor: Annotated[float, Float(above=0, max=1000)] = 0.5
     """Refetch interval = this / estimated change rate, within [min_interval_s, max_interval_s]:
     0.5 revisits a page about twice per expected change. The change rate is estimated from the
     page's history with Cho & Garcia-Molina's estimator, -ln((n - X + 0.5) / (n + 0.5)) / I,
     for X changes seen in n refetches at mean interval I (ACM TOIT 2003), which stays finite
     when every visit saw a change."""
 
-    deferred_retry_s: int = 3600
+    deferred_retry_s: Annotated[int, Int(1)] = 3600
     """A URL deferred by fetch (host's robots.txt unreachable, host set aside, out of
     time) is due again after this."""
 
-    gone_interval_s: int = 90 * 86400
+    gone_interval_s: Annotated[int, Int(1)] = 90 * 86400
     """Refetch interval of a page that answered 404/410."""
 
-    max_depth: int = 20
+    max_depth: Annotated[int, Int(0, 10_000)] = 20
     """Links are not followed beyond this many hops from a seed."""
 
-    simhash_max_distance: int = 3
+    simhash_max_distance: Annotated[int, Int(0, 16)] = 3
     """Two pages whose 64-bit SimHashes differ in at most this many bits are near-duplicates
     (Manku et al., WWW 2007: k = 3 for 64-bit fingerprints at web scale)."""
 
-    simhash_blocks: int = 5
+    simhash_blocks: Annotated[int, Int(1, 16)] = 5
     """The SimHash is cut into this many blocks; a near-duplicate pair agrees on at least
     ``blocks - max_distance`` of them, so candidates are found by joining on every such
     combination of blocks (10 joins on ~26-bit keys for 5 and 3; 20 on ~32-bit keys for
@@ -324,29 +581,29 @@ class UpdateConfig:
     more blocks: more joins, fewer false candidates per join. 5 measured 1.8x faster than
     6 with 7 M segment pages against 78 M stored fingerprints (a crawl DB of 100 M URLs)."""
 
-    simhash_min_chars: int = 300
+    simhash_min_chars: Annotated[int, Int(0)] = 300
     """Pages with less text than this are never called near-duplicates: a SimHash of a few
     words matches too easily."""
 
-    dup_host_ratio: float = 0.5
+    dup_host_ratio: Annotated[float, Float(0, 1)] = 0.5
     """A host whose pages fetched in a segment are duplicates at least this often gets its
     unfetched URLs' scores multiplied by ``dup_host_score_factor``."""
 
-    dup_host_score_factor: float = 0.5
+    dup_host_score_factor: Annotated[float, Float(0, 1)] = 0.5
     """See ``dup_host_ratio``."""
 
-    mirror_min_pages: int = 5
+    mirror_min_pages: Annotated[int, Int(1)] = 5
     """A host is a mirror of another when at least this many of its pages, and at least
     ``mirror_ratio`` of the pages fetched from it, are exact copies of that host's pages."""
 
-    mirror_ratio: float = 0.8
+    mirror_ratio: Annotated[float, Float(0, 1)] = 0.8
     """See ``mirror_min_pages``. A mirror host's unfetched URLs get score × 0.1."""
 
-    max_urls_per_host: int = 100_000
+    max_urls_per_host: Annotated[int, Int(1)] = 100_000
     """Total cap of URLs kept for one host; new URLs beyond it are dropped
     (``trap/host_cap``). Stops a site that generates pages without end."""
 
-    max_urls_per_pattern: int = 500
+    max_urls_per_pattern: Annotated[int, Int(1)] = 500
     """New URLs whose pattern (the URL with digits replaced and query values removed, e.g.
     ``http://h/cal/N/N?d=``) already has this many URLs on its host are dropped
     (``trap/pattern_cap``): an endless calendar or ID sequence is throttled by pattern,
@@ -371,43 +628,114 @@ class Config:
         return dataclasses.asdict(self)
 
 
+_SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+
+
+def rules_of(section_type: type) -> dict[str, Rule | None]:
+    """The declared rule of each setting of a config section class, by name (None if it
+    has none: tests/test_config.py fails then)."""
+    return _rules_of(section_type)
+
+
+@functools.cache
+def _rules_of(section_type: type) -> dict[str, Rule | None]:
+    hints = typing.get_type_hints(section_type, include_extras=True)
+    rules = {}
+    for f in dataclasses.fields(section_type):
+        found = [m for m in getattr(hints[f.name], "__metadata__", ()) if hasattr(m, "check")]
+        rules[f.name] = found[0] if found else None
+    return rules
+
+
+@dataclass(frozen=True)
+class Typed:
+    """Of the default's type, nothing more: only for a setting merged without a rule, so
+    that it still loads (and the test says to declare one)."""
+
+    type: type
+
+    def allowed(self) -> str:
+        return f"a {self.type.__name__}"
+
+    def check(self, value: Any) -> Any:
+        if not isinstance(value, self.type):
+            raise Invalid(self.allowed())
+        return value
+
+
+def _rule_or_type_check(section_type: type, key: str) -> Rule | Typed:
+    rule = rules_of(section_type)[key]
+    if rule is not None:
+        return rule
+    default = getattr(section_type(), key)
+    if isinstance(default, bool):
+        return Flag()
+    if isinstance(default, int):
+        return Int()
+    if isinstance(default, float):
+        return Float()
+    return Typed(type(default))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_setting(section: str, key: str, rule: Rule | Typed, value: Any) -> Any:
+    """``value`` for ``section.key`` as the config holds it (a float for an integer given to
+    a float setting); ConfigError, one line naming the setting, the value and what is allowed."""
+    try:
+        return rule.check(value)
+    except Invalid as exc:
+        raise ConfigError(f"{section}.{key} = {_shown(value)} is not allowed: expected {exc}") from None
+
+
+# Settings that must agree with each other: each gives the problem, or None.
+_RELATIONS = [
+    lambda c: None if c.update.min_interval_s <= c.update.max_interval_s else
+    f"update.min_interval_s = {c.update.min_interval_s} must not exceed update.max_interval_s = {c.update.max_interval_s}",
+    lambda c: None if c.update.simhash_max_distance < c.update.simhash_blocks else
+    f"update.simhash_max_distance = {c.update.simhash_max_distance} must be below update.simhash_blocks = "
+    f"{c.update.simhash_blocks} (a near-duplicate pair must agree on a block to be found)",
+]
+
+
+def check_config(config: Config) -> Config:
+    """Check every setting of ``config`` against its rule, and the relations between
+    settings; ConfigError for the first bad one. Returns ``config`` (values normalised:
+    lists copied, integers in float settings made floats)."""
+    for section_field in dataclasses.fields(config):
+        section = getattr(config, section_field.name)
+        for key in rules_of(type(section)):
+            rule = _rule_or_type_check(type(section), key)
+            setattr(section, key, check_setting(section_field.name, key, rule, getattr(section, key)))
+    for relation in _RELATIONS:
+        problem = relation(config)
+        if problem is not None:
+            raise ConfigError(problem)
+    return config
+
+
 def _apply(section: Any, values: dict[str, Any], where: str) -> None:
     known = {f.name: f for f in dataclasses.fields(section)}
     for key, value in values.items():
         if key not in known:
             raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(known))}")
-        current = getattr(section, key)
-        if isinstance(current, bool) and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-        if isinstance(current, (int, float)) and not isinstance(current, bool):
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-            value = type(current)(value)
-        setattr(section, key, value)
+        setattr(section, key, check_setting(where, key, _rule_or_type_check(type(section), key), value))
 
 
 def config_from_dict(values: dict[str, Any]) -> Config:
-    """Build a Config from nested dicts (the shape of the TOML file)."""
+    """Build a Config from nested dicts (the shape of the TOML file), every setting checked
+    (:func:`check_config`)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"a config is a table of sections, got {_shown(values)}")
     config = Config()
     for name, section_values in values.items():
-        if not hasattr(config, name) or not isinstance(section_values, dict):
-            raise ConfigError(f"unknown config section [{name}]; known: db, generate, fetch, update, urls")
+        if name not in _SECTIONS or not isinstance(section_values, dict):
+            raise ConfigError(f"unknown config section [{name}]; known: {', '.join(_SECTIONS)}")
         _apply(getattr(config, name), section_values, name)
-    validate_allowed_networks(config.fetch)
-    return config
-
-
-def validate_allowed_networks(fetch: FetchConfig) -> None:
-    """ConfigError unless every ``fetch.allowed_networks`` entry is a CIDR network."""
-    from cycles.fetch.addresses import parse_networks
-
-    if not isinstance(fetch.allowed_networks, list):
-        raise ConfigError(f"fetch.allowed_networks: expected a list of CIDR strings, got "
-                          f"{fetch.allowed_networks!r}; e.g. allowed_networks = [\"10.0.0.0/8\"]")
-    try:
-        parse_networks(fetch.allowed_networks)
-    except ValueError as exc:
-        raise ConfigError(f"fetch.allowed_networks: {exc}") from None
+    return check_config(config)
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -421,4 +749,9 @@ def load_config(path: str | Path | None) -> Config:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    return config_from_dict(values)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    try:
+        return config_from_dict(values)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None

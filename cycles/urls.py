@@ -83,7 +83,7 @@ import operator
 import re
 from collections.abc import Sequence
 from typing import Optional
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urljoin
 
 import idna
 import pyarrow as pa
@@ -99,10 +99,12 @@ __all__ = [
     "canonical_mask",
     "host_hash",
     "host_hashes",
+    "join_url",
     "normalize_url",
     "rejection_reason",
     "remove_dot_segments",
     "resolve_reference",
+    "url_authority",
     "url_host",
 ]
 
@@ -255,6 +257,24 @@ def resolve_reference(ref: str, base: str) -> str:
     return "".join(out)
 
 
+def join_url(base: str, ref: str) -> str:
+    """``urllib.parse.urljoin(base, ref)``, total: where urljoin raises ValueError (an
+    unclosed IPv6 bracket, ``http://[a/``; a netloc that NFKC changes) it is
+    :func:`resolve_reference`, which never raises. For a redirect's Location, whose target
+    is then normalised like any link (and dropped, counted, if it is no URL): a hostile
+    server's Location once crashed the fetch worker on every retry."""
+    try:
+        return urljoin(base, ref)
+    except ValueError:
+        return resolve_reference(ref, base)
+
+
+def url_authority(url: str) -> str:
+    """The authority (``host:port``, with any userinfo) of ``url``, lower case, by RFC 3986
+    appendix B; "" if it has none. Never raises (``urlsplit`` does on ``http://[a/``)."""
+    return (_RFC3986_SPLIT.fullmatch(url).group(2) or "").lower()
+
+
 # --- Hosts ----------------------------------------------------------------------------
 _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
 _MAX_HOST = 253
@@ -405,6 +425,11 @@ def _canon_authority(scheme: str, authority: str) -> Optional[str]:
             port = ""
     if port:
         if not (port.isascii() and port.isdigit()):
+            return None
+        port = port.lstrip("0") or "0"
+        if len(port) > 5:
+            # Too big for a port; and int() itself raises ValueError past 4,300 digits,
+            # which once made one poison <a href> crash every retry of update.
             return None
         number = int(port)
         if number > 65535:

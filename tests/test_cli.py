@@ -49,6 +49,28 @@ def test_junk_seed_lines_are_reported_and_skipped(tmp_path):
     assert '"urls": 2' in status.output
 
 
+def test_poison_seed_lines_are_counted_skips(tmp_path):
+    """Lines that once crashed inject (a port of 5,000 digits: int() raised ValueError) or
+    could (NUL bytes, lone brackets, huge hosts, invalid UTF-8) are skipped and counted."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_bytes(b"http://good.example/\n"
+                      b"http://a.example:" + b"9" * 5000 + b"/\n"
+                      b"http://a.example:" + b"0" * 5000 + b"80/\n"
+                      b"http://\x00nul.example/\n"
+                      b"\x00\x00\x00\n"
+                      b"http://[::1/\n"
+                      b"http://" + b"9" * 5000 + b"/\n"
+                      b"http://\xed\xa0\x80.example/\n"
+                      b"https://good.example/two\x00\n")
+    result = crawl(tmp_path / "data", "inject", str(seeds))
+    assert result.exit_code == 0, result.output
+    assert "injected: 3 new" in result.output
+    assert "6 rejected (unparseable: 6)" in result.output
+    assert "skipped line 2 (unparseable)" in result.output and "skipped line 8 (unparseable)" in result.output
+    status = crawl(tmp_path / "data", "status", "--json")
+    assert '"urls": 3' in status.output
+
+
 def test_missing_seeds_file_is_a_clear_error(tmp_path):
     result = crawl(tmp_path / "data", "inject", str(tmp_path / "nope.txt"))
     assert result.exit_code == 2 and "cannot read seeds file" in result.output

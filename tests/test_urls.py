@@ -472,6 +472,21 @@ def test_drop_params_argument_and_config():
     assert Normalizer(UrlConfig(drop_params=["a?"])).normalize("http://e.com/?ab=1&a?=2") == "http://e.com/?ab=1"
 
 
+@pytest.mark.parametrize("url, expected", [
+    ("http://a.com/x?ASPSESSIONIDQQGGQGRS=ABCDEF&b=1", "http://a.com/x?b=1"),  # classic ASP: random suffix
+    ("http://a.com/x?ASPSESSIONIDAAB=1", "http://a.com/x"),
+    ("http://a.com/x?aspsessionid=1", "http://a.com/x"),
+    ("http://a.com/x?ASP.NET_SessionId=1&b=2", "http://a.com/x?b=2"),
+    ("http://a.com/x?osCsid=1&zenid=2&PHPSESSID=3&b=4", "http://a.com/x?b=4"),
+    ("http://a.com/x;jsessionid=ABC?b=1", "http://a.com/x?b=1"),  # as a path parameter
+    ("http://a.com/x;JSESSIONID=ABC.node1", "http://a.com/x"),
+    ("http://a.com/dir;jsessionid=1/page", "http://a.com/dir/page"),
+    ("http://a.com/x?aspsessionidfoo_bar=1&xaspsessionid=2", "http://a.com/x?xaspsessionid=2"),  # prefix only
+])
+def test_default_session_params_are_dropped(url, expected):
+    assert normalize_url(url) == expected
+
+
 def test_normalizer_switches_base():
     n = Normalizer(UrlConfig())
     assert n.normalize("x", "http://a.com/1/2") == "http://a.com/1/x"

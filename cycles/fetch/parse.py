@@ -332,6 +332,16 @@ def _remove_dot_segments(path: str) -> str:
     return "/".join(output)
 
 
+def _split(url: str):
+    """urlsplit, or the parts of "" for a URL it refuses: an unclosed IPv6 bracket
+    ("http://[a/") or a netloc that NFKC changes raise ValueError, and a <base href> like
+    that once crashed the fetch worker on its page."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return urlsplit("")
+
+
 def _make_resolver(base: str):
     """A function href -> absolute http(s) URL without fragment (or None), for one base.
 
@@ -341,7 +351,7 @@ def _make_resolver(base: str):
     ``http:p`` is relative). If ``base`` is not an absolute http(s) URL, only absolute
     http(s) links resolve.
     """
-    parts = urlsplit(base)
+    parts = _split(base)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.netloc:
         relative_resolve = _make_resolver("http://invalid.invalid/")
@@ -667,7 +677,7 @@ def _links(scan: _Scan, url: str) -> tuple[list[Link], str | None]:
     resolve = _make_resolver(url)
     if scan.base_href is not None:
         base = resolve(scan.base_href)
-        if base is not None:
+        if base is not None and _split(base).netloc:  # WHATWG: an unparseable base href is ignored
             resolve = _make_resolver(base)
     page_nofollow = scan.nofollow
     links: list[Link] = []

@@ -281,6 +281,7 @@ def robots_redirect_ok(from_url: str, to_url: str, hops: int, max_hops: int = Fe
         return False
     try:
         target = urlsplit(to_url)
+        target.port  # ValueError for a port out of range: the fetcher's resolve_entries would raise it
     except ValueError:
         return False
     if target.scheme.lower() not in ("http", "https") or not target.hostname:

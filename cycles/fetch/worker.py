@@ -62,7 +62,7 @@ import signal
 import time
 import traceback
 from collections import Counter
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import pycurl
 
@@ -81,7 +81,7 @@ from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCA
                                    decoded_body, resolve_entries, robots_body)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
-from cycles.urls import Normalizer, UrlFilter, host_hash, url_host
+from cycles.urls import Normalizer, UrlFilter, host_hash, join_url, url_authority, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -349,7 +349,7 @@ class PartitionFetcher:
             self._robots_not_modified(slot, transfer)
             return
         if status is not None and 300 <= status < 400 and transfer.header("location"):
-            target = urljoin(transfer.request.url, transfer.header("location"))
+            target = join_url(transfer.request.url, transfer.header("location"))
             slot.robots_hops += 1
             if robots_redirect_ok(transfer.request.url, target, slot.robots_hops, self.fc.max_redirects):
                 slot.robots_url = target
@@ -509,14 +509,14 @@ class PartitionFetcher:
             slot.backoffs = 0
             self.output.add(self._row(item, O.NOT_MODIFIED, **common), [])
         elif 300 <= status < 400 and transfer.header("location"):
-            target = urljoin(item["url"], transfer.header("location"))
+            target = join_url(item["url"], transfer.header("location"))
             self.stats["fetch/redirect"] += 1
             if target.split("#", 1)[0] == item["url"]:
                 # A redirect to itself can only loop: record it, follow nothing.
                 self.stats["fetch/redirect_loop"] += 1
                 self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error="redirect to itself", **common), [])
                 return
-            if urlsplit(target).netloc.lower() != urlsplit(item["url"]).netloc.lower():
+            if url_authority(target) != url_authority(item["url"]):
                 self.stats["fetch/redirect_cross_host"] += 1
             error = self._follow_redirect(slot, item, target)
             self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error=error, **common),
