@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -26,7 +27,7 @@ from typer.core import TyperGroup
 
 from cycles.config import Config, load_config
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_USER_ERROR, CrawlError,
-                           Interrupted, NothingToDo, StageError)
+                           Interrupted, NothingToDo, StageError, is_damaged_parquet)
 from cycles.store import Store
 
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
@@ -47,6 +48,9 @@ DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too l
 
 FAILED_READ = re.compile(r'Failed to read file "([^"]+)": (.*)', re.S)
 """DuckDB's error for a Parquet file it cannot decode (a flipped bit, a truncated page)."""
+
+CORRUPT_SCAN_S = 30.0
+"""How long, at most, to look for the damaged file DuckDB did not name (:func:`find_undecodable_file`)."""
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -74,20 +78,57 @@ def disk_full(exc: BaseException) -> bool:
                or any(text in str(e) for text in DISK_FULL_TEXTS) for e in _chain(exc))
 
 
-def corrupt_file_message(exc: BaseException) -> str | None:
-    """A one-line repair message for DuckDB's "cannot decode this Parquet file" errors."""
+def corrupt_file_message(exc: BaseException, store: Store | None) -> str | None:
+    """A one-line repair message for DuckDB's errors decoding a Parquet file (a flipped bit,
+    a truncated page); None for other errors."""
     if "duckdb" not in type(exc).__module__:
         return None
-    match = FAILED_READ.search(str(exc))
-    if not match:
+    text = str(exc)
+    match = FAILED_READ.search(text)
+    if match:
+        path, reason = match.group(1), " ".join(match.group(2).split())
+    elif is_damaged_parquet(text):
+        reason = " ".join(text.split())
+        path = find_undecodable_file(store) if store is not None else None
+        if path is None:
+            return (f"a Parquet file of the store cannot be decoded ({reason}); restore the store from backup, or "
+                    "point crawldb/CURRENT at an older intact version")
+    else:
         return None
-    path, reason = match.group(1), " ".join(match.group(2).split())
     if "/crawldb/" in path or "/hostdb/" in path:
-        fix = (f"restore it from backup, or point {Path(path).parent.parent / 'CURRENT'} at an older intact "
-               "version")
+        fix = f"restore it from backup, or point {path.rsplit('/', 2)[0]}/CURRENT at an older intact version"
     else:
         fix = "restore it from backup, or remove its segment folder and run the stage that wrote it again"
     return f"{path} is corrupt ({reason}); {fix}"
+
+
+def find_undecodable_file(store: Store) -> str | None:
+    """The first file of the current crawl DB or host DB that pyarrow cannot read in full.
+
+    DuckDB does not name the file when a page header is damaged ("TProtocolException:
+    Invalid data"); these tables are what every stage reads. Gives up (None) after
+    CORRUPT_SCAN_S seconds: the message is then less precise, not late.
+    """
+    import duckdb
+
+    deadline = time.monotonic() + CORRUPT_SCAN_S
+    con = duckdb.connect()
+    for name in ("crawldb", "hostdb"):
+        try:
+            manifest = store.manifest(name)
+            files = store.version_files(name, manifest) if manifest else []
+        except (CrawlError, OSError):
+            continue
+        for path in files:
+            if time.monotonic() > deadline:
+                return None
+            try:  # DuckDB's decoder and pyarrow's each miss damage the other finds
+                for _ in con.sql(f"SELECT * FROM {store.duckdb_source(con, [path])}").to_arrow_reader():
+                    pass
+                store.read_table(path)
+            except (CrawlError, duckdb.Error):
+                return store.uri_of(path)
+    return None
 
 
 def save_traceback(exc: BaseException) -> str:
@@ -104,7 +145,7 @@ def save_traceback(exc: BaseException) -> str:
 def report(exc: BaseException, debug: bool = False) -> int:
     """Print one line on stderr for ``exc`` (and its traceback with ``debug``); returns the exit code."""
     code = exit_code_of(exc)
-    corrupt = corrupt_file_message(exc)
+    corrupt = corrupt_file_message(exc, getattr(state, "store", None))
     if isinstance(exc, NothingToDo):
         line = f"crawl: {exc}"
     elif isinstance(exc, CrawlError):
@@ -318,7 +359,9 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
     Example: crawl pages --consumer indexer --out batch.parquet
     """
     from cycles.pages import STDOUT, deliver_feed, read_feed
+    from cycles.status import require_crawldb
 
+    require_crawldb(state.store)  # a wrong --data would register the consumer in a folder nobody crawls
     if out is None and not peek:
         raise CrawlError("crawl pages needs --out FILE (or --out - for Parquet on stdout): the cursor moves only "
                          "once the pages are written there; --peek only counts them")

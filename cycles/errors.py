@@ -26,6 +26,15 @@ EXIT_USER_ERROR = 2
 EXIT_NOTHING_TO_DO = 3
 EXIT_INTERRUPTED = 4
 
+DAMAGED_PARQUET_SIGNS = ("Failed to read file", "TProtocolException", "Decompression", "Corrupt", "corrupt",
+                         "Invalid data", "magic bytes", "checksum")
+"""How a damaged Parquet file (a flipped bit, a truncated page) shows in DuckDB's errors,
+which do not always name the file; the CLI then names it and the repair."""
+
+
+def is_damaged_parquet(message: str) -> bool:
+    return any(sign in message for sign in DAMAGED_PARQUET_SIGNS)
+
 
 class CrawlError(Exception):
     """Base class of every error the crawler raises on purpose (exit code 2 unless a

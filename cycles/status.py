@@ -20,7 +20,7 @@ import duckdb
 from cycles import clock, schema
 from cycles.config import Config
 from cycles.crawldb import crawldb_source_sql, current_bucket_files, register_empty
-from cycles.errors import CrawlError, StageError
+from cycles.errors import CrawlError, StageError, is_damaged_parquet
 from cycles.fetch.hoststate import hostdb_files
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
@@ -133,6 +133,6 @@ def sql_text(store: Store, config: Config, query: str) -> str:
     try:
         return "" if relation is None else str(relation)
     except duckdb.Error as exc:
-        if "Failed to read file" in str(exc):
-            raise  # a corrupt store file, not a bad query: the CLI names the file and the repair
+        if is_damaged_parquet(str(exc)):
+            raise  # a damaged store file, not a bad query: the CLI names the file and the repair
         raise CrawlError(f"query failed: {exc}") from None

@@ -22,6 +22,8 @@ from typer.testing import CliRunner
 
 from cycles import schema
 from cycles.cli import app
+from cycles.config import Config
+from cycles.inject import inject
 from cycles.errors import CrawlError
 from cycles.store import Store, new_id
 
@@ -50,6 +52,8 @@ def publish(store: Store, pages: int, text_bytes: int = 200) -> str:
 @pytest.fixture
 def feed(tmp_path):
     store = Store(tmp_path / "data")
+    (tmp_path / "seeds.txt").write_text("http://127.0.0.1/\n")
+    inject(store, Config(), tmp_path / "seeds.txt")  # a crawl DB: crawl pages checks --data holds a crawl
     names = [publish(store, 3), publish(store, 4)]
     return store, names
 
@@ -158,3 +162,9 @@ def test_a_cursor_moved_meanwhile_is_not_overwritten(feed, tmp_path, monkeypatch
     with pytest.raises(CrawlError, match="moved from start to"):
         pages.deliver_feed(store, "idx", str(tmp_path / "b.parquet"))
     assert read_cursor(store, "idx") == (names[0], True)
+
+
+def test_a_folder_without_a_crawl_db_is_an_error(tmp_path):
+    result = invoke_pages(Store(tmp_path / "elsewhere"), "--consumer", "idx", "--out", str(tmp_path / "b.parquet"))
+    assert result.exit_code == 2 and "no crawl DB" in one_error_line(result)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "b.parquet").exists()
