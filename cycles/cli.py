@@ -274,6 +274,8 @@ def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (defaul
 
     if segment is None:
         waiting_segment("generated", "fetch", "generate")
+    elif (done := state.store.segment_state(segment)) in ("fetched", "updated"):
+        raise NothingToDo(f"fetch: segment {segment} is already {done}; nothing to do")
     result = run(fetch_segment, state.store, state.config, segment, processes)
     c = result.counters
     typer.echo(f"fetched segment {result.segment}: {c.get('fetch/requests', 0)} requests, "

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -144,10 +145,13 @@ def test_nothing_to_do_is_exit_3(store):
         assert crawl(store.root, "generate", "--top-n", "20").exit_code == 0
     assert "no URL is due" in one_line(crawl(store.root, "generate"), 3)
     assert "no URL is due" in one_line(crawl(store.root, "cycle"), 3)
-    for segment in store.segments():  # as if fetched and updated
+    for segment in store.segments():  # as if fetched (nothing came back)
         store.write_marker(segment, "fetched", {"segment": segment})
-        store.write_marker(segment, "updated", {"segment": segment})
     assert "no generated segment waiting" in one_line(crawl(store.root, "fetch"), 3)
+    first = store.segments()[0]
+    assert crawl(store.root, "update", first).exit_code == 0
+    assert "already applied" in one_line(crawl(store.root, "update", first), 3)
+    assert "already updated" in one_line(crawl(store.root, "fetch", first), 3)
 
 
 def test_a_full_disk_is_named(store, monkeypatch, tmp_path):
@@ -160,6 +164,7 @@ def test_a_full_disk_is_named(store, monkeypatch, tmp_path):
     seeds.write_text("http://127.0.0.99:9/\n")
     line = one_line(crawl(store.root, "inject", str(seeds)), 1)
     assert "disk full" in line and "No space left on device" in line
+    Path(re.search(r"traceback in (\S+)\)", line).group(1)).unlink()
     assert store.manifest() == manifest
 
 
@@ -258,3 +263,23 @@ def test_the_real_entry_point_prints_one_line(store, tmp_path):
     corrupt = run("--data", str(store.root), "sql", "SELECT max(url) FROM crawldb")
     assert corrupt.returncode == 2 and "Traceback" not in corrupt.stderr and len(corrupt.stderr.splitlines()) == 1
     assert "is corrupt" in corrupt.stderr
+
+
+@pytest.mark.web
+def test_a_full_disk_in_a_real_process(tmp_path):
+    """RLIMIT_FSIZE makes a write past 32 KB fail with EFBIG, as a full disk fails with ENOSPC."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(f"http://127.0.0.{1 + i % 50}:9/{os.urandom(100).hex()}\n" for i in range(3000)))
+    limit = 32 * 1024
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run([sys.executable, "-m", "cycles", "--data", str(tmp_path / "data"), "inject", str(seeds)],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, preexec_fn=small_files)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "disk full" in result.stderr and "File too large" in result.stderr
+    Path(re.search(r"traceback in (\S+)\)", result.stderr).group(1)).unlink()
+    assert Store(tmp_path / "data").manifest() is None  # nothing installed
+    assert not [p for p in (tmp_path / "data" / "crawldb").rglob("*") if p.suffix in (".parquet", ".tmp")]
