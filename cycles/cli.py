@@ -1,29 +1,197 @@
 """The ``crawl`` command. Each command is a thin call into one library function.
 
-Library errors (:class:`cycles.errors.CrawlError`) become a one-line message on stderr
-and exit code 2; anything else is a bug and shows its traceback.
+Every exception ends as one line on stderr and an exit code (cycles/errors.py):
+0 done, 1 failed (an internal error: its traceback is saved to a file the line names,
+or printed with ``--debug``; or the machine failed it: disk full), 2 a user error (bad
+arguments, config or store state; the line says how to fix it), 3 nothing to do,
+4 interrupted (run the same command again to resume). ``EXIT_CODES`` maps exception
+classes to codes; :class:`CrawlGroup` applies it to every command.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import errno
 import json
+import os
+import re
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from cycles.config import Config, load_config
-from cycles.errors import CrawlError
+from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_USER_ERROR, CrawlError,
+                           Interrupted, NothingToDo, StageError, is_damaged_parquet)
 from cycles.store import Store
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0] + """
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (Interrupted, EXIT_INTERRUPTED),
+    (KeyboardInterrupt, EXIT_INTERRUPTED),
+    (NothingToDo, EXIT_NOTHING_TO_DO),
+    (CrawlError, EXIT_USER_ERROR),
+    (PermissionError, EXIT_USER_ERROR),
+)
+"""Exception class -> exit code, first match wins; anything else exits 1 (EXIT_FAILURE)."""
+
+MAX_MESSAGE_CHARS = 1000
+"""A message is cut to this length: DuckDB quotes whole file lists in some errors."""
+
+DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too large")
+"""How a full disk shows in errors that carry no errno (pyarrow's and DuckDB's I/O errors)."""
+
+FAILED_READ = re.compile(r'Failed to read file "([^"]+)": (.*)', re.S)
+"""DuckDB's error for a Parquet file it cannot decode (a flipped bit, a truncated page)."""
+
+CORRUPT_SCAN_S = 30.0
+"""How long, at most, to look for the damaged file DuckDB did not name (:func:`find_undecodable_file`)."""
+
+
+def exit_code_of(exc: BaseException) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return EXIT_FAILURE
+
+
+def one_line(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 1] + "\u2026"
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def disk_full(exc: BaseException) -> bool:
+    return any((isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS)
+               or any(text in str(e) for text in DISK_FULL_TEXTS) for e in _chain(exc))
+
+
+def corrupt_file_message(exc: BaseException, store: Store | None) -> str | None:
+    """A one-line repair message for DuckDB's errors decoding a Parquet file (a flipped bit,
+    a truncated page); None for other errors."""
+    if "duckdb" not in type(exc).__module__:
+        return None
+    text = str(exc)
+    match = FAILED_READ.search(text)
+    if match:
+        path, reason = match.group(1), " ".join(match.group(2).split())
+    elif is_damaged_parquet(text):
+        reason = " ".join(text.split())
+        path = find_undecodable_file(store) if store is not None else None
+        if path is None:
+            return (f"a Parquet file of the store cannot be decoded ({reason}); restore the store from backup, or "
+                    "point crawldb/CURRENT at an older intact version")
+    else:
+        return None
+    if "/crawldb/" in path or "/hostdb/" in path:
+        fix = f"restore it from backup, or point {path.rsplit('/', 2)[0]}/CURRENT at an older intact version"
+    else:
+        fix = "restore it from backup, or remove its segment folder and run the stage that wrote it again"
+    return f"{path} is corrupt ({reason}); {fix}"
+
+
+def find_undecodable_file(store: Store) -> str | None:
+    """The first file of the current crawl DB or host DB that pyarrow cannot read in full.
+
+    DuckDB does not name the file when a page header is damaged ("TProtocolException:
+    Invalid data"); these tables are what every stage reads. Gives up (None) after
+    CORRUPT_SCAN_S seconds: the message is then less precise, not late.
+    """
+    import duckdb
+
+    deadline = time.monotonic() + CORRUPT_SCAN_S
+    con = duckdb.connect()
+    for name in ("crawldb", "hostdb"):
+        try:
+            manifest = store.manifest(name)
+            files = store.version_files(name, manifest) if manifest else []
+        except (CrawlError, OSError):
+            continue
+        for path in files:
+            if time.monotonic() > deadline:
+                return None
+            try:  # DuckDB's decoder and pyarrow's each miss damage the other finds
+                for _ in con.sql(f"SELECT * FROM {store.duckdb_source(con, [path])}").to_arrow_reader():
+                    pass
+                store.read_table(path)
+            except (CrawlError, duckdb.Error):
+                return store.uri_of(path)
+    return None
+
+
+def save_traceback(exc: BaseException) -> str:
+    """Write the traceback under the system temp folder; returns where (or why it could not)."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(tempfile.gettempdir()) / f"crawl-error-{stamp}-{os.getpid()}.txt"
+    try:
+        path.write_text(" ".join(sys.argv) + "\n\n" + "".join(traceback.format_exception(exc)))
+    except OSError as write_error:
+        return f"traceback not saved ({write_error.strerror}); rerun with --debug to see it"
+    return f"traceback in {path}"
+
+
+def report(exc: BaseException, debug: bool = False) -> int:
+    """Print one line on stderr for ``exc`` (and its traceback with ``debug``); returns the exit code."""
+    code = exit_code_of(exc)
+    corrupt = corrupt_file_message(exc, getattr(state, "store", None))
+    if isinstance(exc, NothingToDo):
+        line = f"crawl: {exc}"
+    elif isinstance(exc, CrawlError):
+        line = f"crawl: error: {exc}"
+    elif isinstance(exc, KeyboardInterrupt):
+        line = "crawl: interrupted; nothing half-written was installed, run the same command again to resume"
+    elif corrupt:
+        code, line = EXIT_USER_ERROR, f"crawl: error: {corrupt}"
+    elif disk_full(exc):
+        line = (f"crawl: error: disk full ({exc}); free space and run the command again: nothing half-written "
+                f"was installed ({save_traceback(exc)})")
+    elif isinstance(exc, PermissionError):
+        line = f"crawl: error: {exc.strerror}: {exc.filename}; a read-only store can only be read (crawl status, crawl sql)"
+    else:
+        line = f"crawl: internal error: {type(exc).__name__}: {exc} ({save_traceback(exc)}; please report it)"
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    typer.secho(one_line(line), err=True, fg=typer.colors.RED if code in (EXIT_FAILURE, EXIT_USER_ERROR) else None)
+    return code
+
+
+class CrawlGroup(TyperGroup):
+    """The command group; its ``invoke`` turns any exception of any command (or of the
+    global options) into one line and an exit code, never a traceback."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # KeyboardInterrupt too: exit 4, not click's "Aborted!" and 1
+            if type(exc).__module__.split(".")[0] in ("click", "typer"):
+                raise  # usage errors, --help and explicit exits: click (typer's own copy) reports them
+            raise typer.Exit(report(exc, debug=bool(ctx.params.get("debug")))) from None
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=CrawlGroup, pretty_exceptions_enable=False,
+                  help=__doc__.split("\n")[0] + """
 
 A cycle is generate -> fetch -> update over a Parquet crawl DB in --data (default ./data).
 
     crawl inject seeds.txt
     crawl cycle --cycles 3
     crawl status
+
+Exit codes: 0 done, 1 failed, 2 user error, 3 nothing to do, 4 interrupted (run again to resume).
 """)
 
 
@@ -40,28 +208,28 @@ def main(
     data: str = typer.Option("./data", "--data", help="Store: a folder, or s3://bucket/prefix (endpoint and "
                              "credentials from the AWS settings: AWS_ENDPOINT_URL, AWS_PROFILE, ...)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file (see cycles/config.py)."),
+    debug: bool = typer.Option(False, "--debug", help="On a failure, also print the traceback."),
 ) -> None:
     """Global options: where the store is, which config to use."""
-    try:
-        state.config = load_config(config)
-    except CrawlError as exc:
-        fail(exc)
-    try:
-        state.store = Store(data)
-    except CrawlError as exc:
-        fail(exc)
-
-
-def fail(exc: Exception) -> None:
-    typer.secho(f"crawl: error: {exc}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(getattr(exc, "exit_code", 2))  # FetchInterrupted: 75, resumable
+    state.config = load_config(config)
+    state.store = Store(data)
 
 
 def run(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except CrawlError as exc:
-        fail(exc)
+    """Call the library function of a command. Its errors are reported by :class:`CrawlGroup`."""
+    return fn(*args, **kwargs)
+
+
+def waiting_segment(wanted: str, stage: str, previous: str) -> None:
+    """Raise NothingToDo when no segment waits in state ``wanted`` for ``stage`` (exit 3, not
+    an error: cron runs stages on a timer and must tell idle from failed)."""
+    store = state.store
+    if any(store.segment_state(s) == wanted for s in store.segments()):
+        return
+    if store.manifest("crawldb") is None:
+        raise StageError(f"{stage}: there is no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
+    raise NothingToDo(f"{stage}: no {wanted} segment waiting in {store.uri_of(store.path('segments'))}; "
+                      f"run `crawl {previous}` first")
 
 
 @app.command()
@@ -90,10 +258,9 @@ def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most 
 
     result = run(do_generate, state.store, state.config, top_n=top_n)
     if result.segment is None:
-        typer.echo(f"generate: no segment made: {result.reason}")
-    else:
-        typer.echo(f"generated segment {result.segment}: {result.urls} URLs on {result.hosts} hosts, "
-                   f"{result.partitions} partitions")
+        raise NothingToDo(f"generate: no segment made: {result.reason}")
+    typer.echo(f"generated segment {result.segment}: {result.urls} URLs on {result.hosts} hosts, "
+               f"{result.partitions} partitions")
 
 
 @app.command()
@@ -105,6 +272,10 @@ def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (defaul
     """
     from cycles.fetch.fetch import fetch_segment
 
+    if segment is None:
+        waiting_segment("generated", "fetch", "generate")
+    elif (done := state.store.segment_state(segment)) in ("fetched", "updated"):
+        raise NothingToDo(f"fetch: segment {segment} is already {done}; nothing to do")
     result = run(fetch_segment, state.store, state.config, segment, processes)
     c = result.counters
     typer.echo(f"fetched segment {result.segment}: {c.get('fetch/requests', 0)} requests, "
@@ -120,10 +291,11 @@ def update(segment: Optional[str] = typer.Argument(None, help="Segment id (defau
     """
     from cycles.update.update import update_segment
 
+    if segment is None:
+        waiting_segment("fetched", "update", "fetch")
     result = run(update_segment, state.store, state.config, segment)
     if not result.applied:
-        typer.echo(f"update: segment {result.segment}: {result.reason}")
-        return
+        raise NothingToDo(f"update: segment {result.segment}: {result.reason}")
     c = result.counters
     dropped = {k: v for k, v in sorted(c.items()) if k.startswith("filter/")}
     typer.echo(f"updated from segment {result.segment}: {c.get('update/results', 0)} results, "
@@ -139,11 +311,10 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
     """
     from cycles.cycle import run_cycles
 
-    def lines() -> None:  # the cycle's errors surface while iterating: inside run()
-        for line in run_cycles(state.store, state.config, cycles, top_n=top_n):
-            typer.echo(line)
-
-    run(lines)
+    for number, line in enumerate(run(run_cycles, state.store, state.config, cycles, top_n=top_n)):
+        if number == 0 and line.endswith("; stopping"):
+            raise NothingToDo(line)  # the first generate made no segment: not one cycle ran
+        typer.echo(line)
 
 
 @app.command()
@@ -191,22 +362,34 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 @app.command()
 def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; its cursor is kept in the store."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Write the pages read to this Parquet file."),
-          peek: bool = typer.Option(False, "--peek", help="Read without moving the cursor."),
+          out: Optional[str] = typer.Option(None, "--out", help="Write the pages to this Parquet file (atomically; "
+                                            "'-': to stdout); the cursor moves only once it is written."),
+          peek: bool = typer.Option(False, "--peek", help="Do not move the cursor (without --out: only count)."),
           limit: Optional[int] = typer.Option(None, "--limit", help="At most this many batches.")) -> None:
-    """Read the new or changed pages published since this consumer's last read, then commit.
+    """Write the new or changed pages published since this consumer's last read, then move its cursor.
+
+    The cursor moves only after --out is completely written, so a failed write loses
+    nothing: the next read gets the same pages. Exit code 3: no new pages (--out then
+    holds none). One reader per consumer name at a time.
 
     Example: crawl pages --consumer indexer --out batch.parquet
     """
-    from cycles.pages import read_feed
+    from cycles.pages import STDOUT, deliver_feed, read_feed
+    from cycles.status import require_crawldb
 
-    result = run(read_feed, state.store, consumer, not peek, limit)
-    if out is not None:
-        import pyarrow.parquet as pq
-
-        pq.write_table(result.table, out, compression="zstd")
-    typer.echo(f"consumer {consumer}: {result.pages} pages in {len(result.batches)} batches"
+    require_crawldb(state.store)  # a wrong --data would register the consumer in a folder nobody crawls
+    if out is None and not peek:
+        raise CrawlError("crawl pages needs --out FILE (or --out - for Parquet on stdout): the cursor moves only "
+                         "once the pages are written there; --peek only counts them")
+    if out is None:
+        result = run(read_feed, state.store, consumer, False, limit)
+    else:
+        result = run(deliver_feed, state.store, consumer, out, not peek, limit)
+    summary = (f"consumer {consumer}: {result.pages} pages in {len(result.batches)} batches"
                + (f" -> {out}" if out else "") + ("" if result.committed else " (peek: cursor not moved)"))
+    if not result.batches:
+        raise NothingToDo(summary + "; no new pages")
+    typer.echo(summary, err=out == STDOUT)  # stdout then carries the Parquet file
 
 
 @app.command()
@@ -215,10 +398,9 @@ def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts
 
     Example: crawl sql "SELECT status, count(*) FROM crawldb GROUP BY ALL"
     """
-    from cycles.status import run_sql
+    from cycles.status import sql_text
 
-    table = run(run_sql, state.store, state.config, query)
-    typer.echo(table)
+    typer.echo(run(sql_text, state.store, state.config, query))
 
 
 @app.command()

@@ -11,21 +11,49 @@ Views available to ``crawl sql``:
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import duckdb
 
 from cycles import clock, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
-from cycles.errors import CrawlError
+from cycles.crawldb import crawldb_source_sql, current_bucket_files, register_empty
+from cycles.errors import CrawlError, StageError, is_damaged_parquet
 from cycles.fetch.hoststate import hostdb_files
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
 
 
+def connect_read_only(config: Config) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for reading the store that never writes into it.
+
+    Its spill files go to the system temp folder (one folder per process, removed by
+    DuckDB when the connection closes), not to the store's ``.duckdb-tmp`` as the stages'
+    connections do: ``crawl status`` and ``crawl sql`` must work on a read-only store
+    (a backup, a snapshot, another user's crawl) and leave it byte-identical.
+    """
+    con = duckdb.connect()
+    spill = Path(tempfile.gettempdir()) / f"crawl-read-{os.getpid()}.duckdb-tmp"
+    con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
+    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads))}")
+    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def require_crawldb(store: Store) -> None:
+    """A store without a crawl DB is an error, not an empty result: most likely ``--data``
+    points at the wrong folder."""
+    if store.manifest("crawldb") is None:
+        raise StageError(f"no crawl DB in {store.uri}; check --data, or start with `crawl inject seeds.txt`")
+
+
 def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
-    con = connect(store, config)
+    con = connect_read_only(config)
     register_empty(con)
     manifest, files = current_bucket_files(store)
     source = crawldb_source_sql(files, con, store, manifest.schema_version if manifest else schema.SCHEMA_VERSION)
@@ -46,9 +74,8 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
 
 
 def crawl_status(store: Store, config: Config) -> dict:
+    require_crawldb(store)
     manifest, files = current_bucket_files(store)
-    if manifest is None:
-        raise CrawlError(f"no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
     con = open_views(store, config)
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
     now = clock.now()
@@ -98,8 +125,22 @@ def format_status(report: dict) -> str:
 
 
 def run_sql(store: Store, config: Config, query: str):
+    """The query's relation over :func:`open_views` (not run yet: DuckDB runs it when read)."""
+    require_crawldb(store)
     con = open_views(store, config)
     try:
         return con.sql(query)
     except duckdb.Error as exc:
+        raise CrawlError(f"query failed: {exc}") from None
+
+
+def sql_text(store: Store, config: Config, query: str) -> str:
+    """The query's result as a printable table. Run here, so that its errors (a bad query,
+    a corrupt file met while reading) are reported like any other, not while printing."""
+    relation = run_sql(store, config, query)
+    try:
+        return "" if relation is None else str(relation)
+    except duckdb.Error as exc:
+        if is_damaged_parquet(str(exc)):
+            raise  # a damaged store file, not a bad query: the CLI names the file and the repair
         raise CrawlError(f"query failed: {exc}") from None

@@ -124,4 +124,7 @@ def test_update_before_fetch_is_refused(tmp_path):
     crawl(tmp_path / "data", "inject", str(seeds))
     crawl(tmp_path / "data", "generate")
     result = crawl(tmp_path / "data", "update")
-    assert result.exit_code == 2 and "run `crawl fetch` first" in result.output
+    assert result.exit_code == 3 and "run `crawl fetch` first" in result.output  # nothing fetched: nothing to do
+    segment = Store(tmp_path / "data").segments()[0]
+    result = crawl(tmp_path / "data", "update", segment)
+    assert result.exit_code == 2 and f"run `crawl fetch {segment}` first" in result.output  # named: an error

@@ -223,7 +223,7 @@ def test_cli_on_s3(s3_store, tmp_path):
     result = runner.invoke(app, ["--data", s3_store.uri, "sql", "SELECT count(*) AS n FROM crawldb"])
     assert result.exit_code == 0 and "2" in result.output
     result = runner.invoke(app, ["--data", s3_store.uri, "update"])
-    assert result.exit_code == 2 and "run `crawl fetch` first" in result.output
+    assert result.exit_code == 3 and "run `crawl fetch` first" in result.output
 
 
 def test_corrupt_crawldb_file_on_s3_is_named(s3_store, config, tmp_path):

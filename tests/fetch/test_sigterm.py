@@ -1,6 +1,6 @@
 """SIGTERM (what Airflow, systemd and Kubernetes send) to a running ``crawl fetch``: the
 pages fetched so far are committed (with a long ``flush_s`` they sat in memory and were
-lost), the stage exits 75 saying how to resume, and the resumed fetch does not ask for
+lost), the stage exits 4 saying how to resume, and the resumed fetch does not ask for
 them again."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_a_stop_signal_commits_the_fetched_pages_and_the_fetch_resumes(tmp_path,
             if first.poll() is None:
                 first.kill()
                 first.wait()
-        assert first.returncode == 75, err
+        assert first.returncode == 4, err
         err = err.decode()
         assert "Traceback" not in err and f"crawl fetch {segment}" in err and len(err.strip().splitlines()) == 1, err
         before = web.requests()
