@@ -277,7 +277,8 @@ Rule = Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | Ho
 
 DAY_S = 86400
 MEMORY = Memory()
-HEADER_VALUE = Text("a non-empty string without control characters (it is sent as a header)")
+# pycurl refuses a non-ASCII str (UnicodeEncodeError at the first request of every worker).
+HEADER_VALUE = Text("printable ASCII (it is sent as a header)", r"[\x20-\x7e]+")
 PRODUCT_TOKEN = Text("a product token: letters, digits, '-' and '_' (RFC 9309 §2.2.1)", r"[A-Za-z0-9_-]+")
 
 

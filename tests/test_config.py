@@ -56,7 +56,7 @@ def bad_values(rule) -> list:
     if isinstance(rule, Flag):
         return ["true", 1, 0, None]
     if isinstance(rule, Text):
-        return ["", "   ", 5, ["a"], "a\r\nX-Injected: 1"] + (["not a token!"] if rule.pattern else [])
+        return ["", "   ", 5, ["a"], "a\r\nX-Injected: 1", "bot\x00"] + (["not a token! é"] if rule.pattern else [])
     if isinstance(rule, Memory):
         return ["4", "lots", "1KB", "-1GB", "4GB'; SELECT 1; --", 4, "80%"]
     if isinstance(rule, Strings):
@@ -151,6 +151,12 @@ def test_shapes_of_the_file():
         config_from_dict({"db": {"bucket": 3}})
     with pytest.raises(ConfigError, match="a config is a table of sections"):
         config_from_dict(["db"])
+
+
+def test_user_agent_is_printable_ascii():
+    """pycurl raises UnicodeEncodeError for a non-ASCII User-Agent: refused at load."""
+    with pytest.raises(ConfigError, match=r"fetch\.user_agent = 'bot é' is not allowed: expected printable ASCII"):
+        config_from_dict({"fetch": {"user_agent": "bot é"}})
 
 
 def test_good_values_are_kept():

@@ -50,7 +50,7 @@ POISON = [
 ]
 
 
-def check_canonical(out, limit: int = UrlConfig().max_length) -> None:
+def check_canonical(out) -> None:
     """What a Normalizer returns: None, or a canonical http(s) URL (module doc rules)."""
     if out is None:
         return
@@ -61,14 +61,13 @@ def check_canonical(out, limit: int = UrlConfig().max_length) -> None:
     authority = out.split("://", 1)[1].split("/", 1)[0]
     assert authority and "?" not in authority and "@" not in authority, out
     assert NORMALIZER.normalize(out) == out, out  # idempotent
-    del limit
 
 
 @pytest.mark.parametrize("url", POISON)
 def test_poison_urls_give_none_or_a_url(url):
     out = NORMALIZER.normalize(url)
     check_canonical(out)
-    assert NORMALIZER.normalize("x", url) is None or NORMALIZER.normalize("x", url).startswith("http")
+    check_canonical(NORMALIZER.normalize("x", url))  # the poison as a page's base
     assert FILTER.reason(out) is None or isinstance(FILTER.reason(out), str)
     assert rejection_reason(url) in ("unparseable", "scheme")
 
@@ -101,7 +100,7 @@ def test_filter_and_rejection_reason_are_total(url):
         assert len(out) <= FILTER.max_length
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(TEXT, TEXT)
 def test_resolve_reference_is_total(ref, base):
     assert isinstance(resolve_reference(ref, base), str)
