@@ -264,7 +264,7 @@ def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most 
 
 
 @app.command()
-def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (default: newest generated)."),
+def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (default: the oldest generated or interrupted one)."),
           processes: Optional[int] = typer.Option(None, "--processes", "-p", help="Worker processes.")) -> None:
     """Fetch a generated segment; run it again after a crash to resume.
 

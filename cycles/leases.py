@@ -3,8 +3,10 @@
 A URL is leased while it sits in the fetch list of a segment that has not been updated
 yet and whose lease (``lease_until`` in the segment's generated marker, generate
 time + ``generate.lease_s``) has not run out (cycles/segment.py). Update ends the lease by
-writing the segment's updated marker, ``crawl abandon`` by an abandoned one; a segment that is never updated lets its URLs become due
-again when the lease runs out.
+writing the segment's updated marker, ``crawl abandon`` by an abandoned one; a segment
+that is never updated lets its URLs become due again when the lease runs out (and the
+next generate abandons it: applied after its URLs were leased again, it would put older
+results over newer rows).
 
 The fetch lists *are* the lease table: generate writes them anyway, so leasing costs
 nothing, and the crawl DB is not rewritten just to mark the chosen rows (that rewrite was

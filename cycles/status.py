@@ -109,8 +109,8 @@ def format_status(report: dict) -> str:
     lines.append(f"pages feed: {report['feed_batches']} batches; consumers: "
                  + (", ".join(f"{k} (at {v or 'start'})" for k, v in report["feed_consumers"].items()) or "none"))
     states: dict[str, int] = {}
-    for seg in report["segments"]:
-        states[seg["state"]] = states.get(seg["state"], 0) + 1
+    for s in report["segments"]:
+        states[s["state"]] = states.get(s["state"], 0) + 1
     lines.append(f"segments {len(report['segments'])}: " + ", ".join(f"{v} {k}" for k, v in sorted(states.items())))
     if report["segments"]:
         last = report["segments"][-1]

@@ -19,7 +19,8 @@ Layout (the same on both)::
         warc/part-NNNNN-cNNNNNN.warc.gz       raw responses, one WARC file per chunk
         hosts/part-NNNNN.parquet       host state after fetching the partition (schema.HOSTS)
         stats/<stage>-*.json           counters of each stage
-        _GENERATED, _FETCHED, _UPDATED markers (JSON), written last by each stage
+        _GENERATED, _FETCHING, _FETCHED, _UPDATED, _ABANDONED markers (JSON), written last
+                                       by each stage: the lifecycle, see cycles/segment.py
 
 Rules that keep a crash harmless:
 

@@ -426,7 +426,7 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
         first.wait()
         time.sleep(0.5)
         before = len(store.list(fetched_dir, "part-*.parquet"))
-        assert store.segment_state(segment) == "generated"
+        assert store.segment_state(segment) == "fetching"  # started, not finished (cycles/segment.py)
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr
         assert store.segment_state(segment) == "fetched"

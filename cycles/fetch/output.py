@@ -183,7 +183,7 @@ class PartitionOutput:
     def _open_warc(self) -> None:
         if self._warc_fh is None:
             name = chunk_name(self.partition, self.chunk) + ".warc.gz"
-            self._warc_tmp = self.store.staging_file(self.dir / "warc" / name)
+            self._warc_tmp = self.store.staging_file(self.dir / seg.WARC / name)
             # A 1 MiB buffer: one write(2) per ~80 pages rather than one or two per page.
             self._warc_fh = open(self._warc_tmp, "wb", buffering=WARC_BUFFER_BYTES)
             buffer = io.BytesIO()

@@ -9,7 +9,9 @@ atomically (see cycles/crawldb.py). The rules:
 - outlinks are normalised and filtered (cycles/urls.py; every drop counted by reason),
   nofollow links dropped, deduplicated, and only URLs the crawl DB does not hold are
   added (anti-join) — the crawl DB is the exact seen-set, so no URL gets two rows;
-- the segment's leases end with its ``_UPDATED`` marker (cycles/leases.py), fetched or not;
+- the segment's leases end with its updated marker (cycles/leases.py), fetched or not;
+- segments are applied in generation order, and only whole: every chunk the fetched
+  marker lists must be there (cycles/segment.py);
 - a fetch result for a URL the crawl DB does not hold yet (a redirect target followed
   inline) adds that URL, with the result applied;
 - the segment's host state (last request time, robots.txt) is merged into the host DB.
