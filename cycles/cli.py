@@ -220,11 +220,11 @@ def run(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def waiting_segment(wanted: str, stage: str, previous: str) -> None:
-    """Raise NothingToDo when no segment waits in state ``wanted`` for ``stage`` (exit 3, not
-    an error: cron runs stages on a timer and must tell idle from failed)."""
+def waiting_segment(wanted: str, stage: str, previous: str, also: tuple[str, ...] = ()) -> None:
+    """Raise NothingToDo when no segment waits in state ``wanted`` (or one of ``also``) for
+    ``stage`` (exit 3, not an error: cron runs stages on a timer and must tell idle from failed)."""
     store = state.store
-    if any(store.segment_state(s) == wanted for s in store.segments()):
+    if any(store.segment_state(s) in (wanted, *also) for s in store.segments()):
         return
     if store.manifest("crawldb") is None:
         raise StageError(f"{stage}: there is no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
@@ -273,7 +273,7 @@ def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (defaul
     from cycles.fetch.fetch import fetch_segment
 
     if segment is None:
-        waiting_segment("generated", "fetch", "generate")
+        waiting_segment("generated", "fetch", "generate", also=("fetching",))  # "fetching": a fetch to resume
     elif (done := state.store.segment_state(segment)) in ("fetched", "updated"):
         raise NothingToDo(f"fetch: segment {segment} is already {done}; nothing to do")
     result = run(fetch_segment, state.store, state.config, segment, processes)

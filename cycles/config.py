@@ -252,9 +252,11 @@ class Networks:
     def check(self, value: Any) -> list[str]:
         for network in Strings().check(value):
             try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise Invalid(f"{self.allowed()}; {network!r} is not a network") from None
+                # strict: "10.0.0.1/8" has host bits set; whether its writer meant the host or
+                # the whole /8 cannot be told, and an allow-list must not guess wide.
+                ipaddress.ip_network(network, strict=True)
+            except ValueError as exc:
+                raise Invalid(f"{self.allowed()}; {network!r} is not a network ({exc})") from None
         return list(value)
 
 

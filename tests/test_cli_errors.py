@@ -144,7 +144,6 @@ def test_nothing_to_do_is_exit_3(store):
     for _ in range(2):
         assert crawl(store.root, "generate", "--top-n", "20").exit_code == 0
     assert "no URL is due" in one_line(crawl(store.root, "generate"), 3)
-    assert "no URL is due" in one_line(crawl(store.root, "cycle"), 3)
     for segment in store.segments():  # as if fetched (nothing came back)
         store.write_marker(segment, "fetched", {"segment": segment})
     assert "no generated segment waiting" in one_line(crawl(store.root, "fetch"), 3)
@@ -152,6 +151,14 @@ def test_nothing_to_do_is_exit_3(store):
     assert crawl(store.root, "update", first).exit_code == 0
     assert "already applied" in one_line(crawl(store.root, "update", first), 3)
     assert "already updated" in one_line(crawl(store.root, "fetch", first), 3)
+
+
+def test_a_cycle_with_nothing_pending_and_nothing_due_is_exit_3(tmp_path, monkeypatch):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://127.0.0.10:9/page/0\n")
+    assert crawl(tmp_path / "data", "inject", str(seeds)).exit_code == 0
+    monkeypatch.setenv("CRAWL_CLOCK_OFFSET_S", "-86400")  # the crawl clock a day back: not due yet
+    assert "no URL is due" in one_line(crawl(tmp_path / "data", "cycle"), 3)
 
 
 def test_a_full_disk_is_named(store, monkeypatch, tmp_path):

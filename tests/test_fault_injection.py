@@ -152,7 +152,9 @@ def kill_and_resume(world, snap: str, args: tuple, resume: tuple, kill_at: int) 
     assert killed.returncode == -9, f"not killed at commit point {kill_at}: {killed.stdout}{killed.stderr}"
     after_kill = crawldb_state(data) if Store(data).manifest("crawldb") or snap != "empty" else {}
     resumed = crawl(data, world["config"], *resume)
-    assert resumed.returncode == 0, f"resume after kill at {kill_at} failed: {resumed.stdout}{resumed.stderr}"
+    # 3, nothing to do: the kill came after the stage's work was installed (an update killed
+    # between the swap and its marker finishes by writing the marker).
+    assert resumed.returncode in (0, 3), f"resume after kill at {kill_at} failed: {resumed.stdout}{resumed.stderr}"
     requests = [r for r in world["web"].requests() if r["t_start"] >= started]
     return after_kill, crawldb_state(data), requests
 

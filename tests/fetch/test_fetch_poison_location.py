@@ -79,6 +79,7 @@ def test_poison_location_headers_are_counted_drops(hostile, tmp_path):
     port, seen = hostile
     config = Config()
     config.fetch.resolve = dict(ADDRESSES)
+    config.fetch.allowed_networks = ["127.0.0.0/8"]  # the hostile server is on loopback
     config.fetch.processes = 1
     config.fetch.connect_timeout_s = 2.0
     config.fetch.timeout_s = 5.0
