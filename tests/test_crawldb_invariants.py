@@ -160,3 +160,11 @@ def test_duplicates_across_two_batches_are_found(store, config, tmp_path):
     with pytest.raises(StageError, match="000001' twice"):
         list(checked_rows([first, second], "test", 0, 1))
     assert len(list(checked_rows([first, pa.RecordBatch.from_pylist(rows[2:], schema=keys)], "test", 0, 1))) == 2
+
+
+def test_the_checks_host_hash_is_the_crawlers():
+    from cycles.crawldb import run_host_hashes
+    from cycles.urls import host_hashes
+
+    hosts = pa.array(["a.example", "www.b.example", "xn--bcher-kva.example", "[::1]", "127.0.0.1"])
+    assert run_host_hashes(hosts).tolist() == host_hashes(hosts).to_pylist()
