@@ -196,7 +196,8 @@ def checked_rows(batches: Iterable[pa.RecordBatch], where: str, bucket: int,
             problem = bucket_violation(batch, last, bucket, buckets)
             if problem:
                 raise StageError(f"bucket {bucket} ({where}) would hold {problem}; nothing was installed and "
-                                 "the crawl DB is unchanged; report this as a bug")
+                                 "the crawl DB is unchanged; if it was written before this check, run "
+                                 "`crawl recover --dedupe`, else report this as a bug")
             last = (batch.column("host")[-1].as_py(), batch.column("url")[-1].as_py())
         yield batch
 
