@@ -172,3 +172,8 @@ def test_recover_dedupe_repairs_a_crawl_db_written_with_duplicate_rows(store, co
     assert result.exit_code == 0 and "crawldb: 1 duplicate rows dropped" in result.output, result.output
     inject(store, config, seeds)
     assert url_count(store) == 3
+
+
+def test_recover_has_help_with_an_example():
+    result = CliRunner().invoke(app, ["recover", "--help"])
+    assert result.exit_code == 0 and "Example: crawl recover" in result.output
