@@ -406,7 +406,9 @@ def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts
 @app.command()
 def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: make the newest complete "
                                           "version older than the current one current (after a corrupt bucket)."),
-            table: Optional[str] = typer.Option(None, "--table", help="Only this table: crawldb or hostdb.")) -> None:
+            table: Optional[str] = typer.Option(None, "--table", help="Only this table: crawldb or hostdb."),
+            dedupe: bool = typer.Option(False, "--dedupe", help="Instead: rewrite the crawl DB with one row per "
+                                        "URL (one written before buckets were checked may hold a URL twice).")) -> None:
     """Reinstate the newest complete crawl DB and host DB version when CURRENT is lost.
 
     Complete: sealed by its writer (_COMPLETE), every file present, every page checksum
@@ -414,8 +416,12 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
 
     Example: crawl recover            (or: crawl recover --previous --table crawldb)
     """
-    from cycles.recover import TABLES, recover as do_recover
+    from cycles.recover import TABLES, dedupe_crawldb, recover as do_recover
 
+    if dedupe:
+        dropped = run(dedupe_crawldb, state.store, state.config)
+        typer.echo(f"crawldb: {dropped} duplicate rows dropped")
+        return
     for result in run(do_recover, state.store, previous, (table,) if table else TABLES):
         for version, why in result.skipped:
             typer.echo(f"  {result.table}: passed over {version}: {why}", err=True)

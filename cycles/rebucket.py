@@ -41,7 +41,7 @@ import socket
 from dataclasses import dataclass
 
 from cycles.config import Config
-from cycles.crawldb import bucket_of, connect, current_bucket_files
+from cycles.crawldb import bucket_of, checked_rows, connect, current_bucket_files
 from cycles.errors import StageError
 from cycles.store import Manifest, Store, utcnow
 
@@ -94,8 +94,11 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
                     SELECT {columns} FROM {store.duckdb_source(con, sources)}
                     WHERE {bucket_of('host_hash', buckets)} = {bucket}
                     ORDER BY host, url""").to_arrow_reader(64 * 1024)
-                # write_batches leaves a file even when the bucket is empty.
-                rows += store.write_batches(store.bucket_file(folder, bucket), reader, file_schema)
+                # write_batches leaves a file even when the bucket is empty; the rows are
+                # checked as update's are (one row per URL, each in its bucket).
+                path = store.bucket_file(folder, bucket)
+                rows += store.write_batches(path, checked_rows(reader, store.uri_of(path), bucket, buckets),
+                                            file_schema)
             if rows != old_rows:  # every host in exactly one new bucket: nothing lost or doubled
                 raise StageError(f"rebucket: wrote {rows} rows from {old_rows} in crawl DB version "
                                  f"{manifest.version}; nothing was changed; report this as a bug")

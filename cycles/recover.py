@@ -13,13 +13,20 @@ With ``previous`` it rolls back instead: the newest complete version older than 
 one becomes current — the repair for a bucket found corrupt (``verify_parquet``).
 
 Nothing is deleted: the next stage that installs a version prunes what is not kept.
+
+``dedupe_crawldb`` (``crawl recover --dedupe``) repairs a crawl DB written before buckets
+were checked as they are written, in which a URL has several rows (update once wrote every
+row of a host twice when the host was both a mirror and duplicate-heavy): it writes a new
+version keeping one row per URL, the most recently fetched.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cycles.errors import StoreError
+from cycles.config import Config
+from cycles.crawldb import replace_crawldb
+from cycles.errors import StageError, StoreError
 from cycles.store import Manifest, Store, verify_parquet_file
 
 TABLES = ("crawldb", "hostdb")
@@ -93,3 +100,21 @@ def complete_version(store: Store, table: str, version: str) -> tuple[Manifest |
         except StoreError as exc:
             return None, str(exc).split(";")[0]
     return manifest, ""
+
+
+DEDUPE_ORDER = "last_fetched DESC NULLS LAST, fetch_count DESC, score ASC, first_seen ASC"
+"""Which of a URL's rows stays: the newest fetch; among copies of one row, the lowest score
+(the duplicate rows of the old demoted-hosts join differed only in the factor applied)."""
+
+
+def dedupe_crawldb(store: Store, config: Config) -> int:
+    """Write a crawl DB version with one row per URL and install it; returns rows dropped."""
+    with store.lock("crawldb"):
+        manifest = store.manifest("crawldb")
+        if manifest is None:
+            raise StageError(f"recover: there is no crawl DB in {store.uri}; nothing to repair")
+        before = sum(store.read_metadata(f).num_rows for f in store.version_files("crawldb", manifest))
+        result = replace_crawldb(store, config, lambda con, old, bucket: (
+            f"SELECT * FROM {old} QUALIFY row_number() OVER (PARTITION BY url ORDER BY {DEDUPE_ORDER}) = 1"),
+            who="recover")
+    return before - result.rows

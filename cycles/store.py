@@ -10,7 +10,9 @@ so the same command works against AWS, MinIO or any S3-compatible server.
 Layout (the same on both)::
 
     crawldb/CURRENT                    JSON manifest naming the current version (written last)
+    crawldb/HISTORY                    JSON: the versions once current that are kept (written before CURRENT)
     crawldb/<version>/bucket-NNNNN.parquet   one file per host-hash bucket (schema.CRAWLDB)
+    crawldb/<version>/_COMPLETE        the version's seal: its manifest and each file's rows (before CURRENT)
     hostdb/CURRENT, hostdb/<version>/bucket-NNNNN.parquet   per-host state (schema.HOSTS), bucketed as the crawl DB
     segments/<segment id>/             one folder per cycle, sortable id (UTC time first)
         fetchlist/part-NNNNN.parquet   written by generate (schema.FETCHLIST)
@@ -25,7 +27,8 @@ Layout (the same on both)::
 Rules that keep a crash harmless:
 
 - A reader sees a whole file or none. Locally every file is written to a temporary name
-  in the same folder, fsynced and renamed into place. S3 has no rename, but a PUT (or
+  in the same folder, fsynced, renamed into place, and the folder fsynced (so the rename
+  is durable before ``CURRENT``, written last, can be). S3 has no rename, but a PUT (or
   the completion of a multipart upload) is atomic per object, so files are written under
   their final name; a file interrupted mid-upload never appears.
 - A reader only trusts what a file written *last* names: ``CURRENT`` names the crawl DB
@@ -34,7 +37,12 @@ Rules that keep a crash harmless:
 - The crawl DB is never edited: a stage writes a complete new version beside the current
   one and then replaces ``CURRENT`` (one atomic rename, or one PUT on S3). A crash at any
   moment leaves the old or the new version, never a mix. Old versions are removed after
-  the swap.
+  the swap: only versions once current (``HISTORY``) beyond ``db.keep_versions``, and
+  never-installed folders older than the new version; ``CURRENT`` lost while version
+  folders exist stops every stage until ``crawl recover`` reinstates a sealed version.
+- Every Parquet file is written with page checksums; reads through the store check them,
+  and the crawl DB's buckets are verified page by page before DuckDB (which checks none)
+  reads them. A corrupt file stops the stage with its name.
 - Stages that replace the crawl DB hold the ``crawldb`` lock from reading ``CURRENT``
   until the swap: locally an advisory ``fcntl`` lock on ``crawldb/.lock`` (released by
   the kernel when the process dies); on S3 a lock object ``crawldb/.lock`` created with

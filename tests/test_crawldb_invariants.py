@@ -160,3 +160,25 @@ def test_duplicates_across_two_batches_are_found(store, config, tmp_path):
     with pytest.raises(StageError, match="000001' twice"):
         list(checked_rows([first, second], "test", 0, 1))
     assert len(list(checked_rows([first, pa.RecordBatch.from_pylist(rows[2:], schema=keys)], "test", 0, 1))) == 2
+
+
+def test_the_checks_host_hash_is_the_crawlers():
+    from cycles.crawldb import run_host_hashes
+    from cycles.urls import host_hashes
+
+    hosts = pa.array(["a.example", "www.b.example", "xn--bcher-kva.example", "[::1]", "127.0.0.1"])
+    assert run_host_hashes(hosts).tolist() == host_hashes(hosts).to_pylist()
+
+
+def test_rebucket_refuses_to_carry_a_url_written_twice(store, config, tmp_path):
+    from cycles.rebucket import rebucket
+
+    injected(store, config, tmp_path)
+    _, files = current_bucket_files(store)
+    rows = store.read_table(files[0], schema.CRAWLDB)
+    doubled = pa.concat_tables([rows, rows.slice(0, 1)]).sort_by([("host", "ascending"), ("url", "ascending")])
+    store.write_table(files[0], doubled, schema.CRAWLDB)
+    before = snapshot(store)
+    with pytest.raises(StageError, match="twice"):
+        rebucket(store, config, 4)
+    assert snapshot(store) == before

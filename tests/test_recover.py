@@ -153,3 +153,27 @@ def test_each_installed_version_is_sealed_with_its_row_counts(store, config, tmp
     seal = store.read_json(store.path("crawldb", version, "_COMPLETE"))
     assert seal["rows"] == 3 and sorted(seal["files"]) == ["bucket-00000.parquet", "bucket-00001.parquet"]
     assert seal["manifest"]["version"] == version and seal["manifest"]["buckets"] == 2
+
+
+def test_recover_dedupe_repairs_a_crawl_db_written_with_duplicate_rows(store, config, tmp_path):
+    """A crawl DB written before buckets were checked may hold a URL twice (the demoted-hosts
+    join of old): the next stage refuses it, naming the fix, and the fix works."""
+    config.db.buckets = 1
+    seed(store, config, tmp_path, ["http://a.example/", "http://b.example/"])
+    _, [bucket] = current_bucket_files(store)
+    rows = store.read_table(bucket, schema.CRAWLDB)
+    doubled = pa.concat_tables([rows, rows.slice(0, 1)]).sort_by([("host", "ascending"), ("url", "ascending")])
+    store.write_table(bucket, doubled, schema.CRAWLDB)
+    seeds = tmp_path / "more.txt"
+    seeds.write_text("http://c.example/\n")
+    with pytest.raises(Exception, match="twice.*crawl recover --dedupe"):
+        inject(store, config, seeds)
+    result = CliRunner().invoke(app, ["--data", str(store.root), "recover", "--dedupe"])
+    assert result.exit_code == 0 and "crawldb: 1 duplicate rows dropped" in result.output, result.output
+    inject(store, config, seeds)
+    assert url_count(store) == 3
+
+
+def test_recover_has_help_with_an_example():
+    result = CliRunner().invoke(app, ["recover", "--help"])
+    assert result.exit_code == 0 and "Example: crawl recover" in result.output

@@ -94,6 +94,7 @@ def transition_sql(config: Config) -> str:
                       update.gone_interval_s; not a failure (no retries, never dead)
       deferred              → status kept, due again after update.deferred_retry_s
       no result             → unchanged (it was due when generated, so it is due again)
+      a result older than the row's last_fetched → unchanged (counted as update/stale_result)
     """
     u = config.update
     fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
@@ -118,9 +119,12 @@ def transition_sql(config: Config) -> str:
         WHEN {seen_ok} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
         ELSE db.fetch_interval_s END"""
     retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
-    return f"""
-        db.* REPLACE (
-            CASE
+    # A result older than what the row already holds (a segment updated late, after a newer
+    # one) changes nothing: applying it would move last_fetched, the validators and the
+    # schedule back in time.
+    stale = "coalesce(f.fetched_at < db.last_fetched, false)"
+    columns = [
+        ("status", f"""CASE
                 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
                 WHEN {ok} THEN 'fetched'
                 WHEN f.outcome = 'not_modified' AND db.status IN ('duplicate', 'near_duplicate') THEN db.status
@@ -131,10 +135,10 @@ def transition_sql(config: Config) -> str:
                 WHEN f.outcome IN ('not_html', 'too_large') THEN 'skipped'
                 WHEN f.outcome = 'blocked' THEN 'blocked'
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN 'dead'
-                ELSE 'error' END AS status,
-            coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END) AS first_fetched,
-            coalesce(f.fetched_at, db.last_fetched) AS last_fetched,
-            CASE
+                ELSE 'error' END"""),
+        ("first_fetched", f"coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END)"),
+        ("last_fetched", "coalesce(f.fetched_at, db.last_fetched)"),
+        ("next_fetch", f"""CASE
                 WHEN f.outcome IS NULL THEN db.next_fetch
                 WHEN f.outcome = 'deferred' THEN $now + to_seconds({u.deferred_retry_s})
                 WHEN {seen_ok} THEN f.fetched_at + to_seconds(({interval})::BIGINT)
@@ -145,19 +149,25 @@ def transition_sql(config: Config) -> str:
                 WHEN f.outcome = 'blocked' THEN $now + to_seconds({u.gone_interval_s})
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + to_seconds({u.dead_retry_s})
                 WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, 10)))::BIGINT)
-                ELSE db.next_fetch END AS next_fetch,
-            ({interval})::INTEGER AS fetch_interval_s,
-            ({retries})::SMALLINT AS retries,
-            (db.fetch_count + CASE WHEN {seen_ok} THEN 1 ELSE 0 END)::INTEGER AS fetch_count,
-            (db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)::INTEGER AS change_count,
-            CASE WHEN {changed} OR ({ok} AND db.content_hash IS NULL) THEN f.fetched_at ELSE db.last_changed END AS last_changed,
-            coalesce(f.http_status, db.http_status) AS http_status,
-            CASE WHEN {ok} THEN f.content_hash ELSE db.content_hash END AS content_hash,
-            CASE WHEN {ok} THEN f.simhash ELSE db.simhash END AS simhash,
-            CASE WHEN {ok} THEN f.etag ELSE db.etag END AS etag,
-            CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END AS last_modified,
-            CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END AS redirect_to,
-            CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END AS error
+                ELSE db.next_fetch END"""),
+        ("fetch_interval_s", f"({interval})::INTEGER"),
+        ("retries", f"({retries})::SMALLINT"),
+        ("fetch_count", f"(db.fetch_count + CASE WHEN {seen_ok} THEN 1 ELSE 0 END)::INTEGER"),
+        ("change_count", f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)::INTEGER"),
+        ("last_changed", f"CASE WHEN {changed} OR ({ok} AND db.content_hash IS NULL) THEN f.fetched_at ELSE db.last_changed END"),
+        ("http_status", "coalesce(f.http_status, db.http_status)"),
+        ("content_hash", f"CASE WHEN {ok} THEN f.content_hash ELSE db.content_hash END"),
+        ("simhash", f"CASE WHEN {ok} THEN f.simhash ELSE db.simhash END"),
+        ("etag", f"CASE WHEN {ok} THEN f.etag ELSE db.etag END"),
+        ("last_modified", f"CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END"),
+        ("redirect_to", "CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END"),
+        ("error", "CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END"),
+    ]
+    replaced = ",\n            ".join(f"CASE WHEN {stale} THEN db.{name} ELSE {expr} END AS {name}"
+                                    for name, expr in columns)
+    return f"""
+        db.* REPLACE (
+            {replaced}
         )"""
 
 
@@ -346,6 +356,8 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         SELECT f.url, f.host, f.host_hash, coalesce(l.score, 0.1) AS score,
                coalesce(l.depth, {int(config.update.max_depth)}) AS depth
         FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""")
+    stale = con.execute(f"SELECT count(*) FROM fetched_all f JOIN {old} o USING (url) "
+                        "WHERE f.fetched_at < o.last_fetched").fetchall()[0][0]
     over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
         count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
         FROM candidates""").fetchall()[0]
@@ -356,7 +368,8 @@ def update_bucket(task: UpdateBucketTask) -> dict:
                  WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
             CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
         FROM (
-            SELECT {transition_sql(config)}, f.outcome AS f_outcome
+            SELECT {transition_sql(config)},
+                   CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome END AS f_outcome
             FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
             LEFT JOIN fetched_all f ON db.url = f.url
             UNION ALL BY NAME
@@ -367,7 +380,8 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now,
                         bucket=task.bucket, buckets=task.buckets)
     con.close()
-    return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host}
+    return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
+            "update/stale_result": stale}
 
 
 def update_segment(store: Store, config: Config, segment: str | None = None,
