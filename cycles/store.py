@@ -543,6 +543,8 @@ class Store:
             text = self.read_bytes(current)
         except FileNotFoundError:
             folders = self.version_dirs(name)
+            if folders and self.creating(name):
+                return None  # the table's first version was never installed: leftovers only
             if folders:
                 raise StoreError(f"{self.uri_of(current)} is missing but {len(folders)} version folders exist "
                                  f"under {self.uri_of(self.path(name))}; if no crawl process is running, "
@@ -563,11 +565,25 @@ class Store:
         return [v for v in self.list_dirs(self.path(name)) if v.startswith("v")]
 
     def new_version_dir(self, name: str = "crawldb") -> tuple[str, StorePath]:
+        """A new, empty version folder. For a table that has no version yet, an empty
+        ``HISTORY`` is written first: it says "being created, nothing installed", so version
+        folders left by a first write killed before ``CURRENT`` are leftovers (the next write
+        prunes them), not a crawl DB that lost its ``CURRENT`` (:meth:`manifest` refuses those)."""
+        if not self.exists(self.path(name, HISTORY)) and not self.exists(self.path(name, "CURRENT")) \
+                and not self.version_dirs(name):
+            self.write_json(self.path(name, HISTORY), {"installed": []})
         version = "v" + new_id()
         folder = self.path(name, version)
         if self.local:
             self._make_dirs(folder)
         return version, folder
+
+    def creating(self, name: str = "crawldb") -> bool:
+        """Was the table's first version started but never installed (``HISTORY`` empty)?"""
+        try:
+            return self.read_json(self.path(name, HISTORY)).get("installed") == []
+        except FileNotFoundError:
+            return False
 
     def history(self, name: str = "crawldb") -> list[str]:
         """Versions that were once current (``<name>/HISTORY``), oldest first; [] if none recorded."""
