@@ -24,7 +24,7 @@ between any two stages (it takes the same lock as generate and update).
 The host DB (``hostdb/``, per-host robots.txt and last request time) is bucketed the
 same way but is left as it is: its readers take its bucket count from its own manifest,
 not the crawl DB's, so it stays readable with the old count, and the next update's merge
-writes it with the new count (cycles/update/hostdb.py). Rewriting it here too would only
+writes it with the new count (cycles/hostdb.py). Rewriting it here too would only
 move that work from the next update to this command.
 
 Which old files a new bucket needs: a host in new bucket ``b`` of ``N`` lies in old bucket

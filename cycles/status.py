@@ -22,7 +22,7 @@ from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError, StageError, is_damaged_parquet
-from cycles.fetch.hoststate import hostdb_files
+from cycles.hostdb import hostdb_files
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store

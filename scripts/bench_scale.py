@@ -326,7 +326,7 @@ def build_db(store: Store, size: int, n_hosts: int, buckets: int, con, seed: int
                1.0::FLOAT AS crawl_delay_s, (host_hash % {buckets})::BIGINT AS bucket
         FROM hosts_all WHERE hash(hid, 34) % 10 < 9 ORDER BY host""", params={"now": now}).to_arrow_table()
     hversion, hfolder = store.new_version_dir("hostdb")
-    # Bucketed like the crawl DB (cycles/update/hostdb.py): host_hash % buckets, sorted by host.
+    # Bucketed like the crawl DB (cycles/hostdb.py): host_hash % buckets, sorted by host.
     host_bucket = host_rows["bucket"].to_numpy()
     host_rows = fill_schema(host_rows.drop_columns(["bucket"]), schema.HOSTS)
     for bucket in range(buckets):

@@ -1,4 +1,4 @@
-"""Tests of the bucketed host DB (cycles/update/hostdb.py writes it, cycles/fetch/hoststate.py
+"""Tests of the bucketed host DB (cycles/hostdb.py: merge_hostdb writes it, load_host_state
 reads it): the layout merge_hostdb writes, a merge bucket by bucket equal to a merge of
 everything at once, reads that open only the hosts' bucket files, and host DBs of another
 layout — one ``hosts.parquet`` written before the split, or another bucket count — read as
@@ -18,11 +18,10 @@ from hypothesis import strategies as st
 
 from cycles import schema
 from cycles.config import Config
-from cycles.fetch import hoststate
-from cycles.fetch.hoststate import hostdb_files, load_host_state
+from cycles import hostdb
+from cycles.hostdb import MERGE_SQL, hostdb_files, load_host_state, merge_hostdb
 from cycles.status import open_views
 from cycles.store import Manifest, Store, new_id, utcnow
-from cycles.update.hostdb import MERGE_SQL, merge_hostdb
 from cycles.urls import host_hash
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -148,13 +147,13 @@ def test_load_host_state_reads_only_the_buckets_of_its_hosts(store, monkeypatch)
     merge_hostdb(store, config, write_segment(store, rows))
     mark_updated(store)
     opened = []
-    original = hoststate.read_host_rows
+    original = hostdb.read_host_rows
 
     def spy(store_, path, wanted):
         opened.append((path.name, len(wanted)))
         return original(store_, path, wanted)
 
-    monkeypatch.setattr(hoststate, "read_host_rows", spy)
+    monkeypatch.setattr(hostdb, "read_host_rows", spy)
     state = load_host_state(store, {"h7.test"})
     assert opened == [(f"bucket-{host_hash('h7.test') % 8:05d}.parquet", 1)]
     assert state["h7.test"]["robots_body"] == rows[7]["robots_body"]
@@ -244,13 +243,13 @@ def test_a_read_skips_row_groups_without_its_hosts_and_keeps_only_their_rows(sto
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
-    table = hoststate.read_host_rows(store, path, ["h015.test", "h093.test", "zzz.test"])
+    table = hostdb.read_host_rows(store, path, ["h015.test", "h093.test", "zzz.test"])
     assert asked == [[1, 9]]
     assert table.to_pylist() == [rows[15], rows[93]]
-    assert hoststate.read_host_rows(store, path, ["a.test"]).num_rows == 0 and asked[-1] == [1, 9]
+    assert hostdb.read_host_rows(store, path, ["a.test"]).num_rows == 0 and asked[-1] == [1, 9]
 
 
-# --- One merge rule (hoststate.MERGE_SQL's table), whichever path merges ---------------------
+# --- One merge rule (hostdb.MERGE_SQL's table), whichever path merges ---------------------
 # Few hosts and few distinct times: ties on every time column are common, so the rule's tie
 # breaking is exercised, not only its ordering.
 _STAMPS = [None] + [T0 + dt.timedelta(seconds=s) for s in (0, 1, 2)]
@@ -292,11 +291,11 @@ def test_both_merges_follow_one_rule_in_any_order_and_grouping(rows, cuts, seed)
     random.Random(seed).shuffle(shuffled)
     bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
     groups = [_table(shuffled[a:b]) for a, b in zip(bounds, bounds[1:])]
-    assert hoststate.merge_host_rows(groups) == everything
+    assert hostdb.merge_host_rows(groups) == everything
     # A merged group fed back in (the host DB) with the rest (segments not yet updated).
     if len(groups) > 1:
-        first = hoststate.merge_host_rows(groups[:1])
-        assert hoststate.merge_host_rows([_table(list(first.values()))] + groups[1:]) == everything
+        first = hostdb.merge_host_rows(groups[:1])
+        assert hostdb.merge_host_rows([_table(list(first.values()))] + groups[1:]) == everything
     # The rule itself, where it names one answer: times are maxima; the robots answer is the
     # newest one's (any row with the newest robots_fetched_at, on a tie).
     for host, merged in everything.items():
@@ -306,8 +305,8 @@ def test_both_merges_follow_one_rule_in_any_order_and_grouping(rows, cuts, seed)
             assert merged[column] == (max(values) if values else None), column
         newest = [r for r in mine if r["robots_fetched_at"] is not None and r["robots_fetched_at"] == merged["robots_fetched_at"]]
         if newest:
-            assert any(all(merged[c] == r[c] for c in hoststate.ROBOTS_LATEST) for r in newest)
+            assert any(all(merged[c] == r[c] for c in hostdb.ROBOTS_LATEST) for r in newest)
         good = [r for r in mine if r["robots_good_fetched_at"] is not None
                 and r["robots_good_fetched_at"] == merged["robots_good_fetched_at"]]
         if good:
-            assert any(all(merged[c] == r[c] for c in hoststate.ROBOTS_GOOD) for r in good)
+            assert any(all(merged[c] == r[c] for c in hostdb.ROBOTS_GOOD) for r in good)

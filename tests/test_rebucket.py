@@ -16,7 +16,7 @@ from cycles.crawldb import current_bucket_files
 from cycles.cycle import run_cycles
 from cycles.errors import StageError
 from cycles.fetch.fetch import fetch_segment
-from cycles.fetch.hoststate import load_host_state
+from cycles.hostdb import load_host_state
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.rebucket import old_buckets_for, rebucket

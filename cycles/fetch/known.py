@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.errors import StoreError
-from cycles.fetch.hoststate import SCAN_BATCH_ROWS, row_groups_holding
+from cycles.hostdb import SCAN_BATCH_ROWS, row_groups_holding
 from cycles.store import Manifest, Store
 from cycles.urls import host_hash
 

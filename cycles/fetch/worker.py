@@ -72,7 +72,7 @@ from cycles.bloom import BloomFilter
 from cycles.config import Config, config_from_dict
 from cycles.errors import CrawlError, StageError, StoreError
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
-from cycles.fetch.hoststate import load_host_state
+from cycles.hostdb import load_host_state
 from cycles.fetch.known import fetched_not_due
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html

@@ -42,7 +42,7 @@ from cycles.errors import StageError
 from cycles.store import Store, StorePath
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
-from cycles.update.hostdb import merge_hostdb
+from cycles.hostdb import merge_hostdb
 from cycles.update.outlinks import prepare_outlinks
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 

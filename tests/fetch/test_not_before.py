@@ -15,7 +15,7 @@ import pytest
 from cycles.config import FetchConfig
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.frontier import SPACING_MARGIN_S, HostSlot
-from cycles.fetch.hoststate import load_host_state
+from cycles.hostdb import load_host_state
 from cycles.fetch.worker import PartitionFetcher
 from cycles.generate.generate import generate
 from cycles.inject import inject

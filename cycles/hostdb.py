@@ -1,35 +1,43 @@
-"""Per-host state that outlives a cycle: when we last asked a host, when we may ask it next
-(``not_before``: Retry-After, back-off, delays), and its robots.txt.
+"""The host DB: per-host state that outlives a cycle, a table shared by the stages like the
+crawl DB. Fetch reads it (when a host was last asked, when it may be asked next, its
+robots.txt), update writes a new version of it, status shows it.
 
-The host DB (``hostdb/``, schema.HOSTS) is merged by update from each segment's
-``hosts/`` output. A fetch also reads the ``hosts/`` output of segments fetched but not
-yet updated, so two fetches in a row without an update in between still keep a host's
-spacing.
+What a row holds: when we last asked a host (``last_request_end``), when we may ask it next
+(``not_before``: Retry-After, back-off, delays), and its robots.txt. Each fetch writes its
+segment's ``hosts/`` output (schema.HOSTS); update folds it into the host DB
+(:func:`merge_hostdb`). A fetch also reads the ``hosts/`` output of segments fetched but not
+yet updated (:func:`load_host_state`), so two fetches in a row without an update in between
+still keep a host's spacing. Rows of one host from several files are merged by one rule,
+``MERGE_SQL`` (its table below), on both paths.
 
 Layout: like the crawl DB, the host DB is split into buckets by ``host_hash % buckets``
 (cycles.urls.host_hash of the host name), one Parquet file each,
-``hostdb/<version>/bucket-NNNNN.parquet``, rows sorted by host; ``hostdb/CURRENT``
-(its Manifest) records the count. Update writes it with the crawl DB's bucket count
-(cycles/update/hostdb.py), but readers take the count from the host DB's own manifest, so
-a host DB with another count (after ``crawl rebucket``, until the next update) or a host
-DB written before the split (one ``hosts.parquet``, buckets=1) is read as it is. A worker
-asking about some hosts reads only the files of their buckets, and from those only the
-rows of those hosts: no process holds the whole host DB.
+``hostdb/<version>/bucket-NNNNN.parquet``, rows sorted by host; ``hostdb/CURRENT`` (its
+Manifest) records the count. Update writes it with the crawl DB's bucket count (``db.buckets``
+before there is a crawl DB), but readers take the count from the host DB's own manifest, so a
+host DB with another count (after ``crawl rebucket``, until the next update) or a host DB
+written before the split (one ``hosts.parquet``, buckets=1) is read as it is. A worker asking
+about some hosts reads only the files of their buckets, and from those only the rows of those
+hosts: no process holds the whole host DB.
+
+The merge runs bucket by bucket in DuckDB — the old bucket file plus the segment's rows of
+that bucket, streamed into the new bucket file — so its memory is bounded by one bucket, not
+by the host DB. The segment's rows are first routed into one local file per bucket (a
+streamed pass over its ``hosts/`` files). When the old host DB has another bucket count, its
+files are routed the same way once, and the new version has the crawl DB's count again.
 
 Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
 ``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
 conditional GET sends once the copy expires) and the last *good* one (``robots_good_*``: a
 2xx or 4xx), with ``robots_errors_since`` marking an unbroken run of errors. Host files
 written before these columns (or ``not_before``) existed are read with them null.
-
-Rows of one host from several files are merged by one rule, ``MERGE_SQL`` (its table below),
-here and in update.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+import shutil
 from collections import defaultdict
 from typing import Iterable
 
@@ -41,8 +49,10 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles import segment as seg
+from cycles.config import Config
+from cycles.crawldb import connect
 from cycles.errors import StoreError
-from cycles.store import Manifest, Store, StorePath, read_parquet_checked
+from cycles.store import Manifest, Store, StorePath, new_id, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
 
 
@@ -78,20 +88,13 @@ def segment_host_files(store: Store, include_segment: str | None = None) -> list
     return files
 
 
-def host_state_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
-    """Host DB files plus the hosts outputs of segments not yet merged by update."""
-    manifest = store.manifest("hostdb")
-    files = hostdb_files(store, manifest) if manifest is not None else []
-    return files + segment_host_files(store, include_segment)
-
-
 ROBOTS_LATEST = ("robots_status", "robots_fetched_at", "robots_body", "robots_etag", "robots_last_modified",
                  "crawl_delay_s", "robots_errors_since")
 ROBOTS_GOOD = ("robots_good_status", "robots_good_fetched_at", "robots_good_body")
 
 HOSTS_COLUMNS = ", ".join(schema.HOSTS.names)
 
-# The one merge rule of host rows, used by update (cycles/update/hostdb.py, bucket by bucket)
+# The one merge rule of host rows, used by update (merge_hostdb, bucket by bucket)
 # and by fetch (merge_host_rows: host DB rows plus segments not yet updated). Two copies of it
 # once disagreed on crawl_delay_s, so a host's delay depended on which path read it last.
 #
@@ -251,6 +254,99 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
     return merge_host_rows(tables)
 
 
-def read_all_host_files(paths: list[StorePath], store: Store | None = None) -> pa.Table:
-    tables = [read_host_file(p, store) for p in paths]
-    return pa.concat_tables(tables) if tables else schema.HOSTS.empty_table()
+# --- Writing: update folds a segment's hosts/ output into a new version --------------------
+
+ROUTE_OPEN_FILES = 1024
+"""At most this many bucket files are open at once while routing (more buckets: more passes)."""
+
+
+def hostdb_buckets(store: Store, config: Config) -> int:
+    """The bucket count a new host DB version gets: the crawl DB's."""
+    crawl = store.manifest("crawldb")
+    return crawl.buckets if crawl is not None else config.db.buckets
+
+
+def route_host_files(store: Store, paths: list[StorePath], buckets: int, folder) -> dict[int, str]:
+    """Split host rows into one local Parquet file per bucket (current schema), streaming:
+    batch by batch, at most ``ROUTE_OPEN_FILES`` files open. Returns bucket → file, only for
+    buckets that got rows."""
+    routed: dict[int, str] = {}
+    for first in range(0, buckets, ROUTE_OPEN_FILES):
+        last = min(buckets, first + ROUTE_OPEN_FILES)
+        writers: dict[int, pq.ParquetWriter] = {}
+        try:
+            for path in paths:
+                with store.fs.open_input_file(str(path)) as fh:
+                    for batch in open_host_file(fh).iter_batches(batch_size=SCAN_BATCH_ROWS, use_threads=False):
+                        table = conform(batch)
+                        if not table.num_rows:
+                            continue
+                        of = host_buckets(table["host"], buckets)
+                        order = np.argsort(of, kind="stable")
+                        present, starts = np.unique(of[order], return_index=True)
+                        ends = np.append(starts[1:], len(order))
+                        for bucket, start, end in zip(present.tolist(), starts.tolist(), ends.tolist()):
+                            if not first <= bucket < last:
+                                continue
+                            if bucket not in writers:
+                                routed[bucket] = os.path.join(folder, f"bucket-{bucket:05d}.parquet")
+                                writers[bucket] = pq.ParquetWriter(routed[bucket], schema.HOSTS, compression="lz4")
+                            writers[bucket].write_table(table.take(pa.array(order[start:end])))
+        finally:
+            for writer in writers.values():
+                writer.close()
+    return routed
+
+
+def _local_source(paths: list[str]) -> str:
+    quoted = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    return f"SELECT {HOSTS_COLUMNS} FROM read_parquet([{quoted}])"
+
+
+def merge_hostdb(store: Store, config: Config, segment: str) -> int:
+    """Fold the segment's host state into a new host DB version, bucket by bucket; returns
+    hosts held."""
+    manifest = store.manifest("hostdb")
+    old_files = hostdb_files(store, manifest) if manifest else []
+    buckets = hostdb_buckets(store, config)
+    seg_files = seg.files(store, segment, seg.HOSTS)
+    # The old files are read in place when they are this layout in the current schema;
+    # otherwise (another count, or columns added since) they are routed like the segment's.
+    in_place = bool(old_files) and manifest.buckets == buckets and len(old_files) == buckets and \
+        store.read_metadata(old_files[0]).schema.to_arrow_schema().names == schema.HOSTS.names
+    staging = store.scratch_dir() / f"hostdb-{new_id()}"
+    staging.mkdir(parents=True)
+    con = connect(store, config)
+    version, folder = store.new_version_dir("hostdb")
+    rows = 0
+    try:
+        (staging / "segment").mkdir()
+        seg_routed = route_host_files(store, seg_files, buckets, str(staging / "segment"))
+        old_routed: dict[int, str] = {}
+        if old_files and not in_place:
+            (staging / "old").mkdir()
+            old_routed = route_host_files(store, old_files, buckets, str(staging / "old"))
+        for bucket in range(buckets):
+            parts = []
+            if in_place:
+                parts.append(f"SELECT {HOSTS_COLUMNS} FROM {store.duckdb_source(con, [old_files[bucket]])}")
+            elif bucket in old_routed:
+                parts.append(_local_source([old_routed[bucket]]))
+            if bucket in seg_routed:
+                parts.append(_local_source([seg_routed[bucket]]))
+            path = store.bucket_file(folder, bucket)
+            if not parts:
+                rows += store.write_batches(path, iter(()), schema.HOSTS)  # an empty bucket still has its file
+                continue
+            reader = con.sql(MERGE_SQL.format(source=" UNION ALL ".join(parts))).to_arrow_reader(16 * 1024)
+            rows += store.write_batches(path, reader, schema.HOSTS)
+    except BaseException:
+        store.discard_version("hostdb", version)
+        raise
+    finally:
+        con.close()
+        shutil.rmtree(staging, ignore_errors=True)
+    store.install("hostdb", Manifest(version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+                                     written_at=utcnow().isoformat(), written_by="update"),
+                  keep=config.db.keep_versions)
+    return rows
