@@ -314,6 +314,11 @@ class DbConfig:
     small_db_rows: Annotated[int, Int(0)] = 2_000_000
     """Below this many crawl DB rows, bucket tasks run in-process (see ``processes``)."""
 
+    applied_segments_kept: Annotated[int, Int(1)] = 500
+    """How many segment ids the crawl DB's manifest remembers as applied (the newest), so that
+    updating one of them again changes nothing. Segments are applied in generation order, so
+    only a segment older than all of these could be applied twice."""
+
 
 @dataclass
 class GenerateConfig:
@@ -342,6 +347,16 @@ class GenerateConfig:
     lease_s: Annotated[int, Int(1)] = 6 * 3600
     """How long URLs handed to a segment stay leased. If the segment is never updated
     (a fetcher died), its URLs become due again after this."""
+
+    overdue_max_boost: Annotated[float, Float(0, 1000)] = 4.0
+    """A due URL's priority is its score × (1 + how overdue it is, in units of its refetch
+    interval), the overdue part capped at this: with 4, at most 5 × the score. A page twice
+    past its due time outranks an equally scored page due now; the cap keeps a long-forgotten
+    page from outranking every important one."""
+
+    overdue_min_interval_s: Annotated[int, Int(1)] = 3600
+    """The unit "how overdue" is measured in is the URL's refetch interval, but at least this
+    many seconds, so that a page refetched every few minutes does not reach the cap at once."""
 
 
 @dataclass
@@ -479,6 +494,11 @@ class FetchConfig:
     ``not_before``). A longer ask (``Retry-After: 99999999999``, an HTTP-date years ahead) is
     cut to this, so that a host is not lost for good and the time stays a valid timestamp."""
 
+    dns_cache_s: Annotated[int, Int(0, DAY_S)] = 3600
+    """How long (seconds) a worker reuses a host name's resolved address (curl's DNS cache;
+    0 resolves before every request). The SSRF guard checks the address actually connected
+    to, so a stale entry cannot reach a blocked network."""
+
 
 @dataclass
 class UrlConfig:
@@ -534,7 +554,21 @@ class UpdateConfig:
     """How rarely a dead (dead-lettered) URL is tried again."""
 
     retry_s: Annotated[int, Int(1)] = 86400
-    """Delay before a transient failure (5xx, timeout) is retried."""
+    """Delay before a transient failure (5xx, timeout) is retried; it doubles with each
+    failure in a row (``retry_s`` × 2^retries, see ``max_retry_doublings``)."""
+
+    max_retry_doublings: Annotated[int, Int(0, 30)] = 10
+    """The retry delay doubles at most this many times (``retry_s`` × 2^10 at most), so the
+    delay stays a valid interval whatever ``max_retries`` is."""
+
+    schedule: Annotated[str, Choice(("adaptive", "fixed"))] = "adaptive"
+    """How the refetch interval of a page seen (2xx or 304) is chosen (cycles/update/schedule.py):
+    ``adaptive`` follows the page's observed change rate (see ``revisit_factor``); ``fixed``
+    refetches every page after ``default_interval_s`` (news-like pages: ``news_like_interval_s``)."""
+
+    interval_growth: Annotated[float, Float(1, 100)] = 1.5
+    """Adaptive schedule: while no change has been seen on a page, its interval grows by this
+    factor at each refetch (up to ``max_interval_s``)."""
 
     default_interval_s: Annotated[int, Int(1)] = 14 * 86400
     """Fetch interval of a newly fetched page (the design's `recrawl.default: 14d`)."""
@@ -600,11 +634,20 @@ class UpdateConfig:
     ``mirror_ratio`` of the pages fetched from it, are exact copies of that host's pages."""
 
     mirror_ratio: Annotated[float, Float(0, 1)] = 0.8
-    """See ``mirror_min_pages``. A mirror host's unfetched URLs get score × 0.1."""
+    """See ``mirror_min_pages``. A mirror host's unfetched URLs get score × ``mirror_score_factor``."""
 
-    max_urls_per_host: Annotated[int, Int(1)] = 100_000
-    """Total cap of URLs kept for one host; new URLs beyond it are dropped
-    (``trap/host_cap``). Stops a site that generates pages without end."""
+    mirror_score_factor: Annotated[float, Float(0, 1)] = 0.1
+    """A mirror host's unfetched URLs get their score multiplied by this (see
+    ``mirror_min_pages``): its pages are copies of another host's, fetched already."""
+
+    redirect_target_score: Annotated[float, Float(0)] = 0.1
+    """Score of a URL first met as a redirect target followed inline, when no outlink in the
+    segment gives it one."""
+
+    max_urls_per_host_total: Annotated[int, Int(1)] = 100_000
+    """Total cap of URLs the crawl DB keeps for one host, across all cycles; new URLs beyond
+    it are dropped (``trap/host_cap``). Stops a site that generates pages without end. Not
+    ``generate.max_urls_per_host``, which caps one host's URLs in one fetch list."""
 
     max_urls_per_pattern: Annotated[int, Int(1)] = 500
     """New URLs whose pattern (the URL with digits replaced and query values removed, e.g.
@@ -720,9 +763,22 @@ def check_config(config: Config) -> Config:
     return config
 
 
+# Settings renamed: old name (section, key) -> new key. A config with the old name is refused
+# with a message naming the new one, rather than silently ignored or silently reinterpreted.
+RENAMED = {
+    # Two settings named max_urls_per_host meant different things (per fetch list in
+    # generate, in total in update).
+    ("update", "max_urls_per_host"): "max_urls_per_host_total",
+}
+
+
 def _apply(section: Any, values: dict[str, Any], where: str) -> None:
     known = {f.name: f for f in dataclasses.fields(section)}
     for key, value in values.items():
+        if (where, key) in RENAMED:
+            new = RENAMED[(where, key)]
+            raise ConfigError(f"{where}.{key} was renamed to {where}.{new} (same meaning, same unit); "
+                              f"write `{new} = {_shown(value)}` in [{where}]")
         if key not in known:
             raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(known))}")
         setattr(section, key, check_setting(where, key, _rule_or_type_check(type(section), key), value))

@@ -111,7 +111,7 @@ def new_url_rows_sql(source: str, config: Config) -> str:
     ``$now`` must be bound to the current time.
     """
     return f"""
-        SELECT url, host, host_hash, {pattern_hash_sql('url')} AS pattern_hash, 'unfetched' AS status, $now AS first_seen,
+        SELECT url, host, host_hash, {pattern_hash_sql('url')} AS pattern_hash, '{schema.DbStatus.UNFETCHED}' AS status, $now AS first_seen,
                NULL::TIMESTAMPTZ AS first_fetched, NULL::TIMESTAMPTZ AS last_fetched, $now AS next_fetch,
                {int(config.update.default_interval_s)}::INTEGER AS fetch_interval_s,
                0::SMALLINT AS retries, 0::INTEGER AS fetch_count, 0::INTEGER AS change_count,
@@ -243,7 +243,7 @@ def install_version(store: Store, config: Config, manifest: Manifest | None, ver
     """Make a fully written crawl DB version current (the atomic swap of ``CURRENT``)."""
     applied = tuple(manifest.applied_segments) if manifest else ()
     if applied_segment:
-        applied = (applied + (applied_segment,))[-500:]
+        applied = (applied + (applied_segment,))[-config.db.applied_segments_kept:]
     store.install("crawldb", Manifest(
         version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
         written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",

@@ -154,7 +154,7 @@ def run_variant(args) -> None:
             old = meta["files"][bucket]
             if args.variant == "duckdb-full":
                 from cycles.update.update import transition_sql
-                body = f"""SELECT {transition_sql(config, segment)}
+                body = f"""SELECT {transition_sql(config)}
                     FROM read_parquet('{old}') db LEFT JOIN (SELECT * FROM read_parquet('{fetched}')
                          WHERE host_hash % {buckets} = {bucket}) f ON db.url = f.url
                     UNION ALL BY NAME {duck_new_rows(bucket, buckets, old, links, config)}"""

@@ -225,3 +225,12 @@ def test_cli_subprocess_one_line_exit_2(tmp_path):
     assert result.stderr.strip() == f"crawl: error: config file {config}: db.buckets = 0 is not allowed: " \
                                     "expected an integer from 1 to 100000"
     assert not (tmp_path / "data").exists()
+
+
+def test_a_renamed_setting_names_its_new_name():
+    """update.max_urls_per_host (a total cap, unlike generate.max_urls_per_host) was renamed:
+    a config still using it is refused with the new name, not ignored."""
+    with pytest.raises(ConfigError, match=r"update\.max_urls_per_host was renamed to update\.max_urls_per_host_total"):
+        config_from_dict({"update": {"max_urls_per_host": 50}})
+    assert config_from_dict({"update": {"max_urls_per_host_total": 50}}).update.max_urls_per_host_total == 50
+    assert config_from_dict({"generate": {"max_urls_per_host": 50}}).generate.max_urls_per_host == 50

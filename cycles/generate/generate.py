@@ -41,15 +41,20 @@ class GenerateResult:
     """Why no segment was made, when none was."""
 
 
-PRIORITY_SQL = "score * (1 + least(4, epoch($now - next_fetch) / greatest(fetch_interval_s, 3600)))"
-"""Importance (score) raised by how overdue a URL is, in units of its own refetch interval
-(at most 5×): a page twice past its due time outranks an equally scored page due now."""
+def priority_sql(config: Config) -> str:
+    """Importance (score) raised by how overdue a URL is, in units of its own refetch interval
+    (at most 1 + ``generate.overdue_max_boost`` times, 5× by default): a page twice past its
+    due time outranks an equally scored page due now."""
+    g = config.generate
+    return (f"score * (1 + least({g.overdue_max_boost:g}, epoch($now - next_fetch) / "
+            f"greatest(fetch_interval_s, {int(g.overdue_min_interval_s)})))")
 
 
 def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
     """SQL of the due URLs to fetch next, best first, capped per host and pattern and in
     total, with their priority and due time; ``$now`` is left to bind. ``leased``: SQL
     source of the URLs leased to live segments (cycles/leases.py)."""
+    priority = priority_sql(config)
     return f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified, priority, next_fetch
         FROM (
@@ -57,9 +62,9 @@ def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
             FROM (
                 -- Only the columns needed: the windows would otherwise carry whole rows.
                 SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch,
-                       {PRIORITY_SQL} AS priority,
+                       {priority} AS priority,
                        row_number() OVER (PARTITION BY host, pattern_hash
-                                          ORDER BY {PRIORITY_SQL} DESC, next_fetch, url) AS pattern_rank
+                                          ORDER BY {priority} DESC, next_fetch, url) AS pattern_rank
                 FROM {source}
                 WHERE next_fetch <= $now AND url NOT IN (SELECT url FROM {leased})
             )

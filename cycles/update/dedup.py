@@ -33,6 +33,10 @@ import duckdb
 import pyarrow as pa
 
 from cycles.config import Config
+from cycles.schema import DbStatus
+
+STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
+"""SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
 
 CANONICAL_ORDER = "score DESC, first_seen ASC, length(url) ASC, url ASC"
 """Which member of a duplicate group is the canonical one."""
@@ -72,7 +76,7 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
         FROM seg_pages p JOIN {db_source} db USING (url)""")
     # Each scan of the crawl DB filters on its cheap columns first; only the few rows left
     # are checked against the segment's URLs.
-    stored = f"""{db_source} WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+    stored = f"""{db_source} WHERE status IN {STORED_STATUSES}
                   AND content_hash IS NOT NULL"""
     # Exact copies have equal fingerprints too, so stored candidates are found by a join on
     # the 64-bit SimHash and only then compared by content hash: probing 80 M 32-character
@@ -93,7 +97,7 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
         groups AS (
             SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
             FROM members)
-        SELECT url, host, canonical, 'duplicate' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
+        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
     counters["dedup/exact"] += exact.num_rows
 
     con.register("exact_marks", exact)
@@ -115,7 +119,7 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
         WITH copies AS (
             SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host
             FROM {db_source} db
-            WHERE status = 'duplicate' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM seg_pages)
+            WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM seg_pages)
             UNION ALL
             SELECT host, regexp_extract(canonical, '^[a-z]+://([^/:]+)', 1) FROM marks WHERE kind = 'duplicate'),
         directed AS (SELECT host, of_host, count(*) AS n FROM copies WHERE host <> of_host GROUP BY ALL),
@@ -124,7 +128,7 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
                    sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
             FROM directed GROUP BY ALL),
         sizes AS (SELECT host, count(*) AS pages FROM {db_source}
-                  WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
+                  WHERE status IN {STORED_STATUSES}
                     AND host IN (SELECT a FROM pairs UNION SELECT b FROM pairs) GROUP BY host)
         SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
                CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
@@ -183,4 +187,4 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.T
             WHERE (o.score > m.score) OR (o.score = m.score AND o.first_seen < m.first_seen)
                OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) < length(m.url))
                OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) = length(m.url) AND o.url < m.url))
-        SELECT url, host, other AS canonical, 'near_duplicate' AS kind FROM scored WHERE r = 1""").to_arrow_table()
+        SELECT url, host, other AS canonical, '{DbStatus.NEAR_DUPLICATE}' AS kind FROM scored WHERE r = 1""").to_arrow_table()

@@ -44,6 +44,7 @@ from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import merge_hostdb
 from cycles.update.outlinks import prepare_outlinks
+from cycles.update.schedule import schedule_for
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 
 
@@ -62,27 +63,12 @@ def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | Non
     return store.read_tables(store.list(folder, "part-*.parquet"), table_schema, columns)
 
 
-def news_like_sql(config: Config) -> str:
-    """SQL condition on ``db.host`` / ``db.url``: the page is declared news-like in the config."""
-    terms = []
-    for host in config.update.news_like_hosts:
-        host = host.lower().replace("'", "")
-        if host.startswith("*."):
-            terms.append(f"(db.host = '{host[2:]}' OR db.host LIKE '%.{host[2:]}')")
-        else:
-            terms.append(f"db.host = '{host}'")
-    for pattern in config.update.news_like_patterns:
-        terms.append("regexp_matches(db.url, '" + pattern.replace("'", "''") + "')")
-    return "(" + " OR ".join(terms) + ")" if terms else "false"
-
-
 def transition_sql(config: Config) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
 
     The transitions (f.outcome → new status, next fetch):
-      ok            → fetched; interval from the page's change rate (see UpdateConfig.revisit_factor):
-                      first fetch: default (news-like: news_like_interval_s); no change seen
-                      yet: grows by half; else revisit_factor / estimated rate, clamped
+      ok            → fetched; interval from the configured schedule (cycles/update/schedule.py;
+                      by default the page's change rate, see UpdateConfig.revisit_factor)
       not_modified  → not_modified, counted as an unchanged visit
       redirect      → redirected, redirect_to set, refetched after the default interval
       gone, client_error → gone, refetched after update.gone_interval_s
@@ -96,28 +82,12 @@ def transition_sql(config: Config) -> str:
       no result             → unchanged (it was due when generated, so it is due again)
       a result older than the row's last_fetched → unchanged (counted as update/stale_result)
     """
-    u = config.update
+    u, S = config.update, schema.DbStatus
     fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
     ok = "f.outcome = 'ok'"
     seen_ok = "f.outcome IN ('ok', 'not_modified')"
     changed = f"({ok} AND db.content_hash IS NOT NULL AND f.content_hash IS DISTINCT FROM db.content_hash)"
-    # Change rate (Cho & Garcia-Molina): X changes in n refetches over `span` seconds.
-    n = "db.fetch_count"
-    x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
-    span = "greatest(1, epoch(f.fetched_at - db.first_fetched))"
-    rate = f"(-ln(({n} - {x} + 0.5) / ({n} + 0.5)) / ({span} / {n}))"
-    interval = f"""CASE
-        WHEN {seen_ok} AND db.fetch_count = 0 THEN
-            CASE WHEN {news_like_sql(config)} THEN {u.news_like_interval_s} ELSE {u.default_interval_s} END
-        WHEN {seen_ok} AND {x} = 0 THEN least({u.max_interval_s}, (db.fetch_interval_s * 3) // 2)
-        -- A page that changes faster than min_interval_s lets us follow is stale whenever we
-        -- look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
-        -- under a fixed budget the optimal rate falls for the fastest pages), so the faster
-        -- it changes past that point, the longer we wait.
-        WHEN {seen_ok} AND {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
-            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
-        WHEN {seen_ok} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
-        ELSE db.fetch_interval_s END"""
+    interval = schedule_for(config).interval_sql(seen_ok, changed)
     retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
     # A result older than what the row already holds (a segment updated late, after a newer
     # one) changes nothing: applying it would move last_fetched, the validators and the
@@ -126,16 +96,16 @@ def transition_sql(config: Config) -> str:
     columns = [
         ("status", f"""CASE
                 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
-                WHEN {ok} THEN 'fetched'
-                WHEN f.outcome = 'not_modified' AND db.status IN ('duplicate', 'near_duplicate') THEN db.status
-                WHEN f.outcome = 'not_modified' THEN 'not_modified'
-                WHEN f.outcome = 'redirect' THEN 'redirected'
-                WHEN f.outcome IN ('gone', 'client_error') THEN 'gone'
-                WHEN f.outcome = 'robots_denied' THEN 'robots_denied'
-                WHEN f.outcome IN ('not_html', 'too_large') THEN 'skipped'
-                WHEN f.outcome = 'blocked' THEN 'blocked'
-                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN 'dead'
-                ELSE 'error' END"""),
+                WHEN {ok} THEN '{S.FETCHED}'
+                WHEN f.outcome = 'not_modified' AND db.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}') THEN db.status
+                WHEN f.outcome = 'not_modified' THEN '{S.NOT_MODIFIED}'
+                WHEN f.outcome = 'redirect' THEN '{S.REDIRECTED}'
+                WHEN f.outcome IN ('gone', 'client_error') THEN '{S.GONE}'
+                WHEN f.outcome = 'robots_denied' THEN '{S.ROBOTS_DENIED}'
+                WHEN f.outcome IN ('not_html', 'too_large') THEN '{S.SKIPPED}'
+                WHEN f.outcome = 'blocked' THEN '{S.BLOCKED}'
+                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN '{S.DEAD}'
+                ELSE '{S.ERROR}' END"""),
         ("first_fetched", f"coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END)"),
         ("last_fetched", "coalesce(f.fetched_at, db.last_fetched)"),
         ("next_fetch", f"""CASE
@@ -148,7 +118,7 @@ def transition_sql(config: Config) -> str:
                 WHEN f.outcome IN ('not_html', 'too_large') THEN coalesce(f.fetched_at, $now) + to_seconds({u.max_interval_s})
                 WHEN f.outcome = 'blocked' THEN $now + to_seconds({u.gone_interval_s})
                 WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + to_seconds({u.dead_retry_s})
-                WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, 10)))::BIGINT)
+                WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, {u.max_retry_doublings})))::BIGINT)
                 ELSE db.next_fetch END"""),
         ("fetch_interval_s", f"({interval})::INTEGER"),
         ("retries", f"({retries})::SMALLINT"),
@@ -189,7 +159,7 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
             FROM n LEFT JOIN hosts h ON n.host = h.host
                    LEFT JOIN patterns p ON n.host = p.host AND n.pattern = p.pattern)
         SELECT * EXCLUDE (pattern), pattern_rank > {int(u.max_urls_per_pattern)} AS over_pattern,
-               host_rank > {int(u.max_urls_per_host)} AS over_host
+               host_rank > {int(u.max_urls_per_host_total)} AS over_host
         FROM ranked"""
 
 
@@ -353,7 +323,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     # Results for URLs the crawl DB does not hold (redirect targets followed inline)
     # become rows of their own; their score and depth come from the redirect's link.
     con.execute(f"""CREATE TEMP TABLE fetched_new AS
-        SELECT f.url, f.host, f.host_hash, coalesce(l.score, 0.1) AS score,
+        SELECT f.url, f.host, f.host_hash, coalesce(l.score, {float(config.update.redirect_target_score)}) AS score,
                coalesce(l.depth, {int(config.update.max_depth)}) AS depth
         FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""")
     stale = con.execute(f"SELECT count(*) FROM fetched_all f JOIN {old} o USING (url) "
@@ -366,7 +336,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
             coalesce(d.kind, n.status) AS status,
             CASE WHEN d.kind IS NOT NULL THEN d.canonical
                  WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
-            CASE WHEN h.factor IS NOT NULL AND n.status = 'unfetched' THEN n.score * h.factor ELSE n.score END AS score)
+            CASE WHEN h.factor IS NOT NULL AND n.status = '{schema.DbStatus.UNFETCHED}' THEN n.score * h.factor ELSE n.score END AS score)
         FROM (
             SELECT {transition_sql(config)},
                    CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome END AS f_outcome
@@ -445,7 +415,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
             "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
-                               + [0.1] * len(dedup.mirrors), pa.float32())})
+                               + [config.update.mirror_score_factor] * len(dedup.mirrors), pa.float32())})
         store.write_table(inputs / "demoted_hosts.parquet", demoted, demoted.schema)
         merge_hostdb(store, config, segment)
         executor = bucket_executor(store, config, files, executor)

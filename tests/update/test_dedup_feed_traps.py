@@ -147,7 +147,7 @@ def test_url_pattern_explosion_is_capped_by_pattern_not_host(store, config, tmp_
 
 
 def test_host_total_cap(store, config, tmp_path):
-    config.update.max_urls_per_host = 5
+    config.update.max_urls_per_host_total = 5
     seed(store, config, tmp_path, ["http://c.example/"])
     links = [{"from_url": "http://c.example/", "url": f"http://c.example/{w}", "anchor": "", "nofollow": False,
               "depth": 1} for w in ("a", "b", "c", "d", "e", "f", "g")]
