@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -33,10 +33,6 @@ class BloomFilter:
         self.hashes = max(1, round(self.bits / capacity * math.log(2)))
         self._array = np.zeros((self.bits + 7) // 8, dtype=np.uint8)
         self.count = 0
-
-    @property
-    def size_bytes(self) -> int:
-        return self._array.nbytes
 
     def _positions(self, items: Sequence[str]) -> np.ndarray:
         digests = b"".join(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=16).digest() for s in items)
@@ -78,7 +74,3 @@ class BloomFilter:
         positions = self._positions(items)
         byte, bit = positions >> np.uint64(3), (positions & np.uint64(7)).astype(np.uint8)
         return ((self._array[byte] >> bit) & 1).all(axis=1)
-
-    def add_all(self, items: Iterable[str]) -> None:
-        batch = list(items)
-        self.add_new(batch)

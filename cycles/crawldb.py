@@ -14,7 +14,9 @@ import datetime as dt
 import hashlib
 import os
 import socket
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import duckdb
@@ -31,19 +33,32 @@ from cycles.store import Manifest, Store, StorePath, utcnow
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 
 
-def connect(store: Store, config: Config, workers: int = 1) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the configured memory limit, spilling into the store.
+def connect(store: Store | None, config: Config, workers: int = 1) -> duckdb.DuckDBPyConnection:
+    """The one way to open DuckDB: the configured memory limit and threads, UTC, no progress bar.
+
+    Where it spills: with a ``store``, into the store's scratch folder (the stages, which
+    write the store anyway), and row order is not kept unless a query asks for it (DuckDB
+    needs less memory then). With ``store=None``, into a folder of this process under the
+    system temp folder (removed by DuckDB when the connection closes), rows kept in the
+    order they were read: for readers that must leave the store byte-identical (``crawl
+    status`` and ``crawl sql`` on a read-only store: a backup, a snapshot, another user's
+    crawl) and for work without a store (update's outlink preparation).
 
     ``workers``: how many processes run such connections at once; they split the memory
     limit and the threads.
     """
     con = duckdb.connect()
-    spill = store.scratch_dir()
+    if store is not None:
+        spill = store.scratch_dir()
+    else:
+        spill = Path(tempfile.gettempdir()) / f"crawl-duckdb-{os.getpid()}.duckdb-tmp"
     con.execute(f"SET memory_limit = '{share_of_memory(config.db.duckdb_memory_limit, workers)}'")
     con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads) // max(1, workers))}")
     con.execute(f"SET temp_directory = '{spill}'")
     con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")
+    if store is not None:
+        con.execute("SET preserve_insertion_order = false")
     return con
 
 

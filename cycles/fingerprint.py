@@ -5,7 +5,7 @@
 - :func:`simhash64` finds near-duplicates: two pages whose fingerprints differ in at most 3 of
   64 bits are taken to be the same page (Manku, Jain, Das Sarma, "Detecting Near-Duplicates for
   Web Crawling", WWW 2007: f = 64, k = 3 for 8 billion pages; ChatNoir-CopyCat-21 uses the same
-  threshold; see /work/shared/conformance/neardup-FACTS.md).
+  threshold: Fröbe et al., SIGIR 2021, doi:10.1145/3404835.3463246, chatnoir-eu/chatnoir-copycat).
 
 Both are pure functions of the text, stable across processes and machines: nothing here uses
 Python's ``hash()`` (salted per process) or platform byte order. (Across Python versions, only
@@ -25,7 +25,7 @@ The features are **overlapping 3-token shingles** (Broder's w-shingling, w = 3: 
 trigrams; character trigrams in CJK and Thai), each weighted 1 per occurrence; a text of
 fewer than 3 tokens uses its tokens. The choice was measured with ``scripts/bench_parse.py``
 (generated 30 KB pages: Zipf-distributed words, seven site templates; and the 16 real pages
-of the Common Crawl sample in /work/shared/conformance/warc). Share of pairs within k = 3,
+of a Common Crawl WARC sample given to ``scripts/bench_parse.py --warc``). Share of pairs within k = 3,
 i.e. taken for near-duplicates (100 pairs a row; real pages: 75 and 120):
 
 ==========================================  =========  =========  ==========  ======  ========

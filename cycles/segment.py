@@ -248,14 +248,6 @@ def states(store: Store) -> list[tuple[str, State]]:
     return [(s, state(store, s)) for s in segment_ids(store)]
 
 
-def latest(store: Store, wanted: State | str) -> str:
-    """The newest segment in the given state, for commands run without a segment id."""
-    for segment in reversed(segment_ids(store)):
-        if state(store, segment) == wanted:
-            return segment
-    raise SegmentNotFound(f"no segment in state {str(wanted)!r} in {store.uri_of(segments_root(store))}")
-
-
 def oldest(store: Store, *wanted: State) -> str | None:
     for segment, current in states(store):
         if current in wanted:

@@ -11,38 +11,17 @@ Views available to ``crawl sql``:
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import duckdb
 
 from cycles import clock, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import crawldb_source_sql, current_bucket_files, register_empty
+from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
 from cycles.errors import CrawlError, StageError, is_damaged_parquet
 from cycles.hostdb import hostdb_files
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
-
-
-def connect_read_only(config: Config) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection for reading the store that never writes into it.
-
-    Its spill files go to the system temp folder (one folder per process, removed by
-    DuckDB when the connection closes), not to the store's ``.duckdb-tmp`` as the stages'
-    connections do: ``crawl status`` and ``crawl sql`` must work on a read-only store
-    (a backup, a snapshot, another user's crawl) and leave it byte-identical.
-    """
-    con = duckdb.connect()
-    spill = Path(tempfile.gettempdir()) / f"crawl-read-{os.getpid()}.duckdb-tmp"
-    con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
-    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads))}")
-    con.execute(f"SET temp_directory = '{spill}'")
-    con.execute("SET TimeZone = 'UTC'")
-    return con
 
 
 def require_crawldb(store: Store) -> None:
@@ -53,7 +32,9 @@ def require_crawldb(store: Store) -> None:
 
 
 def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
-    con = connect_read_only(config)
+    # store=None: spills under the system temp folder, so that a read-only store works and
+    # stays byte-identical.
+    con = connect(None, config)
     register_empty(con)
     manifest, files = current_bucket_files(store)
     source = crawldb_source_sql(files, con, store, manifest.schema_version if manifest else schema.SCHEMA_VERSION)

@@ -698,10 +698,6 @@ class Store:
         from cycles import segment as seg
         return seg.state(self, segment).value
 
-    def latest_segment(self, state: str) -> str:
-        from cycles import segment as seg
-        return seg.latest(self, state)
-
 
 class S3Lock:
     """A lock object on S3, for stores that have no file locks.

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import tempfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -37,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles.config import Config, UrlConfig
+from cycles.crawldb import connect
 from cycles.executor import worker_died
 from cycles.urls import Normalizer, UrlFilter, canonical_mask, host_hashes, rejection_reason
 
@@ -142,16 +142,6 @@ def _run_chunks(distinct: pa.Table, url_config: UrlConfig, pool: ProcessPoolExec
         yield future.result()
 
 
-def _connect(config: Config) -> duckdb.DuckDBPyConnection:
-    """DuckDB with the configured threads and memory limit, spilling under the system temp folder."""
-    con = duckdb.connect()
-    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads or 1))}")
-    con.execute(f"SET memory_limit = '{config.db.duckdb_memory_limit}'")
-    con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/crawl-duckdb-{os.getpid()}'")
-    con.execute("SET enable_progress_bar = false")
-    return con
-
-
 def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
                      processes: int | None = None, chunk_rows: int | None = None,
                      con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
@@ -169,7 +159,7 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
     rows = int(chunk_rows or CHUNK_ROWS)
     if processes is None:
         processes = pool_size(config) if follow.num_rows >= MIN_POOL_ROWS else 1
-    con = con if con is not None else _connect(config)
+    con = con if con is not None else connect(None, config)
     parts: list[pa.Table] = []
     with contextlib.ExitStack() as stack:
         pool = None
