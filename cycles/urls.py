@@ -83,7 +83,7 @@ import operator
 import re
 from collections.abc import Sequence
 from typing import Optional
-from urllib.parse import unquote_to_bytes, urljoin
+from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
 import idna
 import pyarrow as pa
@@ -100,10 +100,12 @@ __all__ = [
     "host_hash",
     "host_hashes",
     "join_url",
+    "link_resolver",
     "normalize_url",
     "rejection_reason",
     "remove_dot_segments",
     "resolve_reference",
+    "split_url",
     "url_authority",
     "url_host",
 ]
@@ -175,7 +177,18 @@ def _canon_query_escapes(query: str) -> str:
 
 # --- RFC 3986 §5.2 -------------------------------------------------------------------
 def remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4, literally (scans with an index: linear in the path length)."""
+    """RFC 3986 §5.2.4: "/a/b/../c/./d" -> "/a/c/d".
+
+    An absolute path (every link the parser resolves) by splitting on "/", 8 times faster;
+    any other literally, scanning with an index (linear in the path length). The two agree
+    on absolute paths (tests/test_urls_properties.py)."""
+    if path.startswith("/"):
+        return _remove_absolute_dot_segments(path)
+    return _remove_dot_segments_literally(path)
+
+
+def _remove_dot_segments_literally(path: str) -> str:
+    """RFC 3986 §5.2.4 step by step, for any path."""
     out: list[str] = []
     i, n = 0, len(path)
     while i < n:
@@ -206,6 +219,22 @@ def remove_dot_segments(path: str) -> str:
             out.append(path[i:end])
             i = end
     return "".join(out)
+
+
+def _remove_absolute_dot_segments(path: str) -> str:
+    """remove_dot_segments for a path starting with "/"."""
+    segments = path.split("/")
+    last = len(segments) - 1
+    output: list[str] = []
+    for i, segment in enumerate(segments):
+        if segment == "." or segment == "..":
+            if segment == ".." and len(output) > 1:
+                output.pop()
+            if i == last:
+                output.append("")  # "/a/." and "/a/b/.." keep their trailing slash
+            continue
+        output.append(segment)
+    return "/".join(output)
 
 
 def _merge(base_authority: Optional[str], base_path: str, ref_path: str) -> str:
@@ -267,6 +296,128 @@ def join_url(base: str, ref: str) -> str:
         return urljoin(base, ref)
     except ValueError:
         return resolve_reference(ref, base)
+
+
+# The fast resolver of page links (the fetch worker's parser calls it for every <a href>).
+# resolve_reference above is RFC 3986 alone for any scheme; join_url is urljoin for a
+# redirect's Location. This one is for links: http(s) only, WHATWG where it differs.
+def split_url(url: str):
+    """urlsplit, or the parts of "" for a URL it refuses: an unclosed IPv6 bracket
+    ("http://[a/") or a netloc that NFKC changes raise ValueError, and a <base href> like
+    that once crashed the fetch worker on its page."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return urlsplit("")
+
+
+def link_resolver(base: str):
+    """A function href -> absolute http(s) URL without fragment (or None), for one base.
+
+    String concatenation for the forms real pages use (absolute, ``//host/p``, ``/p``, ``p``,
+    ``../p``, ``?q``), 5-10 times faster than ``urljoin``; RFC 3986 §5.2 results, and WHATWG's
+    where the two differ (a backslash is a slash, tab and newline inside are dropped,
+    ``http:p`` is relative). If ``base`` is not an absolute http(s) URL, only absolute
+    http(s) links resolve.
+    """
+    parts = split_url(base)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.netloc:
+        relative_resolve = link_resolver("http://invalid.invalid/")
+
+        def absolute_only(href: str) -> str | None:
+            url = relative_resolve(href)
+            if url is None or url.startswith("http://invalid.invalid/"):
+                return None
+            return url if href.lstrip(_C0_AND_SPACE)[:2] != "//" else None
+        return absolute_only
+    origin = f"{scheme}://{parts.netloc}"
+    origin_length = len(origin)
+    path = parts.path or "/"
+    directory = origin + path[:path.rfind("/") + 1]
+    # directory, its parent, ... up to the root: "../../p" is ancestors[2] + "p".
+    ancestors = [directory]
+    while len(ancestors[-1]) > origin_length + 1:
+        ancestors.append(ancestors[-1][:ancestors[-1].rfind("/", 0, -1) + 1])
+    no_query = origin + path
+
+    def resolve(href: str) -> str | None:
+        href = href.strip(_C0_AND_SPACE)
+        if not href or href[0] == "#":
+            return None  # empty, or a same-document reference
+        if "\n" in href or "\t" in href or "\r" in href:
+            href = href.replace("\n", "").replace("\t", "").replace("\r", "")
+        if "#" in href:
+            href = href[:href.index("#")]
+        if "\\" in href:  # WHATWG: in http(s) URLs a backslash before the query is a slash
+            before, mark, query = href.partition("?")
+            href = before.replace("\\", "/") + mark + query
+        first = href[0]
+        if first == "/":
+            if href[1:2] != "/":
+                url = origin + href
+            else:  # "//host/path"
+                url = scheme + ":" + href
+                host_start = len(scheme) + 3
+                if len(url) == host_start or url[host_start] in "/?":
+                    return None  # no host
+                return _without_dot_segments(url, host_start) if "/." in url else url
+        elif first == "?":
+            url = no_query + href
+        elif first == "h" and (href.startswith("https://") or href.startswith("http://")):
+            host_start = 8 if href[4] == "s" else 7
+            if len(href) == host_start or href[host_start] in "/?":
+                return None
+            return _without_dot_segments(href, host_start) if "/." in href else href
+        elif ":" not in href or _SCHEME.match(href) is None:  # a relative path
+            if first == ".":
+                # "../../p" is the base's second ancestor + "p" (most relative links with
+                # dots look like that); anything else with dots is left to the general case.
+                rest = href.lstrip("./")
+                prefix = len(href) - len(rest)
+                up = href.count("../", 0, prefix)
+                if up * 3 == prefix:
+                    href = rest
+                    url = ancestors[min(up, len(ancestors) - 1)] + rest
+                elif prefix == 2 and href[1] == "/":  # "./p"
+                    url = directory + rest
+                else:
+                    url = directory + href
+            else:
+                url = directory + href
+        else:
+            name = href[:href.index(":")].lower()
+            if name != "http" and name != "https":
+                return None  # javascript:, mailto:, tel:, data:, ftp: ...
+            rest = href[len(name) + 1:]
+            host_start = len(name) + 3
+            if rest[:2] == "//":  # "HTTP://host/p"
+                url = name + ":" + rest
+            elif name != scheme:  # "https:host/p": the authority follows (WHATWG)
+                url = name + "://" + rest.lstrip("/")
+            else:  # "http:p": relative when the scheme is the base's (WHATWG)
+                url = directory + rest if rest[:1] != "/" else origin + rest
+                host_start = origin_length - len(parts.netloc)
+            if len(url) == host_start or url[host_start] in "/?":
+                return None
+            return _without_dot_segments(url, host_start) if "/." in url else url
+        # Relative to the base: the host is the base's.
+        return _without_dot_segments(url, origin_length) if "/." in url else url
+
+    return resolve
+
+
+def _without_dot_segments(url: str, host_start: int) -> str:
+    """The URL with the dot segments of its path removed (RFC 3986 §5.2.4)."""
+    path_start = len(url)
+    for mark in "/?":
+        found = url.find(mark, host_start)
+        if 0 <= found < path_start:
+            path_start = found
+    query_start = url.find("?", path_start)
+    if query_start < 0:
+        query_start = len(url)
+    return url[:path_start] + remove_dot_segments(url[path_start:query_start]) + url[query_start:]
 
 
 def url_authority(url: str) -> str:

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cycles.config import UrlConfig
-from cycles.urls import (Normalizer, UrlFilter, canonical_mask, join_url, rejection_reason, resolve_reference,
+from cycles.urls import (Normalizer, UrlFilter, canonical_mask, join_url, rejection_reason, remove_dot_segments,
+                         resolve_reference,
                          url_authority)
 
 NORMALIZER = Normalizer(UrlConfig())
@@ -226,3 +227,17 @@ def test_update_outlinks_count_poison_links():
         assert not any(len(u) > 200 for u in kept)  # no 5,000-digit port or host got through
         assert counters["filter/unparseable"] >= 10
         assert counters["outlinks/found"] == len(urls)
+
+
+SEGMENT = st.sampled_from(["", ".", "..", "a", "b", "..a", ".b", "...", "%2e", "a.b"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(SEGMENT, max_size=8))
+def test_remove_dot_segments_fast_path_agrees_with_rfc_steps(segments):
+    """An absolute path takes remove_dot_segments' split-based path (the link resolver's);
+    it must give what RFC 3986 §5.2.4's steps give."""
+    from cycles.urls import _remove_dot_segments_literally
+
+    path = "/" + "/".join(segments)
+    assert remove_dot_segments(path) == _remove_dot_segments_literally(path)
