@@ -9,7 +9,7 @@ and is found again from another page or a later cycle; ``fetch.outlink_bloom_fp`
 how often that may happen.
 
 Sizing (the standard formulas): m = -n ln p / (ln 2)^2 bits and k = (m / n) ln 2 hashes:
-9.6 bits (1.2 bytes) per element at p = 1 %, 14.4 bits at 0.1 % — the design's 10 billion
+9.6 bits (1.2 bytes) per element at p = 1 %, 14.4 bits at 0.1 % — 10 billion
 URLs at 1 % fit in about 12 GB. Positions come from one 128-bit BLAKE2b digest per string
 by double hashing (Kirsch & Mitzenmacher, 2006), computed for a whole batch with numpy.
 """

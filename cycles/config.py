@@ -571,17 +571,17 @@ class UpdateConfig:
     factor at each refetch (up to ``max_interval_s``)."""
 
     default_interval_s: Annotated[int, Int(1)] = 14 * 86400
-    """Fetch interval of a newly fetched page (the design's `recrawl.default: 14d`)."""
+    """Fetch interval of a newly fetched page (14 days), and of a redirect or a URL robots.txt denies."""
 
     min_interval_s: Annotated[int, Int(1)] = 2 * 3600
-    """Shortest refetch interval (the design's `recrawl.news_like: 2h`)."""
+    """Shortest refetch interval the adaptive schedule gives (2 hours, as ``news_like_interval_s``)."""
 
     max_interval_s: Annotated[int, Int(1)] = 90 * 86400
     """Longest refetch interval."""
 
     news_like_interval_s: Annotated[int, Int(1)] = 2 * 3600
-    """First refetch interval of pages on news-like hosts or URL patterns (the design's
-    ``recrawl.news_like: 2h``); later intervals follow the page's observed change rate."""
+    """First refetch interval of pages on news-like hosts or URL patterns (2 hours); later
+    intervals follow ``schedule`` (by default the page's observed change rate)."""
 
     news_like_hosts: Annotated[list[str], Strings()] = field(default_factory=list)
     """Hosts declared news-like (exact names, or ``*.example.com`` for a domain and its subdomains)."""
