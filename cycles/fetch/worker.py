@@ -133,11 +133,12 @@ class PartitionFetcher:
         states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
         for item in items:
-            slot = self.frontier.slots.get(item["host"])
-            if slot is None:
-                slot = self.frontier.slot(item["host"])
-                self._init_slot(slot, item["url"], states.get(item["host"]), now_mono, now_wall, resumed)
-            slot.queue.append(item)
+            self.frontier.slot(item["host"]).queue.append(item)
+        # Each slot is set up once its URLs are queued: a host set aside on the spot (a
+        # cached robots.txt error) defers them all; set up before, the URLs queued after
+        # it were never fetched nor written.
+        for slot in self.frontier.slots.values():
+            self._init_slot(slot, slot.queue[0]["url"], states.get(slot.host), now_mono, now_wall, resumed)
         for slot in self.frontier.slots.values():
             self._set_aside_if_far(slot, now_mono)
             self.frontier.schedule(slot)
