@@ -49,10 +49,6 @@ LOCK_WAIT_S = 120.0
 """How long a partition waits for the lock of an earlier run of itself (an orphan of a
 killed ``crawl fetch`` notices within a second that its parent is gone, and exits)."""
 
-STOP_GRACE_S = 10.0
-"""After a stop signal, how long transfers in flight may take to end before the partition
-commits and stops anyway (Kubernetes waits 30 s between SIGTERM and SIGKILL)."""
-
 
 def progress_dir(store: Store, segment: str):
     """Where partitions publish their progress counters: a local folder (see Store.local_dir)."""
@@ -100,7 +96,6 @@ def _run(store: Store, task: FetchTask, resumed: bool) -> dict:
     fetcher.resumed = resumed
     fetcher.parent_pid = parent_pid()
     fetcher.stop_signal = stop_signal
-    fetcher.stop_grace_s = STOP_GRACE_S
     try:
         fetcher.load()
     except StoreError as exc:

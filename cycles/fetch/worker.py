@@ -68,6 +68,10 @@ def _wall(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
 
 
+STOP_GRACE_S = 10.0
+"""After a stop signal, how long transfers in flight may take to end before the partition
+commits and stops anyway (Kubernetes waits 30 s between SIGTERM and SIGKILL)."""
+
 DNS_CACHE_S = 3600
 """How long a worker reuses a host name's resolved address (curl's DNS cache)."""
 
@@ -105,8 +109,6 @@ class PartitionFetcher:
         """In a pool worker: the pid of the process that started us (checked every loop)."""
         self.stop_signal: Callable[[], int | None] = lambda: None
         """The stop signal this process received, if any (cycles/fetch/partition.py)."""
-        self.stop_grace_s = 10.0
-        """After a stop signal, how long transfers in flight may take to end."""
         self.progress_path = progress_path
         self._last_progress = 0.0
         self._resumed_run = False
@@ -441,7 +443,7 @@ class PartitionFetcher:
                 # were lost otherwise) and leave the rest to a resumed run.
                 stopping_at = now
                 self.stats["fetch/interrupted"] = 1
-            if stopping_at is not None and (not self.active or now - stopping_at > self.stop_grace_s):
+            if stopping_at is not None and (not self.active or now - stopping_at > STOP_GRACE_S):
                 break
             if self.fc.progress_s > 0 and now - self._last_progress >= self.fc.progress_s:
                 self.publish_progress(now)
