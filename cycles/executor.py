@@ -9,13 +9,16 @@ any machine that sees the store. The coordinating stage does the small serial pa
 
 To run the tasks elsewhere, pass any object with this ``map`` (a Dask, Ray or Spark
 wrapper is a few lines) to the stage function; by default a local spawn pool is used.
+:class:`ProcessPool` is the one pool every stage uses (buckets, fetch partitions, outlinks).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import signal
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Protocol, Sequence, TypeVar
 
@@ -41,8 +44,7 @@ class InProcess:
 
 
 class LocalPool:
-    """Runs the tasks in ``workers`` spawned processes of this machine (never forked: a
-    task must not inherit the parent's DuckDB connections or open files)."""
+    """Runs the tasks in ``workers`` spawned processes of this machine (a :class:`ProcessPool`)."""
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
@@ -50,12 +52,90 @@ class LocalPool:
     def map(self, fn, tasks):
         if self.workers == 1 or len(tasks) <= 1:
             return [fn(task) for task in tasks]
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=context) as pool:
+        with ProcessPool(min(self.workers, len(tasks)), getattr(fn, "__name__", "task")) as pool:
+            return pool.map(fn, tasks)
+
+
+class ProcessPool:
+    """The one process pool of the crawler: bucket tasks, fetch partitions, outlink chunks.
+
+    Workers are spawned, never forked: a task must not inherit the parent's DuckDB
+    connections, curl handles or open files. A worker that dies (SIGKILL, the OOM killer)
+    breaks the pool; the ``with`` block then raises a one-line :class:`StageError`
+    (``death_error``, by default :func:`worker_died` of ``what``) instead of a traceback of
+    BrokenProcessPool (``multiprocessing.Pool`` never noticed and hung). Leaving the block
+    on an error cancels the tasks not started yet.
+
+    ``die_with_parent``: each worker is killed by the kernel when this process exits
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere the worker can poll :func:`parent_pid`), so
+    ``kill -9`` of the stage leaves no orphan working. ``initializer(*initargs)`` then runs
+    in each worker (fetch installs its stop-signal handlers there).
+    """
+
+    def __init__(self, workers: int, what: str, *, initializer: Callable | None = None, initargs: tuple = (),
+                 die_with_parent: bool = False, death_error: StageError | None = None):
+        self.workers = max(1, int(workers))
+        self.death_error = death_error if death_error is not None else worker_died(what)
+        self._pool = ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+            initargs=(os.getpid() if die_with_parent else None, initializer, initargs))
+
+    def __enter__(self) -> "ProcessPool":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+        if exc_type is not None and issubclass(exc_type, BrokenProcessPool):
+            raise self.death_error from None
+
+    def submit(self, fn: Callable, *args) -> Future:
+        return self._pool.submit(fn, *args)
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        """``fn(task)`` for every task in the pool; results in task order."""
+        return list(self._pool.map(fn, tasks))
+
+    def pids(self) -> list[int]:
+        """The worker processes now running (spawned on submit; a dead one may be replaced)."""
+        return list(self._pool._processes or {})
+
+    def signal_workers(self, signum: int) -> None:
+        for pid in self.pids():
             try:
-                return list(pool.map(fn, tasks))
-            except BrokenProcessPool:
-                raise worker_died(getattr(fn, "__name__", "task")) from None
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+_PARENT_PID: int | None = None
+"""In a worker of a ``die_with_parent`` pool: the pid of the process that started it."""
+
+
+def parent_pid() -> int | None:
+    """The pid of the process that started this pool worker (``die_with_parent`` pools only):
+    a worker whose ``os.getppid()`` differs has lost its parent and should exit."""
+    return _PARENT_PID
+
+
+def _init_worker(parent: int | None, initializer: Callable | None, initargs: tuple) -> None:
+    global _PARENT_PID
+    if parent is not None:
+        _PARENT_PID = parent
+        _die_with_parent(parent)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux the kernel sends SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG);
+    elsewhere the worker's loop notices a new parent pid (:func:`parent_pid`)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(3)
 
 
 def worker_died(what: str) -> StageError:

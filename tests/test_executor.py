@@ -7,6 +7,8 @@ the config; the comparison is on the Parquet written.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 
 import duckdb
 import pyarrow as pa
@@ -95,3 +97,32 @@ def test_a_failing_task_leaves_the_crawl_db_as_it_was(tmp_path):
                                                    ("512MB", 4, "128MB"), ("100MB", 8, "64MB")])
 def test_memory_limit_is_shared_between_workers(limit, workers, share):
     assert share_of_memory(limit, workers) == share
+
+
+def _pid_and_parent(_task) -> tuple[int, int | None]:
+    from cycles.executor import parent_pid
+
+    return os.getpid(), parent_pid()
+
+
+def _die(_task) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_the_process_pool_runs_tasks_in_other_processes_that_know_their_parent():
+    from cycles.executor import ProcessPool
+
+    with ProcessPool(2, "a test", die_with_parent=True) as pool:
+        results = pool.map(_pid_and_parent, range(4))
+    assert all(pid != os.getpid() and parent == os.getpid() for pid, parent in results)
+
+
+def test_a_dead_pool_worker_is_the_pools_one_line_stage_error():
+    from cycles.errors import StageError
+    from cycles.executor import ProcessPool
+
+    died = StageError("a test worker died; run it again")
+    with pytest.raises(StageError) as raised:
+        with ProcessPool(2, "a test", death_error=died) as pool:
+            pool.map(_die, range(2))
+    assert raised.value is died and raised.value.__cause__ is None

@@ -1,13 +1,14 @@
 """``crawl fetch``: fetch every partition of a segment in a pool of processes.
 
-Each partition is one task (:func:`cycles.fetch.worker.fetch_partition`) given only the
-store path, the segment id, the partition number and the config; tasks share nothing,
+Each partition is one task (:func:`cycles.fetch.partition.fetch_partition` of a
+:class:`~cycles.fetch.partition.FetchTask`: the store URI, the segment id, the partition
+number and the config); tasks share nothing,
 so any executor can run them (``executor=``, cycles/executor.py). The default runs them
 in spawned processes (never forked: a worker must not inherit the parent's open
 handles); ``processes=1`` runs them in-process through the same function. Re-running ``crawl fetch`` on a segment resumes
 it: finished partitions are skipped and unfinished ones continue from their last chunk.
 
-Pool workers die with the parent (``pool_worker_init``), so ``kill -9`` of ``crawl fetch``
+Pool workers die with the parent (cycles/executor.py ProcessPool ``die_with_parent``), so ``kill -9`` of ``crawl fetch``
 leaves nothing fetching behind it. On a terminal, a one-line progress display (pages,
 pages/s, bytes, errors, hosts in flight and waiting) is redrawn every ``fetch.progress_s``
 from the small counter files the workers publish under ``stats/progress/``.
@@ -16,7 +17,6 @@ from the small counter files the workers publish under ``stats/progress/``.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import signal
@@ -24,16 +24,16 @@ import sys
 import threading
 import time
 from collections import Counter
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
-from cycles.executor import Executor
-from cycles.fetch import worker
-from cycles.fetch.worker import fetch_partition, fetch_partition_task, pool_worker_init, progress_dir
+from cycles.executor import Executor, ProcessPool
+from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
+                                    install_stop_handlers, progress_dir)
 from cycles.store import Store, utcnow
 
 
@@ -70,73 +70,32 @@ def choose_segment(store: Store, segment: str | None) -> str:
     return segment
 
 
-class StopSignals:
-    """While fetching: SIGTERM and SIGINT ask every partition to commit what it fetched and
-    stop (the handler forwards the signal to the pool workers), instead of killing the
-    stage and losing up to ``fetch.flush_s`` of fetched pages."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.received: int | None = None
-        self.workers: list[int] = []
-        self._previous: dict = {}
-
-    def __enter__(self):
-        worker.clear_stop()
-        if threading.current_thread() is threading.main_thread():  # signal() works only there
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-        worker.request_stop(signum)  # a partition running in this process
-        for pid in self.workers:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    def __exit__(self, *exc):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        worker.clear_stop()
-
-
-def run_pool(tasks: list[tuple], processes: int, stop: StopSignals, counters: Counter, segment: str) -> None:
+def run_pool(tasks: list[FetchTask], processes: int, stop: StopSignals, counters: Counter, segment: str) -> None:
     """Run the partition tasks in a spawn pool whose workers die with this process.
 
     A worker that dies (SIGKILL, the OOM killer) breaks the pool: the stage ends at once
-    with a one-line error; ``multiprocessing.Pool`` never noticed and hung, holding the
-    fetch lock. The partitions are resumable, so the message says how to resume.
+    with a one-line error (the pool's ``death_error``), not a hang holding the fetch lock.
+    The partitions are resumable, so the message says how to resume.
     """
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=pool_worker_init,
-                               initargs=(os.getpid(),))
-    try:
-        futures = [pool.submit(fetch_partition_task, task) for task in tasks]
-        stop.workers = list(pool._processes or {})  # spawned on submit; for forwarding signals
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
-            stop.workers = list(pool._processes or {})  # a worker may be replaced
-            for future in done:
-                counters.update(future.result())
-    except BrokenProcessPool:
-        raise StageError(f"fetch: a worker process of segment {segment} died (killed, or out of memory); "
-                         f"what it committed is kept; run `crawl fetch {segment}` to resume") from None
-    except BaseException:
-        # Another partition failed: ask the others to commit and stop, rather than wait
-        # for them to fetch their whole partition.
-        for pid in list(pool._processes or {}):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    died = StageError(f"fetch: a worker process of segment {segment} died (killed, or out of memory); "
+                      f"what it committed is kept; run `crawl fetch {segment}` to resume")
+    with ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
+                     death_error=died) as pool:
+        try:
+            futures = [pool.submit(fetch_partition_task, task) for task in tasks]
+            stop.workers = pool.pids()  # spawned on submit; for forwarding signals
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                stop.workers = pool.pids()  # a worker may be replaced
+                for future in done:
+                    counters.update(future.result())
+        except BaseException as exc:
+            if not isinstance(exc, BrokenProcessPool):  # the pool's exit turns it into `died`
+                # Another partition failed: ask the others to commit and stop, rather than
+                # wait for them to fetch their whole partition.
+                pool.signal_workers(signal.SIGTERM)
+            raise
 
 
 def fetch_segment(store: Store, config: Config, segment: str | None = None,
@@ -153,8 +112,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     processes = processes or config.fetch.processes or os.cpu_count() or 1
     processes = max(1, min(processes, len(partitions)))
     started = time.monotonic()
-    values = config.to_dict()
-    tasks = [(store.uri, segment, p, values) for p in partitions]
+    tasks = [FetchTask(store.uri, segment, p, config) for p in partitions]
     counters: Counter = Counter()
     # One store-wide fetch at a time: two fetches of different segments could otherwise
     # both ask the same host.
@@ -171,7 +129,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
                 for task in tasks:
                     if stop.received is not None:
                         break
-                    counters.update(fetch_partition(*task))
+                    counters.update(fetch_partition(task))
             else:
                 run_pool(tasks, processes, stop, counters, segment)
         finally:

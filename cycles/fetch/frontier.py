@@ -3,7 +3,8 @@
 Each host has a :class:`HostSlot` owned by this worker alone (generate put the host in
 exactly one partition). A slot holds at most one request in flight; when the response
 ends, the slot's next-allowed time becomes ``end + delay`` and it goes back on the heap.
-Times are on the monotonic clock, so a wall-clock jump cannot shorten a delay.
+Times are on the monotonic clock, so a wall-clock jump cannot shorten a delay. The rules
+that move a slot's times (spacing, back-off, set-aside) are in cycles/fetch/politeness.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+
+from cycles.fetch.robots_state import RobotsState
 
 
 SPACING_MARGIN_S = 0.02
@@ -31,28 +33,8 @@ class HostSlot:
     delay_s: float = 1.0
     """Current spacing between the end of one response and the next request."""
     in_flight: bool = False
-    robots: Any = None
-    """RobotsRules once known; None until robots.txt has been fetched or loaded."""
-    robots_url: str | None = None
-    """The robots.txt URL to request next (None once rules are known)."""
-    robots_hops: int = 0
-    robots_status: int | None = None
-    robots_body: bytes | None = None
-    robots_fetched_at: Any = None
-    robots_from_cache: bool = False
-    robots_etag: str | None = None
-    """Validators of the 2xx robots.txt in robots_body, for a conditional GET once it expires."""
-    robots_last_modified: str | None = None
-    robots_revalidating: bool = False
-    """robots_status/body hold an expired 2xx copy that the pending robots.txt request asks
-    the server about (If-None-Match / If-Modified-Since): a 304 keeps it."""
-    robots_good_status: int | None = None
-    """Last robots.txt answer that was not an error (2xx or 4xx), kept for RFC 9309 §2.3.1.4's
-    fallback when robots.txt stays unreachable; with its body and time."""
-    robots_good_body: bytes | None = None
-    robots_good_fetched_at: Any = None
-    robots_errors_since: Any = None
-    """Start (UTC datetime) of the current unbroken run of robots.txt errors, or None."""
+    robots: RobotsState = field(default_factory=RobotsState)
+    """The host's robots.txt: rules, pending request, cached copies (cycles/fetch/robots_state.py)."""
     failures: int = 0
     """Consecutive network errors or 5xx; past fetch.max_host_failures the host is set aside."""
     backoffs: int = 0
@@ -79,7 +61,7 @@ class Frontier:
 
     def schedule(self, slot: HostSlot) -> None:
         """Put a host (back) on the heap at its next-allowed time, if it has work."""
-        if not slot.in_flight and slot.set_aside is None and (slot.queue or slot.robots_url):
+        if not slot.in_flight and slot.set_aside is None and (slot.queue or slot.robots.url):
             heapq.heappush(self._heap, (slot.next_allowed, next(self._seq), slot.host))
 
     def pop_ready(self, now: float) -> HostSlot | None:
@@ -88,7 +70,7 @@ class Frontier:
             _, _, host = heapq.heappop(self._heap)
             slot = self.slots[host]
             # Stale heap entries (the slot was rescheduled or set aside) are skipped.
-            if slot.in_flight or slot.set_aside or not (slot.queue or slot.robots_url):
+            if slot.in_flight or slot.set_aside or not (slot.queue or slot.robots.url):
                 continue
             if slot.next_allowed > now:
                 self.schedule(slot)
@@ -102,4 +84,4 @@ class Frontier:
         return max(0.0, self._heap[0][0] - now)
 
     def waiting_hosts(self) -> int:
-        return sum(1 for s in self.slots.values() if not s.in_flight and s.set_aside is None and (s.queue or s.robots_url))
+        return sum(1 for s in self.slots.values() if not s.in_flight and s.set_aside is None and (s.queue or s.robots.url))

@@ -9,7 +9,7 @@ for us. It is spread over a process pool and kept out of Python objects between 
    normaliser's host caches hit;
 2. the distinct URLs go, in chunks of :data:`CHUNK_ROWS` as Arrow IPC buffers (a pickled
    Arrow slice would carry its whole parent buffer), to :func:`prepare_chunk` in a
-   ``spawn`` pool of ``db.duckdb_threads`` processes (with one process, or a single
+   ``spawn`` pool (cycles/executor.py ProcessPool) of ``db.duckdb_threads`` processes (with one process, or a single
    chunk, the same function runs in-process); each returns the kept rows (url, host,
    host_hash, depth) as an Arrow IPC buffer and its drop counts by reason;
 3. DuckDB merges the raw spellings of one URL (smallest depth) and applies
@@ -24,11 +24,8 @@ the single-loop version: ``filter/<reason>`` per distinct raw URL dropped,
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
 import duckdb
@@ -37,7 +34,7 @@ import pyarrow.compute as pc
 
 from cycles.config import Config, UrlConfig
 from cycles.crawldb import connect
-from cycles.executor import worker_died
+from cycles.executor import ProcessPool
 from cycles.urls import Normalizer, UrlFilter, canonical_mask, host_hashes, rejection_reason
 
 CHUNK_ROWS = 100_000
@@ -125,7 +122,7 @@ def _warm_up(url_config: UrlConfig) -> None:
     _normalizer_and_filter(url_config)
 
 
-def _run_chunks(distinct: pa.Table, url_config: UrlConfig, pool: ProcessPoolExecutor | None,
+def _run_chunks(distinct: pa.Table, url_config: UrlConfig, pool: ProcessPool | None,
                 processes: int, rows: int) -> Iterator[tuple]:
     """prepare_chunk over every chunk: in-process (no pool, or one chunk), or in the pool
     with at most two chunks per worker in flight (so the queued IPC buffers stay few)."""
@@ -164,8 +161,7 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
     with contextlib.ExitStack() as stack:
         pool = None
         if processes > 1:
-            pool = stack.enter_context(ProcessPoolExecutor(
-                max_workers=processes, mp_context=multiprocessing.get_context("spawn")))
+            pool = stack.enter_context(ProcessPool(processes, "outlink preparation"))
             for _ in range(processes):  # workers start (~0.3 s each) while DuckDB dedupes
                 pool.submit(_warm_up, config.urls)
         con.register("outlinks_follow", follow)
@@ -175,12 +171,10 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
                               ORDER BY hash(split_part(url, '/', 3))""").to_arrow_table()
         con.unregister("outlinks_follow")
         del follow
-        try:
-            for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
-                parts.append(_from_ipc(kept))
-                counters.update(dropped)
-        except BrokenProcessPool:
-            raise worker_died("outlink preparation") from None
+        # A dead worker: the pool's exit turns BrokenProcessPool into a one-line StageError.
+        for kept, dropped in _run_chunks(distinct, config.urls, pool, processes, rows):
+            parts.append(_from_ipc(kept))
+            counters.update(dropped)
         del distinct
     kept = pa.concat_tables(parts) if parts else KEPT.empty_table()
     del parts

@@ -296,3 +296,22 @@ def test_host_files_written_before_the_validator_columns_are_read_with_them_null
     pq.write_table(pa.Table.from_pylist([row], schema=old_schema), path)
     [state] = read_host_file(path).to_pylist()
     assert state["robots_status"] == 200 and state["robots_etag"] is None and state["robots_last_modified"] is None
+
+
+def test_a_cached_robots_error_defers_every_url_of_the_host(tmp_path):
+    """A robots.txt error younger than fetch.robots_error_cache_s is obeyed from the host DB
+    (disallow all for now): the host is not asked at all, and each of its URLs gets a
+    ``deferred`` row (none is silently left without a row)."""
+    now = utcnow()
+    with TestWeb(hosts=0, pages=2, page_bytes=2000, special=True, max_seconds=60) as web:
+        store = Store(tmp_path / "data")
+        seed_host_state(store, "robots-503.web.test", robots_status=503,
+                        robots_fetched_at=now - dt.timedelta(minutes=10),
+                        robots_errors_since=now - dt.timedelta(minutes=10))
+        urls = [web.url("robots-503", p) for p in ("/", "/a.html")]
+        segment, result = fetch(store, fast_config(web), urls)
+        requests = web.requests()
+    assert paths(requests, "robots-503") == []
+    assert result.counters["robots/cached_error"] == 1
+    rows = results(store, segment)
+    assert {url: rows[url]["outcome"] for url in urls if url in rows} == {url: "deferred" for url in urls}

@@ -13,10 +13,10 @@ from collections import Counter
 import pytest
 
 from cycles.config import FetchConfig
+from cycles.fetch import politeness
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.frontier import SPACING_MARGIN_S, HostSlot
 from cycles.hostdb import load_host_state
-from cycles.fetch.worker import PartitionFetcher
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store
@@ -101,7 +101,7 @@ def test_a_host_set_aside_for_a_long_retry_after_stays_aside_in_the_next_fetch(w
 
 
 class _Transfer:
-    """What _back_off reads of a finished transfer."""
+    """What politeness.back_off reads of a finished transfer."""
 
     def __init__(self, retry_after: str | None, ended: float):
         self.ended = ended
@@ -111,45 +111,37 @@ class _Transfer:
         return self._headers.get(name)
 
 
-def _bare_fetcher(**fetch) -> PartitionFetcher:
-    """A PartitionFetcher with only what the host-state decisions use (no store, no curl)."""
-    fetcher = PartitionFetcher.__new__(PartitionFetcher)
-    fetcher.fc = FetchConfig(**fetch)
-    fetcher.stats = Counter()
-    return fetcher
-
-
 def test_a_set_aside_host_keeps_its_window_and_a_huge_retry_after_is_cut():
     """The decision alone: a Retry-After over fetch.max_retry_after_s sets the host aside AND
     sets its next-allowed time (written as not_before); one of 10^15 s is cut to
     fetch.max_not_before_s and still makes a valid timestamp."""
-    fetcher = _bare_fetcher(max_retry_after_s=60.0, max_not_before_s=86400.0)
-    slot = HostSlot("h.test")
-    fetcher._back_off(slot, _Transfer("120", ended=1000.0), 429)
-    assert slot.set_aside and slot.next_allowed == pytest.approx(1000.0 + 120.0 + SPACING_MARGIN_S)
-    huge = HostSlot("huge.test")
-    fetcher._back_off(huge, _Transfer("1" + "0" * 15, ended=1000.0), 503)
-    assert huge.set_aside and huge.next_allowed == pytest.approx(1000.0 + 86400.0 + SPACING_MARGIN_S)
+    fc, stats = FetchConfig(max_retry_after_s=60.0, max_not_before_s=86400.0), Counter()
     wall = 1_700_000_000.0
-    assert fetcher._not_before_wall(huge, 1000.0, wall) == dt.datetime.fromtimestamp(wall + 86400.0, dt.timezone.utc)
-    assert fetcher._not_before_wall(HostSlot("never.test"), 1000.0, wall) is None
+    slot = HostSlot("h.test")
+    assert politeness.back_off(slot, _Transfer("120", ended=1000.0), 429, wall, fc, stats)
+    assert slot.next_allowed == pytest.approx(1000.0 + 120.0 + SPACING_MARGIN_S)
+    huge = HostSlot("huge.test")
+    assert politeness.back_off(huge, _Transfer("1" + "0" * 15, ended=1000.0), 503, wall, fc, stats)
+    assert huge.next_allowed == pytest.approx(1000.0 + 86400.0 + SPACING_MARGIN_S)
+    assert stats["fetch/backoff"] == 2
+    assert politeness.not_before_wall(huge, 1000.0, wall, fc) == dt.datetime.fromtimestamp(wall + 86400.0, dt.timezone.utc)
+    assert politeness.not_before_wall(HostSlot("never.test"), 1000.0, wall, fc) is None
 
 
-def test_init_slot_honours_not_before_within_the_cap():
+def test_restored_spacing_honours_not_before_within_the_cap():
     """A stored not_before holds the slot (past last_request_end's spacing); one absurdly far
     (a corrupt row, year 9000) holds it at most fetch.max_not_before_s."""
     from cycles import schema
 
-    fetcher = _bare_fetcher(max_not_before_s=86400.0)
-    fetcher.floor_s, fetcher.clock_offset_s = 1.0, 0.0
+    fc = FetchConfig(max_not_before_s=86400.0)
     wall = 1_700_000_000.0
     state = {name: None for name in schema.HOSTS.names}
     state.update(last_request_end=dt.datetime.fromtimestamp(wall - 10, dt.timezone.utc),
                  not_before=dt.datetime.fromtimestamp(wall + 30, dt.timezone.utc))
-    slot = HostSlot("h.test")
-    fetcher._init_slot(slot, "http://h.test/", state, 500.0, wall, resumed=False)
+    slot = HostSlot("h.test", delay_s=1.0)
+    politeness.restore_spacing(slot, state, 500.0, wall, False, fc)
     assert slot.next_allowed == pytest.approx(530.0)
     state["not_before"] = dt.datetime(9000, 1, 1, tzinfo=dt.timezone.utc)
-    far = HostSlot("far.test")
-    fetcher._init_slot(far, "http://far.test/", state, 500.0, wall, resumed=False)
+    far = HostSlot("far.test", delay_s=1.0)
+    politeness.restore_spacing(far, state, 500.0, wall, False, fc)
     assert far.next_allowed == pytest.approx(500.0 + 86400.0)

@@ -1,0 +1,108 @@
+"""Page redirects followed inline, hop by hop through the frontier.
+
+A 3xx is recorded by the worker (outcome ``redirect``, target in ``redirect_to``, and the
+target written as an outlink). :meth:`Redirects.follow` then decides whether this worker
+fetches the target in this cycle: when it owns the target's host (``host_hash % partitions``
+is our partition), the target, normalised and passing the URL filters, is queued at the
+front of its host's queue carrying the chain so far. It then waits its host's delay and
+robots.txt like any URL, and gets its own fetched row (update adds it to the crawl DB if new).
+
+Not followed, each counted under ``fetch/redirect_*``: a target already in the chain (a loop:
+the hop's row says ``redirect loop``), a hop past ``fetch.max_redirects`` (``too many
+redirects``), a URL already listed or followed in this partition (it has, or will have, its
+own row), a host of another partition or one set aside (fetched in a later cycle, as the
+outlink), a URL the crawl DB holds as fetched and not yet due (``fetch/redirect_known``: an
+earlier cycle fetched it; cycles/fetch/known.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import Counter
+from typing import Callable
+
+from cycles import clock
+from cycles.config import Config
+from cycles.fetch.frontier import HostSlot
+from cycles.fetch.known import fetched_not_due
+from cycles.store import Store
+from cycles.urls import Normalizer, UrlFilter, host_hash, url_host
+
+
+class Redirects:
+    """The redirect targets one partition follows (and the URLs it already has rows for)."""
+
+    def __init__(self, store: Store, config: Config, partition: int, stats: Counter):
+        self.store = store
+        self.max_redirects = config.fetch.max_redirects
+        self.partition = partition
+        self.partitions = 1
+        """How many partitions generate made: a host is ours when host_hash % partitions == partition."""
+        self.stats = stats
+        self.normalizer = Normalizer(config.urls)
+        self.url_filter = UrlFilter(config.urls)
+        self.listed_urls: set[str] = set()
+        """URLs of the fetch list and redirect targets followed: each gets one row, so a
+        redirect to one of them is not followed again."""
+        self.known_not_due: dict[str, set[str]] = {}
+        """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due
+        (cycles/fetch/known.py), read once per partition run."""
+        self._crawldb_manifest = None
+        """The crawl DB version those lookups read (taken at the first one)."""
+
+    def follow(self, item: dict, target: str, slot_for: Callable[[str, str], HostSlot]) -> tuple[str | None, HostSlot | None]:
+        """Queue a redirect's target for this cycle if this worker may fetch it.
+
+        ``slot_for(host, url)`` gives the target host's slot (set up from the host DB if new).
+        Returns the error to record on the redirect's row (None, ``redirect loop`` or ``too
+        many redirects``) and the slot the target was queued on, if it was."""
+        url = self.normalizer.normalize(target)
+        if url is None or self.url_filter.reason(url):
+            self.stats["fetch/redirect_filtered"] += 1  # update would drop it too
+            return None, None
+        chain = item.get("redirect_chain") or (item["url"],)
+        if url in chain:
+            self.stats["fetch/redirect_loop"] += 1
+            return "redirect loop", None
+        if len(chain) > self.max_redirects:  # this would be hop max_redirects + 1
+            self.stats["fetch/redirect_too_many"] += 1
+            return "too many redirects", None
+        if url in self.listed_urls:
+            self.stats["fetch/redirect_already_listed"] += 1
+            return None, None
+        host = url_host(url)
+        if host_hash(host) % self.partitions != self.partition:
+            # Another worker owns the host (and its politeness): a later cycle fetches it.
+            self.stats["fetch/redirect_other_partition"] += 1
+            return None, None
+        if url in self._known_not_due(host):
+            # Fetched in an earlier cycle and not due again yet: the redirect's row (and its
+            # outlink) is enough; the target stays as the crawl DB has it.
+            self.stats["fetch/redirect_known"] += 1
+            return None, None
+        target_slot = slot_for(host, url)
+        if target_slot.set_aside:
+            self.stats["fetch/redirect_host_set_aside"] += 1
+            return None, None
+        self.listed_urls.add(url)
+        # At the front: the chain keeps the priority of the URL that started it.
+        target_slot.queue.appendleft({
+            "url": url, "host": host, "host_hash": host_hash(host), "score": item.get("score"),
+            "depth": min(int(item["depth"]) + 1, 32767), "etag": None, "last_modified": None,
+            "redirect_chain": chain + (url,)})
+        self.stats["fetch/redirect_followed"] += 1
+        return None, target_slot
+
+    def _known_not_due(self, host: str) -> set[str]:
+        """The host's fetched, not yet due URLs from the current crawl DB (cached per host)."""
+        known = self.known_not_due.get(host)
+        if known is None:
+            if not self.known_not_due:  # the first host asked: the version read from now on
+                self._crawldb_manifest = self.store.manifest("crawldb")
+            manifest = self._crawldb_manifest
+            # next_fetch is on the crawl clock
+            now = dt.datetime.fromtimestamp(time.time() + clock.offset_s(), dt.timezone.utc)
+            known = fetched_not_due(self.store, manifest, host, now) if manifest is not None else set()
+            self.known_not_due[host] = known
+        return known
