@@ -9,7 +9,9 @@ works too) and set, on the workers' environment or per run (trigger with config)
 =================  ===============================  ==================================================
 env var            run param                        what
 =================  ===============================  ==================================================
-CRAWL_DATA         ``data``                         the store: a folder or s3://bucket/prefix (``--data``)
+CRAWL_DATA         ``data``                         the store: a folder or s3://bucket/prefix (``--data``);
+                                                    the asset's URI is made from the env var when the
+                                                    file is parsed, so set it there, not only per run
 CRAWL_CONFIG       ``config``                       the crawl's TOML config file (``--config``); "" none
 CRAWL_COMMAND      ``crawl``                        how to run crawl: ``/opt/crawl/.venv/bin/crawl``
 CRAWL_DAG_ID       --                               the DAG id (one DAG per crawl: one file per crawl)
@@ -64,7 +66,7 @@ the oldest one on: fetch, then update), so a stuck store fails the task instead 
 
 def pages_asset(data: str) -> Asset:
     """The pages feed of the store (``pages/``, README: The pages feed) as an asset URI."""
-    uri = data.rstrip("/") + "/pages/" if "://" in data else "file://" + os.path.abspath(data) + "/pages/"
+    uri = data.rstrip("/") + "/pages" if "://" in data else "file://" + os.path.abspath(data) + "/pages"
     return Asset(uri)
 
 
