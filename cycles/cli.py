@@ -314,8 +314,10 @@ def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (defaul
           as_json: bool = JSON_OPTION) -> None:
     """Fetch a generated segment; run it again after a crash to resume.
 
-    Example: crawl fetch 20261129T223500123456Z-a1b2c3     (or, one task per partition:
-    crawl fetch SEGMENT --partition 0 ... then crawl fetch SEGMENT --finish)
+    A scheduler can run a task per partition (crawl fetch SEGMENT --partition N), then
+    mark the segment fetched (crawl fetch SEGMENT --finish).
+
+    Example: crawl fetch 20261129T223500123456Z-a1b2c3
     """
     from cycles.fetch.fetch import fetch_one_partition, fetch_segment, finish_fetch
 
