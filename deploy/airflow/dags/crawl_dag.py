@@ -3,8 +3,8 @@
 Each task runs the ``crawl`` command in a subprocess and reads the one JSON line it prints
 with ``--json`` (the scheduler contract, cycles/cli.py), so the crawler's dependencies
 stay out of Airflow's environment: this file imports only Airflow and the standard
-library. Copy it into the ``dags/`` folder of your Airflow deployment (Airflow 3; 2.x
-works too) and set, on the workers' environment or per run (trigger with config):
+library. Copy it into the ``dags/`` folder of your Airflow deployment (Airflow 3, tested
+with 3.3; the 2.x imports below are untested) and set, on the workers' environment or per run (trigger with config):
 
 =================  ===============================  ==================================================
 env var            run param                        what
@@ -14,7 +14,8 @@ CRAWL_DATA         ``data``                         the store: a folder or s3://
                                                     file is parsed, so set it there, not only per run
 CRAWL_CONFIG       ``config``                       the crawl's TOML config file (``--config``); "" none
 CRAWL_COMMAND      ``crawl``                        how to run crawl: ``/opt/crawl/.venv/bin/crawl``
-CRAWL_DAG_ID       --                               the DAG id (one DAG per crawl: one file per crawl)
+CRAWL_DAG_ID       --                               the DAG id; a second crawl: a copy of this file with
+                                                    its own defaults below (env vars are deployment-wide)
 CRAWL_SCHEDULE     --                               cron expression or preset; default ``@hourly``
 =================  ===============================  ==================================================
 
@@ -155,7 +156,10 @@ def crawl_dag():
     @task(outlets=[PAGES])
     def update(marked: dict) -> dict:
         """Merge the segment into the crawl DB and publish its pages (the asset)."""
-        return crawl("update", marked["segment"])
+        result = crawl("update", marked["segment"])
+        if result.get("status") == "nothing_to_do":  # applied already (a retry): no new pages, no asset event
+            raise AirflowSkipException(result.get("message", "nothing to do"))
+        return result
 
     update(mark_fetched(fetch.expand_kwargs(generate())))
 
