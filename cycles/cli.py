@@ -26,7 +26,7 @@ import typer
 from typer.core import TyperGroup
 
 from cycles.config import Config, load_config
-from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_USER_ERROR, CrawlError,
+from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
                            Interrupted, NothingToDo, StageError, is_damaged_parquet)
 from cycles.store import Store
 
@@ -163,6 +163,8 @@ def report(exc: BaseException, debug: bool = False) -> int:
         line = f"crawl: internal error: {type(exc).__name__}: {exc} ({save_traceback(exc)}; please report it)"
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
+    if state.as_json:
+        emit_json(JSON_STATUS.get(code, "failed"), exit_code=code, message=one_line(line.removeprefix("crawl: ")))
     typer.secho(one_line(line), err=True, fg=typer.colors.RED if code in (EXIT_FAILURE, EXIT_USER_ERROR) else None)
     return code
 
@@ -198,9 +200,34 @@ Exit codes: 0 done, 1 failed, 2 user error, 3 nothing to do, 4 interrupted (run 
 class State:
     store: Store
     config: Config
+    as_json: bool = False
+    """The command was given --json: it ends with one JSON line on stdout (:func:`emit_json`)."""
+    stage: str = ""
 
 
 state = State()
+
+JSON_STATUS = {EXIT_OK: "done", EXIT_FAILURE: "failed", EXIT_USER_ERROR: "user_error",
+               EXIT_NOTHING_TO_DO: "nothing_to_do", EXIT_INTERRUPTED: "interrupted"}
+"""The "status" of a --json line, by exit code (cycles/errors.py)."""
+
+JSON_OPTION = typer.Option(False, "--json", help="End with one JSON line on stdout for a scheduler: "
+                           '{"status": "done"|"nothing_to_do"|..., "stage", "seconds", ...}; the exit code is unchanged.')
+
+
+def start_command(stage: str, as_json: bool) -> float:
+    """Remember the command's name and --json for :func:`report` and :func:`emit_json`; returns the start time."""
+    state.stage, state.as_json = stage, as_json
+    return time.monotonic()
+
+
+def emit_json(status: str, started: float | None = None, **fields) -> None:
+    """The scheduler contract of --json: one line, {"status", "stage", ...what the stage did,
+    "seconds"}; "nothing_to_do" goes with exit code 3, and the next task reads the segment id here."""
+    line = {"status": status, "stage": state.stage, **fields}
+    if started is not None:
+        line["seconds"] = round(time.monotonic() - started, 3)
+    typer.echo(json.dumps(line, default=str))
 
 
 @app.callback()
@@ -211,6 +238,7 @@ def main(
     debug: bool = typer.Option(False, "--debug", help="On a failure, also print the traceback."),
 ) -> None:
     """Global options: where the store is, which config to use."""
+    state.as_json, state.stage = False, ""
     state.config = load_config(config)
     state.store = Store(data)
 
@@ -233,70 +261,112 @@ def waiting_segment(wanted: str, stage: str, previous: str, also: tuple[str, ...
 
 
 @app.command()
-def inject(seeds: Path = typer.Argument(..., help="Text file, one URL a line; # starts a comment.")) -> None:
+def inject(seeds: Path = typer.Argument(..., help="Text file, one URL a line; # starts a comment."),
+           as_json: bool = JSON_OPTION) -> None:
     """Add seed URLs to the crawl DB (creating it if needed).
 
     Example: crawl inject seeds.txt
     """
     from cycles.inject import inject as do_inject
 
+    started = start_command("inject", as_json)
     result = run(do_inject, state.store, state.config, seeds)
     for number, line, reason in result.rejected_lines[:20]:
         typer.echo(f"  skipped line {number} ({reason}): {line}", err=True)
     rejected = sum(result.rejected.values())
+    if as_json:
+        return emit_json("done", started, added=result.added, already_known=result.already_known,
+                         rejected=rejected, rejected_by_reason=dict(sorted(result.rejected.items())))
     typer.echo(f"injected: {result.added} new, {result.already_known} already known, {rejected} rejected"
                + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(result.rejected.items()))})" if rejected else ""))
 
 
 @app.command()
-def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most this many URLs (default: generate.top_n).")) -> None:
+def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most this many URLs (default: generate.top_n)."),
+             as_json: bool = JSON_OPTION) -> None:
     """Choose due URLs, lease them and write a fetch list as a new segment.
+
+    With --json the line names the segment and its partitions, for `crawl fetch SEGMENT --partition N`.
 
     Example: crawl generate --top-n 10000
     """
     from cycles.generate.generate import generate as do_generate
+    from cycles.segment import partitions_of
 
+    started = start_command("generate", as_json)
     result = run(do_generate, state.store, state.config, top_n=top_n)
     if result.segment is None:
         raise NothingToDo(f"generate: no segment made: {result.reason}")
+    if as_json:
+        return emit_json("done", started, segment=result.segment, urls=result.urls, hosts=result.hosts,
+                         partitions=partitions_of(state.store, result.segment))
     typer.echo(f"generated segment {result.segment}: {result.urls} URLs on {result.hosts} hosts, "
                f"{result.partitions} partitions")
 
 
 @app.command()
 def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (default: the oldest generated or interrupted one)."),
-          processes: Optional[int] = typer.Option(None, "--processes", "-p", help="Worker processes.")) -> None:
+          processes: Optional[int] = typer.Option(None, "--processes", "-p", help="Worker processes."),
+          partition: Optional[int] = typer.Option(None, "--partition", help="Fetch only this partition (a scheduler's "
+                                                  "task per partition); then `--finish` marks the segment fetched."),
+          finish: bool = typer.Option(False, "--finish", help="Mark a segment fetched whose partitions were all "
+                                      "fetched with --partition (fetches nothing; refused while one is unfinished)."),
+          as_json: bool = JSON_OPTION) -> None:
     """Fetch a generated segment; run it again after a crash to resume.
+
+    A scheduler can run a task per partition (crawl fetch SEGMENT --partition N), then
+    mark the segment fetched (crawl fetch SEGMENT --finish).
 
     Example: crawl fetch 20261129T223500123456Z-a1b2c3
     """
-    from cycles.fetch.fetch import fetch_segment
+    from cycles.fetch.fetch import fetch_one_partition, fetch_segment, finish_fetch
 
+    started = start_command("fetch", as_json)
+    if (partition is not None or finish) and segment is None:
+        raise CrawlError("fetch: --partition and --finish need a segment id: crawl fetch SEGMENT --partition N")
+    if partition is not None and finish:
+        raise CrawlError("fetch: give --partition N or --finish, not both")
     if segment is None:
         waiting_segment("generated", "fetch", "generate", also=("fetching",))  # "fetching": a fetch to resume
     elif (done := state.store.segment_state(segment)) in ("fetched", "updated"):
         raise NothingToDo(f"fetch: segment {segment} is already {done}; nothing to do")
-    result = run(fetch_segment, state.store, state.config, segment, processes)
+    if partition is not None:
+        result = run(fetch_one_partition, state.store, state.config, segment, partition)
+    elif finish:
+        result = run(finish_fetch, state.store, state.config, segment)
+    else:
+        result = run(fetch_segment, state.store, state.config, segment, processes)
     c = result.counters
-    typer.echo(f"fetched segment {result.segment}: {c.get('fetch/requests', 0)} requests, "
+    if as_json:
+        return emit_json("done", started, segment=result.segment, partition=partition,
+                         fetched=partition is None, requests=c.get("fetch/requests", 0),
+                         pages=c.get("fetch/outcome/ok", 0), robots_denied=c.get("robots/denied", 0),
+                         deferred=c.get("fetch/outcome/deferred", 0), counters=dict(sorted(c.items())))
+    what = f"partition {partition} of segment" if partition is not None else "segment"
+    typer.echo(f"fetched {what} {result.segment}: {c.get('fetch/requests', 0)} requests, "
                f"{c.get('fetch/outcome/ok', 0)} pages stored, {c.get('robots/denied', 0)} denied by robots.txt, "
                f"{c.get('fetch/outcome/deferred', 0)} deferred in {result.seconds:.1f}s")
 
 
 @app.command()
-def update(segment: Optional[str] = typer.Argument(None, help="Segment id (default: oldest fetched).")) -> None:
+def update(segment: Optional[str] = typer.Argument(None, help="Segment id (default: oldest fetched)."),
+           as_json: bool = JSON_OPTION) -> None:
     """Merge a fetched segment into the crawl DB (idempotent).
 
     Example: crawl update
     """
     from cycles.update.update import update_segment
 
+    started = start_command("update", as_json)
     if segment is None:
         waiting_segment("fetched", "update", "fetch")
     result = run(update_segment, state.store, state.config, segment)
     if not result.applied:
         raise NothingToDo(f"update: segment {result.segment}: {result.reason}")
     c = result.counters
+    if as_json:
+        return emit_json("done", started, segment=result.segment, results=c.get("update/results", 0),
+                         new_urls=c.get("outlinks/new", 0), counters=dict(sorted(c.items())))
     dropped = {k: v for k, v in sorted(c.items()) if k.startswith("filter/")}
     typer.echo(f"updated from segment {result.segment}: {c.get('update/results', 0)} results, "
                f"{c.get('outlinks/new', 0)} new URLs" + (f"; dropped {dropped}" if dropped else ""))
@@ -304,17 +374,26 @@ def update(segment: Optional[str] = typer.Argument(None, help="Segment id (defau
 
 @app.command()
 def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles to run."),
-          top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per cycle.")) -> None:
+          top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per cycle."),
+          as_json: bool = JSON_OPTION) -> None:
     """Run generate, fetch and update in a row, N times (stops early when nothing is due).
+
+    With --json the progress lines go to stderr and stdout ends with one JSON line.
 
     Example: crawl cycle --cycles 3
     """
     from cycles.cycle import run_cycles
 
+    started = start_command("cycle", as_json)
+    updated_before = {s for s in state.store.segments() if state.store.segment_state(s) == "updated"}
     for number, line in enumerate(run(run_cycles, state.store, state.config, cycles, top_n=top_n)):
         if number == 0 and line.endswith("; stopping"):
             raise NothingToDo(line)  # the first generate made no segment: not one cycle ran
-        typer.echo(line)
+        typer.echo(line, err=as_json)  # with --json, stdout holds only the JSON line
+    if as_json:
+        updated = [s for s in state.store.segments()
+                   if s not in updated_before and state.store.segment_state(s) == "updated"]
+        emit_json("done", started, segments=updated)
 
 
 @app.command()
@@ -349,15 +428,16 @@ def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New numbe
 
 
 @app.command()
-def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output: one JSON line.")) -> None:
     """URL counts by status, hosts and segments, read with DuckDB.
 
     Example: crawl status --json
     """
     from cycles.status import crawl_status, format_status
 
+    start_command("status", as_json)
     report = run(crawl_status, state.store, state.config)
-    typer.echo(json.dumps(report, indent=1, default=str) if as_json else format_status(report))
+    typer.echo(json.dumps(report, default=str) if as_json else format_status(report))
 
 
 @app.command()

@@ -16,6 +16,7 @@ from the small counter files the workers publish under ``stats/progress/``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -145,6 +146,13 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
         raise FetchInterrupted(
             f"fetch: segment {segment} stopped by {name}: {len(finished)} of {len(partitions)} partitions "
             f"finished, every page fetched is committed; resume with `crawl fetch {segment}`")
+    write_fetched(store, segment, partitions, counters, seconds)
+    return FetchResult(segment, len(partitions), counters, seconds)
+
+
+def write_fetched(store: Store, segment: str, partitions: list[int], counters: Counter, seconds: float) -> None:
+    """Write the segment's fetch stats and its fetched marker, listing every partition's chunks."""
+    seg_dir = seg.segment_dir(store, segment)
     stats = [store.read_json(seg.partition_stats_file(seg_dir, p)) for p in partitions]
     # Partitions finished by an older version have no chunk list: the segment is then not verified.
     chunks = None if any("chunks" not in s for s in stats) else [c for s in stats for c in s["chunks"]]
@@ -152,6 +160,56 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     seg.write_marker(store, seg.Fetched(segment, fetched_at=utcnow().isoformat(), seconds=seconds,
                                         partitions=len(partitions), requests=counters.get("fetch/requests", 0),
                                         chunks=chunks))
+
+
+def fetch_one_partition(store: Store, config: Config, segment: str, partition: int) -> FetchResult:
+    """Fetch one partition of a segment (``crawl fetch SEGMENT --partition N``), for a
+    scheduler that runs the partitions as its own tasks (deploy/airflow/dags/crawl_dag.py);
+    :func:`finish_fetch` then writes the fetched marker. Safe to run again: a finished
+    partition returns its counters.
+
+    It takes no store-wide fetch lock: the partitions of one segment hold disjoint hosts
+    (generate partitions by host) and run at once; each holds its own partition lock. The
+    scheduler must not fetch two segments at once (the DAG runs one at a time).
+    """
+    segment = choose_segment(store, segment)
+    partitions = partitions_of(store, segment)
+    if partition not in partitions:
+        raise StageError(f"fetch: segment {segment} has no partition {partition} (its partitions: "
+                         f"{', '.join(map(str, partitions))}); pick one of those")
+    started = time.monotonic()
+    with StopSignals() as stop:
+        seg.mark_fetching(store, segment)
+        counters = Counter(fetch_partition(store.uri, segment, partition, config.to_dict()))
+        received = stop.received
+    counters.pop("fetch/seconds", None)
+    if received is not None or counters.get("fetch/interrupted"):
+        name = signal.Signals(received).name if received else "a stop signal"
+        raise FetchInterrupted(f"fetch: partition {partition} of segment {segment} stopped by {name}; every page "
+                               f"fetched is committed; resume with `crawl fetch {segment} --partition {partition}`")
+    return FetchResult(segment, 1, counters, round(time.monotonic() - started, 3))
+
+
+def finish_fetch(store: Store, config: Config, segment: str) -> FetchResult:
+    """Write the fetched marker of a segment whose partitions were fetched one by one
+    (``crawl fetch SEGMENT --finish``); refuses while a partition is unfinished. Its
+    counters are the partitions' sums; its seconds run from the fetching marker."""
+    segment = choose_segment(store, segment)
+    partitions = partitions_of(store, segment)
+    seg_dir = seg.segment_dir(store, segment)
+    missing = [p for p in partitions if not store.exists(seg.partition_stats_file(seg_dir, p))]
+    if missing:
+        raise StageError(f"fetch: segment {segment}: partitions {', '.join(map(str, missing))} are not finished; "
+                         f"run `crawl fetch {segment} --partition N` for each (or `crawl fetch {segment}`)")
+    counters: Counter = Counter()
+    for p in partitions:
+        counters.update(store.read_json(seg.partition_stats_file(seg_dir, p))["counters"])
+    counters.pop("fetch/seconds", None)
+    fetching = seg.read_marker(store, segment, seg.Fetching)
+    started = dt.datetime.fromisoformat(fetching.started_at) if fetching and fetching.started_at else utcnow()
+    seconds = round(max(0.0, (utcnow() - started).total_seconds()), 3)
+    shutil.rmtree(progress_dir(store, segment), ignore_errors=True)
+    write_fetched(store, segment, partitions, counters, seconds)
     return FetchResult(segment, len(partitions), counters, seconds)
 
 
