@@ -180,7 +180,7 @@ def fetch_one_partition(store: Store, config: Config, segment: str, partition: i
     started = time.monotonic()
     with StopSignals() as stop:
         seg.mark_fetching(store, segment)
-        counters = Counter(fetch_partition(store.uri, segment, partition, config.to_dict()))
+        counters = Counter(fetch_partition(FetchTask(store.uri, segment, partition, config)))
         received = stop.received
     counters.pop("fetch/seconds", None)
     if received is not None or counters.get("fetch/interrupted"):
