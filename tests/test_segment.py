@@ -23,7 +23,7 @@ from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.status import crawl_status, format_status
 from cycles.store import Store, utcnow
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import fast_config, make_segment

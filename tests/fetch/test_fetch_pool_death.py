@@ -20,7 +20,7 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.executor import LocalPool
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.outlinks import prepare_outlinks
 from tests.fetch.test_fetch_resume import committed, crawl, toml_config
 from tests.fetch.test_fetch_support import make_segment
