@@ -146,6 +146,7 @@ def run_crawl(store: Store, *args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=os.getcwd())
 
 
+@pytest.mark.web  # runs python -m cycles fetch with two processes
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_a_corrupt_fetch_list_is_one_line_naming_the_file(tmp_path, damage):
     store = Store(tmp_path / "data")
@@ -189,6 +190,7 @@ def copy(fetched, tmp_path):
     return Store(root)
 
 
+@pytest.mark.web  # its fixture starts a test web
 def test_fetch_records_every_committed_chunk(fetched):
     store, segment = fetched["store"], fetched["segment"]
     marker = seg.read_marker(store, segment, seg.Fetched)

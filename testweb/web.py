@@ -83,11 +83,15 @@ Last-Modified with its own clock.
 
 Extending
 ---------
-A host is a :class:`HostProfile`: it answers :meth:`HostProfile.page` with a :class:`Page`
-(status, links, body source) for a request target, and has a :class:`Robots`. The server
-turns a :class:`Page` into bytes (conditional requests included) and the reachability oracle
-reads its ``links``. New kinds of hosts (traps, near-duplicates, pages that change) subclass
-:class:`HostProfile` and are added in :meth:`Web._build_profiles`.
+A host is a :class:`~testweb.host.HostProfile` (``host.py``): it answers
+:meth:`~testweb.host.HostProfile.page` with a :class:`~testweb.model.Page` (status, links,
+body source) for a request target, and has a :class:`~testweb.model.Robots`. The server glue
+(``respond.py``) turns a page into bytes (conditional requests included) and the
+reachability oracle reads its ``links``. A new kind of host lives in its own module, builds
+on ``model.py``, ``host.py`` and ``respond.py`` only, offers ``{kind}_hosts(web, prefix)``
+and gets an address block in :data:`~testweb.model.KIND_IP_PREFIX`; this module imports it
+and calls it from :meth:`Web._build_profiles`. Imports go one way (kinds never import this
+module at run time), and shared helpers are public names of ``model.py``.
 """
 
 from __future__ import annotations

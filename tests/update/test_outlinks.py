@@ -133,6 +133,7 @@ def test_spellings_merge_with_the_smallest_depth():
     assert counters == Counter({"outlinks/found": 3, "outlinks/nofollow": 1, "filter/max_depth": 0})
 
 
+@pytest.mark.web  # spawns a pool of two processes
 def test_empty_and_all_nofollow():
     config = Config()
     for nofollow in ([], [True, True]):
