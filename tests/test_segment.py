@@ -68,6 +68,7 @@ def test_the_state_is_the_most_advanced_marker_and_abandoned_beats_a_late_fetch(
 
 def crawl_db(tmp_path, urls=40) -> tuple[Store, Config]:
     store, config = Store(tmp_path / "data"), Config()
+    config.db.buckets = 2  # the default 8 only multiplies every stage's files, not the point
     inject(store, config, write_seeds(tmp_path / "seeds.txt", [f"http://h{i % 8}.example/p{i}" for i in range(urls)]))
     return store, config
 

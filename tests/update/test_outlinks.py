@@ -103,7 +103,7 @@ def canonical(table: pa.Table) -> pa.Table:
     return table.sort_by([("url", "ascending")])
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.web)])  # 2 spawns a pool
 def test_same_as_one_loop(processes):
     config = odd_config()
     links = links_table(odd_urls())
