@@ -76,7 +76,7 @@ it): ``GET /__clock`` answers ``{"t": ..., "rate": ...}``; ``?t=T`` sets it, ``?
 moves it on, ``?rate=R`` lets it run at ``R`` virtual seconds per real second (0 stops
 it), ``?offset=S`` makes it the real time plus ``S`` seconds, running at rate 1: the
 crawler's own clock (``cycles/clock.py``) with ``CRAWL_CLOCK_OFFSET_S=S``. The answer comes after the change is made, so the next request sees the new time.
-:meth:`TestWeb.set_clock <cycles.testweb.harness.TestWeb.set_clock>` does this and keeps the
+:meth:`TestWeb.set_clock <testweb.harness.TestWeb.set_clock>` does this and keeps the
 test side's model in step; every request log line carries the virtual time it was served at
 (``clock_t``). Keep the virtual time before the real one if a crawler under test compares
 Last-Modified with its own clock.
