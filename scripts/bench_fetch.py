@@ -7,7 +7,7 @@ Usage::
     .venv/bin/python scripts/bench_fetch.py --only scrapy --scrapy-seconds 30
     .venv/bin/python scripts/bench_fetch.py --hosts 500 --pages-per-host 10 --py-spy
 
-Setup: the test web (``cycles.testweb``) with ``--hosts`` regular hosts (default 2,000) of
+Setup: the test web (``testweb``) with ``--hosts`` regular hosts (default 2,000) of
 ``--pages-per-host`` pages of ~30 KB HTML (``special=False``), served by its own process.
 Politeness is real: one request at a time per host, one second apart, so ``--hosts`` caps the
 rate at ``hosts`` pages/s.
@@ -78,7 +78,7 @@ from cycles.fetch.fetch import fetch_segment  # noqa: E402
 from cycles.generate.generate import generate  # noqa: E402
 from cycles.inject import inject  # noqa: E402
 from cycles.store import Store  # noqa: E402
-from cycles.testweb.harness import TestWeb  # noqa: E402
+from testweb.harness import TestWeb  # noqa: E402
 
 SLACK_S = 0.005
 """Clock slack between the server's and the crawler's time.time() (as in tests/test_e2e.py)."""

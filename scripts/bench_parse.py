@@ -15,7 +15,7 @@ related-articles list, a nofollow footer; half of them minified) and prints, per
   (resolve, deduplicate, anchor text), text, fingerprints (and within them the content
   hash and the SimHash, each timed alone);
 - for the test web's pages (``--testweb``: the ~30 KB pages scripts/bench_fetch.py crawls,
-  rendered in-process by cycles.testweb, mostly paragraphs of text, 7 links), also the rest
+  rendered in-process by testweb, mostly paragraphs of text, 7 links), also the rest
   of the fetch worker's CPU work on a page, in microseconds per page: the WARC request and
   response records (cycles.fetch.output: headers and digests, then the gzip member), and a
   chunk's commit (rows to Arrow, Parquet files) per row;
@@ -324,8 +324,8 @@ def warc_pages(path: Path) -> list[tuple[bytes, str, str | None]]:
 
 def testweb_pages(count: int) -> list[tuple[bytes, str, str | None]]:
     """(body, url, content type) of ``count`` article pages of the test web bench_fetch.py
-    crawls (cycles.testweb, regular hosts, ~30 KB), rendered in-process."""
-    from cycles.testweb.site import Web
+    crawls (testweb, regular hosts, ~30 KB), rendered in-process."""
+    from testweb.web import Web
     per_host = 10
     web = Web(hosts=max(1, count // per_host) + 1, pages=30, page_bytes=30_000, special=False)
     pages = []

@@ -42,8 +42,8 @@ from cycles.fetch.fetch import fetch_segment  # noqa: E402
 from cycles.generate.generate import generate  # noqa: E402
 from cycles.inject import inject  # noqa: E402
 from cycles.store import Store  # noqa: E402
-from cycles.testweb.harness import TestWeb  # noqa: E402
-from cycles.testweb.site import CLOCK_START  # noqa: E402
+from testweb.harness import TestWeb  # noqa: E402
+from testweb.model import CLOCK_START  # noqa: E402
 from cycles.update.update import update_segment  # noqa: E402
 
 

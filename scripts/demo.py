@@ -18,9 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cycles.testweb.harness import TestWeb, TestWebError
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the test web is tooling beside the product, not installed with it
+
+from testweb.harness import TestWeb, TestWebError  # noqa: E402
 
 
 def crawl(*args: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from cycles.config import Config
 from cycles.store import Store
+from testweb.harness import TestWeb
 
 
 def config_for(web, **fetch) -> Config:
@@ -49,3 +50,32 @@ def fail_second_write(monkeypatch):
 
         monkeypatch.setattr(Store, "write_batches", failing)
     return arm
+
+
+# --- the fast tier stays fast -------------------------------------------------------------
+# A test that starts a test web belongs to the full suite only: it must carry
+# @pytest.mark.web, or `pytest -m "not web"` silently pays for servers and crawls. The test
+# being set up is remembered so TestWeb.start can tell (its fixtures included).
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _running[:] = [item]
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _running.clear()
+
+
+_start_test_web = TestWeb.start
+
+
+def _start_only_in_web_tests(self: TestWeb) -> TestWeb:
+    if _running and _running[0].get_closest_marker("web") is None:
+        raise RuntimeError(f"{_running[0].nodeid} starts a test web: mark it @pytest.mark.web "
+                           "(the fast tier is -m \"not web\")")
+    return _start_test_web(self)
+
+
+TestWeb.start = _start_only_in_web_tests

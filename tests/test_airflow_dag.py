@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.test_cli_json import write_web_config
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cycles.cli import app
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 
 runner = CliRunner()

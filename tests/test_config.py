@@ -213,6 +213,7 @@ def test_cli_refuses_a_destructive_config(tmp_path, toml, expected):
     assert len(lines) == 1 and expected in lines[0] and "bad.toml" in lines[0], result.output
 
 
+@pytest.mark.web  # runs python -m cycles
 def test_cli_subprocess_one_line_exit_2(tmp_path):
     """The real entry point: one line on stderr, exit code 2, no traceback, nothing written."""
     config = tmp_path / "bad.toml"

@@ -18,7 +18,7 @@ from cycles import segment as seg
 from cycles.config import Config
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_resume import committed, toml_config
 from tests.fetch.test_fetch_support import crawldb_rows

@@ -18,7 +18,7 @@ from cycles.crawldb import current_bucket_files
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds
 

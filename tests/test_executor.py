@@ -59,6 +59,7 @@ def crawl_once(root, executor, now) -> tuple[list[dict], list[dict]]:
     return sorted(listed, key=lambda r: r["url"]), rows.to_pylist()
 
 
+@pytest.mark.web  # spawns a pool of two processes
 def test_bucket_tasks_in_a_process_pool_write_what_in_process_tasks_write(tmp_path):
     now = utcnow() + dt.timedelta(minutes=1)  # after both runs inject their seeds, so they are due
     listed_here, db_here = crawl_once(tmp_path / "here", InProcess(), now)

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.urls import host_hash
 from tests.fetch.test_fetch_support import assert_polite
 

@@ -21,7 +21,7 @@ from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.rebucket import old_buckets_for, rebucket
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds
 

@@ -343,7 +343,7 @@ def read_warc_record(store: Store, segment: str, row: dict):
 @pytest.fixture(scope="module")
 def crawled_s3(s3_env, tmp_path_factory):
     from cycles.cycle import run_cycles
-    from cycles.testweb.harness import TestWeb
+    from testweb.harness import TestWeb
     from tests.conftest import config_for, write_seeds
 
     tmp = tmp_path_factory.mktemp("e2e-s3")
@@ -404,7 +404,7 @@ def test_s3_crawl_published_the_pages_feed(crawled_s3):
 def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
     """kill -9 of `crawl fetch --data s3://…` after a few chunks; run again: the segment completes,
     no result is committed twice, every chunk is whole and points at a readable WARC record."""
-    from cycles.testweb.harness import TestWeb
+    from testweb.harness import TestWeb
     from tests.fetch.test_fetch_resume import toml_config
     from tests.fetch.test_fetch_support import make_segment
 

@@ -23,7 +23,7 @@ from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.status import crawl_status, format_status
 from cycles.store import Store, utcnow
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import fast_config, make_segment
@@ -68,6 +68,7 @@ def test_the_state_is_the_most_advanced_marker_and_abandoned_beats_a_late_fetch(
 
 def crawl_db(tmp_path, urls=40) -> tuple[Store, Config]:
     store, config = Store(tmp_path / "data"), Config()
+    config.db.buckets = 2  # the default 8 only multiplies every stage's files, not the point
     inject(store, config, write_seeds(tmp_path / "seeds.txt", [f"http://h{i % 8}.example/p{i}" for i in range(urls)]))
     return store, config
 
@@ -146,6 +147,7 @@ def run_crawl(store: Store, *args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=os.getcwd())
 
 
+@pytest.mark.web  # runs python -m cycles fetch with two processes
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_a_corrupt_fetch_list_is_one_line_naming_the_file(tmp_path, damage):
     store = Store(tmp_path / "data")
@@ -189,6 +191,7 @@ def copy(fetched, tmp_path):
     return Store(root)
 
 
+@pytest.mark.web  # its fixture starts a test web
 def test_fetch_records_every_committed_chunk(fetched):
     store, segment = fetched["store"], fetched["segment"]
     marker = seg.read_marker(store, segment, seg.Fetched)

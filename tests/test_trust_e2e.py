@@ -22,8 +22,8 @@ import pytest
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
-from cycles.testweb.hostile import INTERNAL_IP, InternalService, robots_blocked_hosts
+from testweb.harness import TestWeb
+from testweb.hostile import INTERNAL_IP, InternalService, robots_blocked_hosts
 from tests.conftest import config_for, write_seeds
 
 pytestmark = pytest.mark.web

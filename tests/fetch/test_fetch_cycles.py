@@ -11,7 +11,7 @@ from warcio.archiveiterator import ArchiveIterator
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, host_requests, make_all_due, results
 

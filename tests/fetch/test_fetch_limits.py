@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import assert_polite, fast_config, fetch, host_requests, results
 
 pytestmark = pytest.mark.web

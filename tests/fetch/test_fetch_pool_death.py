@@ -20,7 +20,7 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.executor import LocalPool
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.outlinks import prepare_outlinks
 from tests.fetch.test_fetch_resume import committed, crawl, toml_config
 from tests.fetch.test_fetch_support import make_segment
@@ -111,6 +111,7 @@ def kill_self_on_two(n: int) -> int:
     return n
 
 
+@pytest.mark.web  # spawns a pool and kills a worker
 def test_a_killed_bucket_task_worker_is_a_stage_error():
     started = time.monotonic()
     with pytest.raises(StageError, match="died"):
@@ -118,6 +119,7 @@ def test_a_killed_bucket_task_worker_is_a_stage_error():
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.web  # spawns a pool and kills a worker
 def test_a_killed_outlink_worker_is_a_stage_error():
     links = pa.table({"url": [f"http://h{i % 500}.example/p/{i}?q={i}" for i in range(400_000)],
                       "nofollow": [False] * 400_000, "depth": pa.array([1] * 400_000, pa.int16())})

@@ -16,8 +16,8 @@ from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
-from cycles.testweb.site import SPECIAL_HOSTS
+from testweb.harness import TestWeb
+from testweb.model import SPECIAL_HOSTS
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
 from tests.conftest import write_seeds

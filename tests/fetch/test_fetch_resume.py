@@ -17,7 +17,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import assert_polite, make_segment
 
 pytestmark = pytest.mark.web

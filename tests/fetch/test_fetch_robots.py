@@ -16,7 +16,7 @@ import pytest
 
 from cycles import clock, schema
 from cycles.store import Store, new_id, utcnow
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
 
 pytestmark = pytest.mark.web

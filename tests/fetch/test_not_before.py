@@ -20,7 +20,7 @@ from cycles.hostdb import load_host_state
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results

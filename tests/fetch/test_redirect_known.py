@@ -15,7 +15,7 @@ from cycles.fetch.known import fetched_not_due
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Manifest, Store, utcnow
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
 from tests.conftest import write_seeds

@@ -19,7 +19,7 @@ from cycles.config import FetchConfig
 from cycles.fetch.robots import RobotsRules
 from cycles.fetch.transfer import Request, Transfer
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import fast_config, fetch, paths, results
 
 AGENT = "crawlbot"

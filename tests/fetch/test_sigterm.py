@@ -12,7 +12,7 @@ import pytest
 
 from cycles import segment as seg
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.fetch.test_fetch_resume import committed, crawl
 from tests.fetch.test_fetch_support import make_segment
 

@@ -20,8 +20,8 @@ from cycles.fetch.transfer import Request, Transfer
 from cycles.inject import inject
 from cycles.cycle import run_cycles
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
-from cycles.testweb.hostile import InternalService, internal_urls
+from testweb.harness import TestWeb
+from testweb.hostile import InternalService, internal_urls
 from tests.conftest import config_for, write_seeds
 from tests.update.test_transitions import cycle_once
 

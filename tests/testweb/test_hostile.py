@@ -1,4 +1,4 @@
-"""The hostile hosts (cycles/testweb/hostile.py): they serve what they promise, and a crawl of
+"""The hostile hosts (testweb/hostile.py): they serve what they promise, and a crawl of
 them ends on time, fetches nothing it must not, and counts what went wrong.
 """
 
@@ -15,8 +15,8 @@ import pytest
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
-from cycles.testweb.harness import TestWeb
-from cycles.testweb.hostile import HUGE_ROBOTS_BYTES, InternalService, robots_blocked_hosts
+from testweb.harness import TestWeb
+from testweb.hostile import HUGE_ROBOTS_BYTES, InternalService, robots_blocked_hosts
 from tests.conftest import config_for, write_seeds
 
 

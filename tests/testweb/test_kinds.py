@@ -14,8 +14,10 @@ from urllib.parse import urljoin, urlsplit
 import lxml.html
 import pytest
 
-from cycles.testweb.harness import TestWeb, TestWebError
-from cycles.testweb.site import CLOCK_START, KIND_IP_PREFIX, Web, http_date
+from testweb.harness import TestWeb, TestWebError
+from testweb.model import CLOCK_START, KIND_IP_PREFIX
+from testweb.respond import http_date
+from testweb.web import Web
 from cycles.urls import normalize_url
 from tests.testweb.test_testweb import _normalise, fetch, wait_for_log
 

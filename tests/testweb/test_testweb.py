@@ -13,9 +13,10 @@ import lxml.html
 import pycurl
 import pytest
 
-from cycles.testweb.harness import TestWeb, TestWebError
-from cycles.testweb.site import (BIG_BYTES, LATIN1_TEXT, SPECIAL_HOSTS, Web, canonical_target,
-                                 regular_ip)
+from testweb.harness import TestWeb, TestWebError
+from testweb.model import SPECIAL_HOSTS, canonical_target, regular_ip
+from testweb.special import BIG_BYTES, LATIN1_TEXT
+from testweb.web import Web
 
 pytestmark = pytest.mark.web
 

@@ -15,7 +15,7 @@ from cycles.crawldb import current_bucket_files
 from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.pages import read_feed
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
 
 pytestmark = pytest.mark.web

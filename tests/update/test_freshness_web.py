@@ -17,8 +17,8 @@ from cycles import clock
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
 from cycles.inject import inject
-from cycles.testweb.harness import TestWeb
-from cycles.testweb.site import CLOCK_START
+from testweb.harness import TestWeb
+from testweb.model import CLOCK_START
 from cycles.update.update import update_segment
 from tests.conftest import config_for
 from tests.update.test_transitions import rows

@@ -103,7 +103,7 @@ def canonical(table: pa.Table) -> pa.Table:
     return table.sort_by([("url", "ascending")])
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.web)])  # 2 spawns a pool
 def test_same_as_one_loop(processes):
     config = odd_config()
     links = links_table(odd_urls())
@@ -133,6 +133,7 @@ def test_spellings_merge_with_the_smallest_depth():
     assert counters == Counter({"outlinks/found": 3, "outlinks/nofollow": 1, "filter/max_depth": 0})
 
 
+@pytest.mark.web  # spawns a pool of two processes
 def test_empty_and_all_nofollow():
     config = Config()
     for nofollow in ([], [True, True]):

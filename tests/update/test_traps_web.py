@@ -16,7 +16,7 @@ import pytest
 from cycles.crawldb import url_pattern_sql
 from cycles.cycle import run_cycles
 from cycles.inject import inject
-from cycles.testweb.harness import TestWeb
+from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
 
 pytestmark = pytest.mark.web

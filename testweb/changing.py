@@ -13,7 +13,7 @@ text with each version (``"content"``); pages ``k >= 10`` keep their text and on
 "Updated" line moves on (``"timestamp"``: the new version is a near-duplicate of the old);
 pages with no period are ``"never"``.
 
-The time is the web's :class:`~cycles.testweb.site.VirtualClock` (see the site module doc
+The time is the web's :class:`~testweb.web.VirtualClock` (see the :mod:`testweb.web` doc
 for how a test moves it); this host's ``Date`` header shows it too.
 """
 
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 
-from cycles.testweb.site import DOMAIN, HostProfile, Page, Robots, _mix, http_date, render
+from testweb.host import HostProfile
+from testweb.model import DOMAIN, Page, Robots, mix
+from testweb.respond import http_date, render
 
 PAGES = 15
 """Pages ``/c/0.html`` .. ``/c/14.html``."""
@@ -64,7 +66,7 @@ class ChangingHost(HostProfile):
         if k is None or PERIODS_S[k % len(PERIODS_S)] is None:
             return None
         period = PERIODS_S[k % len(PERIODS_S)]
-        return period, _mix(self.web.seed, k, 5) % period
+        return period, mix(self.web.seed, k, 5) % period
 
     # The oracle -------------------------------------------------------------------------
     def change_period(self, target: str) -> float | None:
@@ -97,7 +99,7 @@ class ChangingHost(HostProfile):
         if target == "/":
             return Page(title=f"{self.name}: home",
                         links=[self.link(t, text=f"Page {t[3:-5]}") for t in self.targets()[1:]],
-                        text_bytes=1500, key=_mix(self.web.seed, 1 << 41))
+                        text_bytes=1500, key=mix(self.web.seed, 1 << 41))
         k = self._number(target)
         if k is None:
             return None
@@ -108,7 +110,7 @@ class ChangingHost(HostProfile):
         every = f"every {period // 3600} h" if period else "never"
         page = Page(title=f"{self.name}: page {k} (changes {every})", links=links,
                     text_bytes=TEXT_BYTES, version=version,
-                    key=_mix(k, version, 6) if kind == "content" else _mix(k, 6))
+                    key=mix(k, version, 6) if kind == "content" else mix(k, 6))
         if kind != "never":
             updated = http_date(self.version_start(target, version))
             body = render(self, page)

@@ -1,19 +1,19 @@
-"""Command line of the test web: ``python -m cycles.testweb serve|bench``.
+"""Command line of the test web: ``python -m testweb serve|bench``.
 
 Serve 50 hosts of 20 pages on a free port for ten minutes::
 
-    python -m cycles.testweb serve --hosts 50 --pages 20 --port 0 \\
+    python -m testweb serve --hosts 50 --pages 20 --port 0 \\
         --log /tmp/web.jsonl --ready-file /tmp/web.json --max-seconds 600
 
 Add the trap, near-duplicate and changing hosts, with a virtual clock running an hour a
 second::
 
-    python -m cycles.testweb serve --hosts 10 --traps --neardups --changing --clock-rate 3600 \\
+    python -m testweb serve --hosts 10 --traps --neardups --changing --clock-rate 3600 \\
         --log /tmp/web.jsonl --ready-file /tmp/web.json
 
 Measure throughput with 30 KB pages::
 
-    python -m cycles.testweb bench --page-bytes 30000 --seconds 5
+    python -m testweb bench --page-bytes 30000 --seconds 5
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cycles.testweb",
+    parser = argparse.ArgumentParser(prog="python -m testweb",
                                      description="The deterministic local multi-host test web.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from cycles.testweb.server import serve as run
+        from testweb.server import serve as run
 
         try:
             reason = run(hosts=args.hosts, pages=args.pages, page_bytes=args.page_bytes,
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"testweb: stopped: {reason}", file=sys.stderr)
         return 0
-    from cycles.testweb.harness import bench as run_bench
+    from testweb.harness import bench as run_bench
 
     result = run_bench(page_bytes=args.page_bytes, seconds=args.seconds,
                        connections=args.connections, hosts=args.hosts, pages=args.pages,

@@ -2,7 +2,7 @@
 
 Example::
 
-    from cycles.testweb.harness import TestWeb
+    from testweb.harness import TestWeb
 
     with TestWeb(hosts=20, pages=10, page_bytes=3000, special=True, max_seconds=300) as web:
         config.fetch.resolve = web.resolve_map()
@@ -11,7 +11,7 @@ Example::
         assert web.expected_reachable() <= fetched
         assert not fetched & web.must_not_request()
 
-With the optional kinds of hosts (the site module doc describes them)::
+With the optional kinds of hosts (the :mod:`testweb.web` doc describes them)::
 
     with TestWeb(hosts=5, traps=True, neardups=True, changing=True) as web:
         crawl(web.seeds(), config)
@@ -20,9 +20,9 @@ With the optional kinds of hosts (the site module doc describes them)::
         web.set_clock(advance=86400)          # a virtual day later
         ...
 
-The server runs as ``python -m cycles.testweb serve ...`` (its own process, so it neither
+The server runs as ``python -m testweb serve ...`` (its own process, so it neither
 shares the GIL with the crawler under test nor survives it: ``max_seconds`` bounds it even if
-the test process is killed). The model (:class:`~cycles.testweb.site.Web`) is rebuilt here
+the test process is killed). The model (:class:`~testweb.web.Web`) is rebuilt here
 from the same parameters, so the oracle answers without asking the server.
 """
 
@@ -41,7 +41,22 @@ from pathlib import Path
 from typing import Iterable
 
 from cycles.errors import CrawlError
-from cycles.testweb.site import CONTROL_IP, ROBOTS_AGENT, Web
+from testweb.model import CONTROL_IP, ROBOTS_AGENT
+from testweb.web import Web
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The folder holding the ``testweb`` and ``cycles`` packages."""
+
+
+def _server_env() -> dict[str, str]:
+    """The environment of the server process, with the repository root first on its
+    ``PYTHONPATH``: ``testweb`` is not installed with the product (it is not in the wheel),
+    so ``python -m testweb`` finds it only there, whatever the caller's working directory."""
+    env = dict(os.environ)
+    extra = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + extra if extra else "")
+    return env
 
 
 class TestWebError(CrawlError):
@@ -53,7 +68,7 @@ class TestWebError(CrawlError):
 class TestWeb:
     """A running test web: start it with ``with`` (or :meth:`start`), stop it on exit.
 
-    Parameters are those of :class:`~cycles.testweb.site.Web` plus:
+    Parameters are those of :class:`~testweb.web.Web` plus:
 
     - ``port``: 0 picks a free port (the same on every host address);
     - ``max_seconds``: the server exits by itself after this long, whatever happens here;
@@ -66,7 +81,7 @@ class TestWeb:
       to Python code per request, not to the loop;
     - ``traps``, ``neardups``, ``changing``, ``hostile``: add those kinds of hosts (all off by
       default); ``internal_port``: the port of the hostile hosts' internal service
-      (:class:`~cycles.testweb.hostile.InternalService`);
+      (:class:`~testweb.hostile.InternalService`);
     - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
       2024-01-01) and its speed in virtual seconds per real second (default 0: it moves only
       through :meth:`set_clock`).
@@ -113,7 +128,7 @@ class TestWeb:
         for path in (self.log_path, self.ready_path):
             path.unlink(missing_ok=True)
         p = self.params
-        cmd = [sys.executable, "-m", "cycles.testweb", "serve",
+        cmd = [sys.executable, "-m", "testweb", "serve",
                "--hosts", str(p["hosts"]), "--pages", str(p["pages"]),
                "--page-bytes", str(p["page_bytes"]), "--seed", str(p["seed"]),
                "--port", str(self.requested_port), "--log", str(self.log_path),
@@ -129,7 +144,8 @@ class TestWeb:
         if self.clock_rate:
             cmd += ["--clock-rate", repr(float(self.clock_rate))]
         with open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                            env=_server_env())
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.ready_path.exists():
             if self.process.poll() is not None:
@@ -250,7 +266,7 @@ class TestWeb:
         """Absolute URLs requested (as the oracle spells them), robots.txt files left out
         unless ``robots``. Comparable with :meth:`expected_reachable` and
         :meth:`must_not_request`."""
-        from cycles.testweb.site import canonical_target
+        from testweb.model import canonical_target
 
         web = self._model()
         out = set()

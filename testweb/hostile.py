@@ -2,7 +2,7 @@
 
 Switched on with ``Web(..., hostile=True, internal_port=P)`` (``serve --hostile
 --internal-port P``, ``TestWeb(hostile=True, internal_port=P)``); the hosts live on
-``127.0.60.x`` (:data:`~cycles.testweb.site.KIND_IP_PREFIX`). ``internal_port`` is the port of
+``127.0.60.x`` (:data:`~testweb.web.KIND_IP_PREFIX`). ``internal_port`` is the port of
 an *internal service* on ``127.0.0.1`` (and ``[::1]`` when the machine has it), started by
 the test as an :class:`InternalService`: a stand-in for an admin page or the cloud metadata
 address that a crawler must never reach, however it is pointed there. Its own request log
@@ -41,7 +41,9 @@ import threading
 import time
 from typing import Iterator
 
-from cycles.testweb.site import DOMAIN, Link, Page, Response, Robots, SmallHost, Stream
+from testweb.host import SmallHost
+from testweb.model import DOMAIN, Link, Page, Robots, Stream
+from testweb.respond import Response
 
 HOSTILE_HOSTS = ("robots-huge", "robots-utf16", "robots-gzip", "robots-gzipped", "throttle",
                  "endless", "flood", "drip", "linker")

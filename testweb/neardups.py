@@ -41,8 +41,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, replace
 
-from cycles.testweb.site import (DOMAIN, HostProfile, Link, Page, _WORDS, _mix, _paragraphs,
-                                 _str_key, regular_name)
+from testweb.host import HostProfile
+from testweb.model import DOMAIN, WORDS, Link, Page, mix, paragraphs, regular_name
 
 ARTICLES = 10
 """Articles on dup-news (and stories on dup-syndicate)."""
@@ -107,14 +107,14 @@ def neardup_hosts(web, prefix: str) -> list[HostProfile]:
 # --- article parts -----------------------------------------------------------------------------
 
 def headline(seed: int, n: int) -> str:
-    h = _mix(seed, n, 77)
-    words = [_WORDS[(h >> (6 * j)) % len(_WORDS)] for j in range(6)]
+    h = mix(seed, n, 77)
+    words = [WORDS[(h >> (6 * j)) % len(WORDS)] for j in range(6)]
     return " ".join(words).capitalize()
 
 
 def article_html(seed: int, n: int) -> tuple[str, str]:
     """The two halves of article ``n``'s text (the advertisement goes between them)."""
-    pool = _paragraphs(seed)
+    pool = paragraphs(seed)
     paras = [pool[POOL_OFFSET + n * ARTICLE_PARAGRAPHS + j].decode()
              for j in range(ARTICLE_PARAGRAPHS)]
     half = ARTICLE_PARAGRAPHS // 2
@@ -122,14 +122,14 @@ def article_html(seed: int, n: int) -> tuple[str, str]:
 
 
 def dateline(seed: int, n: int, variant: int = 0) -> str:
-    h = _mix(seed, n, 1000 + variant)
+    h = mix(seed, n, 1000 + variant)
     month = h % 12
     day = 1 + (h >> 8) % 28
     return f"{day} {MONTH_NAMES[month]} 2024, {(h >> 16) % 24:02d}:{(h >> 24) % 60:02d} UTC"
 
 
 def counter(seed: int, n: int, variant: int = 0) -> str:
-    return f"{1000 + _mix(seed, n, 2000 + variant) % 90000:,}"
+    return f"{1000 + mix(seed, n, 2000 + variant) % 90000:,}"
 
 
 def advert(n: int, variant: int = 0) -> str:

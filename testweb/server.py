@@ -1,6 +1,6 @@
 """The test web's HTTP/1.1 server: one process, one event loop, one listening socket per host.
 
-Every host of the :class:`~cycles.testweb.site.Web` listens on its own loopback address at
+Every host of the :class:`~testweb.web.Web` listens on its own loopback address at
 the shared port, so the host a connection is for is known from the local address it arrived
 on, as on the real web where names resolve to addresses. The ``Host`` header is logged beside
 it (and never used to pick the host): a crawler that sends the wrong one shows up in the log.
@@ -24,14 +24,14 @@ produced it (a test may read it while the server runs):
 - ``user_agent``, ``if_none_match``, ``if_modified_since`` (``null`` when absent);
 - ``conn_id``: connection number (same id = the connection was reused);
 - ``client_closed``: the client went away before the response was complete;
-- ``clock_t``: the virtual time (``site.VirtualClock``) when the request arrived: the changing
+- ``clock_t``: the virtual time (``web.VirtualClock``) when the request arrived: the changing
   host served ``Web.version_at(url, clock_t)``.
 
 Control address
 ---------------
-``site.CONTROL_IP`` (``127.0.0.2``) listens on the same port and answers only
+``model.CONTROL_IP`` (``127.0.0.2``) listens on the same port and answers only
 ``GET /__clock`` (JSON ``{"t": ..., "rate": ...}``), with ``?t=``, ``?advance=``, ``?rate=``
-and ``?offset=`` to set the virtual clock first (see the site module doc). Its requests are logged with
+and ``?offset=`` to set the virtual clock first (see the :mod:`testweb.web` doc). Its requests are logged with
 ``host`` null, like any request for no host.
 """
 
@@ -51,7 +51,10 @@ from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from cycles.testweb.site import CONTROL_IP, HostProfile, Response, Web, http_date
+from testweb.host import HostProfile
+from testweb.model import CONTROL_IP
+from testweb.respond import Response, http_date
+from testweb.web import Web
 
 MAX_HEAD_BYTES = 64 * 1024
 """A request head longer than this gets 431 and the connection is closed."""
@@ -473,7 +476,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
     address), the parameters and ``pid``) is written, atomically, only once every socket
-    listens. ``clock_start`` and ``clock_rate`` set the virtual clock (site module doc).
+    listens. ``clock_start`` and ``clock_rate`` set the virtual clock (:mod:`testweb.web` doc).
     """
     if max_seconds <= 0:
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")

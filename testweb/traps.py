@@ -26,8 +26,8 @@ so they are near-duplicates of one another, as on the real web.
 
 from __future__ import annotations
 
-from cycles.testweb.site import (DOMAIN, HostProfile, Link, Page, Robots, _digest, _mix,
-                                 _str_key)
+from testweb.host import HostProfile
+from testweb.model import DOMAIN, Link, Page, Robots, digest, mix, str_key
 
 GOOD_PAGES = 10
 """Articles per trap host besides ``/``."""
@@ -55,7 +55,7 @@ class TrapHost(HostProfile):
     def __init__(self, web, name: str, ip: str):
         super().__init__(web, name, ip)
         self.robots = Robots(groups={"*": []})  # nothing disallowed: the crawler must cope
-        self._host_key = _str_key(name)
+        self._host_key = str_key(name)
 
     def good_pages(self) -> list[str]:
         return ["/"] + [f"/p/{k}.html" for k in range(GOOD_PAGES)]
@@ -77,7 +77,7 @@ class TrapHost(HostProfile):
         if target == "/":
             links = [self.link(f"/p/{k}.html", text=f"Article {k}") for k in range(GOOD_PAGES)]
             return Page(title=f"{self.name}: home", links=links + self.entries(-1),
-                        text_bytes=self.web.page_bytes // 2, key=_mix(self._host_key, 1 << 40))
+                        text_bytes=self.web.page_bytes // 2, key=mix(self._host_key, 1 << 40))
         k = _good_number(target)
         if k is None:
             return None
@@ -88,7 +88,7 @@ class TrapHost(HostProfile):
                  self.link(f"/p/{(k + 1) % GOOD_PAGES}.html", text="Next article")]
         links += self.entries(k)
         return Page(title=f"{self.name}: article {k}", links=links,
-                    text_bytes=self.web.page_bytes, key=_mix(self._host_key, k))
+                    text_bytes=self.web.page_bytes, key=mix(self._host_key, k))
 
     def small(self, title: str, links: list[Link]) -> Page:
         """A trap page: short, and the same text as every other trap page of the host."""
@@ -194,17 +194,17 @@ class SessionTrap(TrapHost):
 
     def _session_link(self, target: str, on: str, j: int, text: str) -> Link:
         """A link to ``target`` with a session id derived from the page ``on`` and ``j``."""
-        style = SESSION_STYLES[(j + _mix(self._host_key, _str_key(on))) % len(SESSION_STYLES)]
+        style = SESSION_STYLES[(j + mix(self._host_key, str_key(on))) % len(SESSION_STYLES)]
         seed = self.web.seed
         if style == "sid":
-            written = f"{target}?sid={_digest(f'{seed}|{on}|{j}')}"
+            written = f"{target}?sid={digest(f'{seed}|{on}|{j}')}"
         elif style == "jsessionid":
-            token = (_digest(f"{seed}|{on}|{j}|a") + _digest(f"{seed}|{on}|{j}|b")).upper()
+            token = (digest(f"{seed}|{on}|{j}|a") + digest(f"{seed}|{on}|{j}|b")).upper()
             written = f"{target};jsessionid={token}"
         elif style == "session":
-            written = f"{target}?session={_digest(f'{seed}|{on}|{j}|s')}"
+            written = f"{target}?session={digest(f'{seed}|{on}|{j}|s')}"
         else:
-            written = f"{target}?s={_mix(seed, _str_key(on), j) % 1_000_000}"
+            written = f"{target}?s={mix(seed, str_key(on), j) % 1_000_000}"
         return self.link(written, text=text)
 
     def entries(self, k: int) -> list[Link]:
