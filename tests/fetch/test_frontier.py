@@ -86,7 +86,7 @@ def test_only_hosts_with_work_are_scheduled():
     frontier.schedule(idle)
     assert frontier.seconds_to_next(0.0) is None
     robots_only = frontier.slot("robots.test")
-    robots_only.robots_url = "http://robots.test/robots.txt"  # robots.txt first, no pages yet
+    robots_only.robots.url = "http://robots.test/robots.txt"  # robots.txt first, no pages yet
     frontier.schedule(robots_only)
     assert frontier.waiting_hosts() == 1
     assert frontier.pop_ready(0.0) is robots_only
