@@ -56,8 +56,8 @@ def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
 
 def crawl_status(store: Store, config: Config) -> dict:
     require_crawldb(store)
-    manifest, files = current_bucket_files(store)
-    con = open_views(store, config)
+    manifest = store.manifest("crawldb")
+    con = open_views(store, config)  # reads and verifies the bucket files, once
     by_status = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY status ORDER BY 2 DESC").fetchall())
     now = clock.now()
     total, hosts, due = con.execute("""
