@@ -83,7 +83,7 @@ import operator
 import re
 from collections.abc import Sequence
 from typing import Optional
-from urllib.parse import unquote_to_bytes, urljoin, urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import idna
 import pyarrow as pa
@@ -99,12 +99,11 @@ __all__ = [
     "canonical_mask",
     "host_hash",
     "host_hashes",
-    "join_url",
     "link_resolver",
     "normalize_url",
     "rejection_reason",
     "remove_dot_segments",
-    "resolve_reference",
+    "resolve_location",
     "split_url",
     "url_authority",
     "url_host",
@@ -244,63 +243,10 @@ def _merge(base_authority: Optional[str], base_path: str, ref_path: str) -> str:
     return base_path[: base_path.rfind("/") + 1] + ref_path
 
 
-# Appendix B of RFC 3986.
-_RFC3986_SPLIT = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
-
-
-def resolve_reference(ref: str, base: str) -> str:
-    """Resolve ``ref`` against ``base`` by RFC 3986 §5.2 alone, for any scheme.
-
-    No normalisation beyond dot-segment removal. Uses the non-strict variant of §5.2.2
-    (a reference with the base's scheme and no authority is relative), as browsers do.
-    :func:`normalize_url` resolves http(s) links by the same rules plus the browser
-    leniencies listed in the module docstring.
-    """
-    r_scheme, r_auth, r_path, r_query, r_frag = _RFC3986_SPLIT.fullmatch(ref).groups()
-    b_scheme, b_auth, b_path, b_query, _ = _RFC3986_SPLIT.fullmatch(base).groups()
-    if r_scheme is not None and b_scheme is not None and r_auth is None \
-            and r_scheme.lower() == b_scheme.lower():
-        r_scheme = None  # §5.2.2: "if ((not strict) and (R.scheme == Base.scheme))"
-    if r_scheme is not None:
-        t = (r_scheme, r_auth, remove_dot_segments(r_path), r_query)
-    elif r_auth is not None:
-        t = (b_scheme, r_auth, remove_dot_segments(r_path), r_query)
-    elif r_path == "":
-        t = (b_scheme, b_auth, b_path, r_query if r_query is not None else b_query)
-    elif r_path.startswith("/"):
-        t = (b_scheme, b_auth, remove_dot_segments(r_path), r_query)
-    else:
-        t = (b_scheme, b_auth, remove_dot_segments(_merge(b_auth, b_path, r_path)), r_query)
-    scheme, auth, path, query = t
-    # §5.3 recomposition.
-    out = []
-    if scheme is not None:
-        out.append(scheme + ":")
-    if auth is not None:
-        out.append("//" + auth)
-    out.append(path)
-    if query is not None:
-        out.append("?" + query)
-    if r_frag is not None:
-        out.append("#" + r_frag)
-    return "".join(out)
-
-
-def join_url(base: str, ref: str) -> str:
-    """``urllib.parse.urljoin(base, ref)``, total: where urljoin raises ValueError (an
-    unclosed IPv6 bracket, ``http://[a/``; a netloc that NFKC changes) it is
-    :func:`resolve_reference`, which never raises. For a redirect's Location, whose target
-    is then normalised like any link (and dropped, counted, if it is no URL): a hostile
-    server's Location once crashed the fetch worker on every retry."""
-    try:
-        return urljoin(base, ref)
-    except ValueError:
-        return resolve_reference(ref, base)
-
-
-# The fast resolver of page links (the fetch worker's parser calls it for every <a href>).
-# resolve_reference above is RFC 3986 alone for any scheme; join_url is urljoin for a
-# redirect's Location. This one is for links: http(s) only, WHATWG where it differs.
+# The one resolver of references in fetched content: page links (the parser calls it for
+# every <a href>), <base href> and a redirect's Location. http(s) only, RFC 3986 §5.2 and
+# WHATWG where the two differ. (Normalizer.normalize(url, base) resolves too, for callers
+# that want the canonical form at once; tests check both against RFC 3986's examples.)
 def split_url(url: str):
     """urlsplit, or the parts of "" for a URL it refuses: an unclosed IPv6 bracket
     ("http://[a/") or a netloc that NFKC changes raise ValueError, and a <base href> like
@@ -418,6 +364,25 @@ def _without_dot_segments(url: str, host_start: int) -> str:
     if query_start < 0:
         query_start = len(url)
     return url[:path_start] + remove_dot_segments(url[path_start:query_start]) + url[query_start:]
+
+
+def resolve_location(base: str, location: str) -> str:
+    """A redirect's ``Location`` resolved against the URL that sent it, as a link is
+    (:func:`link_resolver`: the WHATWG rules browsers apply to Location too, fragment
+    dropped). A target that is no http(s) URL (``ftp:``, ``javascript:``, ``//`` without a
+    host) is returned as sent: the worker records it and the normaliser drops it, counted;
+    a same-document one (``#s``, blank) is the base itself, which the worker records as a
+    loop. Total: a hostile server's Location (``http://[a/``) once crashed the worker on
+    every retry."""
+    resolved = link_resolver(base)(location)
+    if resolved is not None:
+        return resolved
+    stripped = location.strip(_C0_AND_SPACE)
+    return base.split("#", 1)[0] if not stripped or stripped[0] == "#" else location
+
+
+# Appendix B of RFC 3986: splits any string into its five parts, never raises.
+_RFC3986_SPLIT = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?", re.S)
 
 
 def url_authority(url: str) -> str:

@@ -6,6 +6,10 @@ bounded in time (``max_seconds``) and is stopped when the test ends.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from cycles.config import Config
@@ -79,3 +83,47 @@ def _start_only_in_web_tests(self: TestWeb) -> TestWeb:
 
 
 TestWeb.start = _start_only_in_web_tests
+
+
+# --- temporary folders in memory where the machine has room ---------------------------------
+# Every stage fsyncs what it commits (cycles/store.py); on a disk that is most of a small
+# test's time (test_transitions: 122 s on disk, 73 s on tmpfs, same machine and load). The
+# code paths are the same on tmpfs — fsync is called, it is just cheap — and the crash tests
+# kill processes, not the machine, so the page cache is what they observe either way.
+# CRAWL_TEST_TMP=disk keeps pytest's default; CRAWL_TEST_TMP=/some/dir picks the parent.
+MEMORY_TMP = "/dev/shm"
+MEMORY_TMP_MIN_FREE_BYTES = 4 << 30
+_memory_basetemp: list[str] = []
+
+
+def _tmp_parent() -> str | None:
+    chosen = os.environ.get("CRAWL_TEST_TMP", "")
+    if chosen == "disk":
+        return None
+    if chosen:
+        return chosen
+    try:
+        stats = os.statvfs(MEMORY_TMP)
+    except OSError:
+        return None
+    free = stats.f_bavail * stats.f_frsize
+    return MEMORY_TMP if free >= MEMORY_TMP_MIN_FREE_BYTES and os.access(MEMORY_TMP, os.W_OK) else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist workers arrive with the controller's basetemp already set: only the first
+    # process chooses, and only it removes the folder at the end.
+    if config.option.basetemp is not None:
+        return
+    parent = _tmp_parent()
+    if parent is None:
+        return
+    folder = tempfile.mkdtemp(prefix="crawl-tests-", dir=parent)
+    _memory_basetemp.append(folder)
+    config.option.basetemp = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _memory_basetemp:
+        shutil.rmtree(folder, ignore_errors=True)
+    _memory_basetemp.clear()

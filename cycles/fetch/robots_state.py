@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cycles.config import FetchConfig
 from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, UNREADABLE, RobotsRules, robots_redirect_ok
 from cycles.fetch.transfer import ABORT_TRUNCATED, Transfer, robots_body
-from cycles.urls import join_url
+from cycles.urls import resolve_location
 
 if TYPE_CHECKING:
     from cycles.fetch.frontier import HostSlot
@@ -141,7 +141,7 @@ class RobotsSteps:
             self._not_modified(robots, transfer)
             return True
         if status is not None and 300 <= status < 400 and transfer.header("location"):
-            target = join_url(transfer.request.url, transfer.header("location"))
+            target = resolve_location(transfer.request.url, transfer.header("location"))
             robots.hops += 1
             if robots_redirect_ok(transfer.request.url, target, robots.hops, self.fc.max_redirects):
                 robots.url = target

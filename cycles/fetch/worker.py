@@ -59,7 +59,7 @@ from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Tra
                                    resolve_entries)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
-from cycles.urls import join_url, url_authority
+from cycles.urls import resolve_location, url_authority
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -286,7 +286,7 @@ class PartitionFetcher:
         elif status == 304:
             self.output.add(self._row(item, O.NOT_MODIFIED, **common), [])
         elif 300 <= status < 400 and transfer.header("location"):
-            target = join_url(item["url"], transfer.header("location"))
+            target = resolve_location(item["url"], transfer.header("location"))
             self.stats["fetch/redirect"] += 1
             if target.split("#", 1)[0] == item["url"]:
                 # A redirect to itself can only loop: record it, follow nothing.
