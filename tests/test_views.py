@@ -39,6 +39,8 @@ def crawled(tmp_path_factory):
     with TestWeb(hosts=2, pages=3, page_bytes=2000, max_seconds=120) as web:
         store = Store(tmp / "data")
         config = config_for(web)
+        config.generate.max_urls_per_host = 2  # a short cycle: two requests a host, 1 s apart
+        config.fetch.processes = 1  # in-process: no pool to start for a few pages
         inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
         log = list(run_cycles(store, config, cycles=1))
     assert any("updated" in line for line in log), log
