@@ -156,7 +156,9 @@ def view_select(store: Store, name: str, files: CrawlFiles, con: duckdb.DuckDBPy
     if name == "crawldb":
         source = upgraded_sql(source, files.schema_version)  # an older crawl DB, read in the current schema
     columns = ", ".join(column_sql(name, f.name) for f in schema.VIEWS[name])
-    return f"SELECT {columns} FROM {source}"
+    # By name after the typed empty table: a column no file has yet (files written before it
+    # was added to schema.py) reads as null instead of failing the view.
+    return f"SELECT {columns} FROM ({empty_sql(name)} UNION ALL BY NAME SELECT * FROM {source})"
 
 
 def comment_statements(name: str) -> list[str]:
@@ -276,7 +278,7 @@ def write_result(con: duckdb.DuckDBPyConnection, relation: duckdb.DuckDBPyRelati
         elif fmt == "table":
             target.write_text(box(relation, every_row))
         else:
-            relation.create_view("crawl_result", replace=True)
+            con.register("crawl_result", relation)
             con.execute(f"COPY crawl_result TO {quote(str(target))} ({COPY_OPTIONS[fmt]})")
     except duckdb.Error as exc:
         raise query_error(exc) from None
