@@ -9,9 +9,9 @@ For consumers of a crawl, ``cycles.open(data)`` gives its tables as DuckDB relat
 """
 
 
-def open(data, config=None):  # noqa: A001 (cycles.open, as the issue asks; the builtin is not used here)
+def open(data, config=None, *, verify=True):  # noqa: A001 (cycles.open, as the issue asks; the builtin is not used here)
     """Open the crawl in ``data`` (a folder or ``s3://bucket/prefix``) for reading; see
     :func:`cycles.views.open_crawl`. Imported lazily: ``import cycles`` stays cheap."""
     from cycles.views import open_crawl
 
-    return open_crawl(data, config)
+    return open_crawl(data, config, verify=verify)

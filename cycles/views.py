@@ -178,12 +178,13 @@ def view_statements(store: Store, files: CrawlFiles, con: duckdb.DuckDBPyConnect
     return statements
 
 
-def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the views over the current crawl (the crawl DB verified first)."""
+def open_views(store: Store, config: Config, verify: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the views over the current crawl. ``verify``: check every
+    page of the crawl DB first (:func:`crawl_files`)."""
     # store=None: spills under the system temp folder, so that a read-only store works and
     # stays byte-identical.
     con = connect(None, config)
-    files = crawl_files(store, verify=True)
+    files = crawl_files(store, verify=verify)
     for statement in view_statements(store, files, con):
         con.execute(statement)
     return con
@@ -357,11 +358,11 @@ class Crawl:
     those of ``crawl sql`` (the current crawl DB version, every segment), fixed when opened.
     """
 
-    def __init__(self, store: Store, config: Config):
+    def __init__(self, store: Store, config: Config, verify: bool = True):
         require_crawldb(store)
         self.store = store
         self.config = config
-        self.con = open_views(store, config)
+        self.con = open_views(store, config, verify)
 
     def __repr__(self) -> str:
         return f"cycles.Crawl({self.store.uri!r})"
@@ -459,13 +460,17 @@ def batches_of(store: Store, paths: list[StorePath]) -> Iterator[pa.RecordBatch]
                              "backup, or remove it (its pages are lost to the feed)") from None
 
 
-def open_crawl(data: str | os.PathLike | Store, config: Config | str | os.PathLike | None = None) -> Crawl:
+def open_crawl(data: str | os.PathLike | Store, config: Config | str | os.PathLike | None = None, *,
+               verify: bool = True) -> Crawl:
     """``cycles.open``: open the crawl in ``data`` (a folder or ``s3://bucket/prefix``) for reading.
 
     ``config``: a Config, a TOML file, or None for the defaults (only DuckDB's memory limit
-    and threads matter here). A store without a crawl DB is an error.
+    and threads matter here). ``verify``: read every page of the current crawl DB first and
+    check its checksum, as ``crawl sql`` does (DuckDB checks none); ``False`` opens a large
+    crawl at once, and a damaged page may then be read without an error. A store without a
+    crawl DB is an error.
     """
     store = data if isinstance(data, Store) else Store(data)
     if not isinstance(config, Config):
         config = load_config(config)
-    return Crawl(store, config)
+    return Crawl(store, config, verify)

@@ -9,9 +9,8 @@ run against the moto server of tests/test_s3.py.
 from __future__ import annotations
 
 import csv
-import io
+import gzip
 import json
-from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -121,8 +120,6 @@ def test_segment_column_and_warc_file_from_the_store_root(crawled):
             with open(crawled.root / warc_file, "rb") as fh:
                 fh.seek(offset)
                 record = fh.read(length)
-            import gzip
-
             assert url.encode() in gzip.decompress(record)
     # The same page in both tables names the same WARC record.
     assert con.sql("SELECT count(*) FROM pages p JOIN fetched f USING (url, warc_file, warc_offset)").fetchall()[0][0] \
