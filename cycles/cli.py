@@ -474,7 +474,7 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
 
 @app.command()
 def sql(query: Optional[str] = typer.Argument(None, help="SQL over the views crawldb, hosts, fetchlist, fetched, "
-                                             "outlinks, pages (`crawl schema` lists their columns)."),
+                                             "outlinks, pages, segments (`crawl schema` lists their columns)."),
         fmt: Optional[str] = typer.Option(None, "--format", "-f", help="table, csv, json (an array), jsonl or "
                                           "parquet. Default: by --out's suffix; else a table on a terminal, csv "
                                           "in a pipe (every row)."),
@@ -526,7 +526,7 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
 
 @app.command("schema")
 def schema_(table: Optional[str] = typer.Argument(None, help="One view: crawldb, hosts, fetchlist, fetched, "
-                                                "outlinks or pages (default: all).")) -> None:
+                                                "outlinks, pages or segments (default: all).")) -> None:
     """Print the views crawl sql, crawl sql --views and cycles.open() give: columns, DuckDB types, docs.
 
     Example: crawl schema fetched

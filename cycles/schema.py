@@ -219,6 +219,11 @@ VIEWS: dict[str, pa.Schema] = {
                      {"warc_file": WARC_FILE_FROM_ROOT_DOC}),
     "outlinks": _view(OUTLINKS, "Links found by fetch, every segment: one row per link on a page", (_SEGMENT,)),
     "pages": _view(PAGES, "The indexer feed, every batch: the new or changed pages each update published"),
+    "segments": pa.schema([
+        _field("segment", pa.string(), "Segment (cycle) id; ids sort by the time generate made them", False),
+        _field("state", pa.string(), "Its state when the views were made (cycles/segment.py): incomplete, "
+               "generated, fetching, fetched, updated (merged into the crawl DB) or abandoned", False),
+    ], metadata={"crawl.view": "Every segment and its state: join on segment to keep, say, only updated ones"}),
 }
 """The analysts' views by name, in the order they are listed."""
 

@@ -1,6 +1,6 @@
 """``crawl status`` and ``crawl sql``: what the store holds, read with DuckDB.
 
-The views (crawldb, hosts, fetchlist, fetched, outlinks, pages) are defined in
+The views (crawldb, hosts, fetchlist, fetched, outlinks, pages, segments) are defined in
 cycles/views.py, the one home of their definitions; ``open_views`` and ``require_crawldb``
 are imported from there (and importable from here, as before).
 """

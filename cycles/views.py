@@ -11,6 +11,7 @@ One home for the view definitions. ``crawl status``, ``crawl sql``, ``crawl sql 
                  relative to the store root, as in ``pages``
 - ``outlinks``   outlinks, every segment, with a ``segment`` column
 - ``pages``      the indexer feed, every batch
+- ``segments``   every segment and its state (when the views were made)
 
 Columns and views carry their docs from ``cycles/schema.py`` (``schema.VIEWS``) as
 ``COMMENT ON``, so ``duckdb_columns()`` and ``duckdb_views()`` show them. Every view exists,
@@ -80,6 +81,8 @@ class CrawlFiles:
     crawldb_version: str | None
     schema_version: int
     tables: dict[str, list[StorePath]] = field(default_factory=dict)
+    segments: list[tuple[str, str]] = field(default_factory=list)
+    """(segment id, state) of every segment, oldest first."""
 
 
 def crawl_files(store: Store, verify: bool) -> CrawlFiles:
@@ -88,14 +91,16 @@ def crawl_files(store: Store, verify: bool) -> CrawlFiles:
     manifest, crawldb = current_bucket_files(store, verify=verify)
     host_manifest = store.manifest("hostdb")
     tables = {"crawldb": crawldb, "hosts": hostdb_files(store, host_manifest) if host_manifest else []}
-    segments = seg.segment_ids(store)
+    states = seg.states(store)
+    segments = [s for s, _ in states]
     tables["fetchlist"] = [p for s in segments for p in seg.files(store, s, seg.FETCHLIST)]
     for name in (seg.FETCHED, seg.OUTLINKS):
         # The chunks the fetched marker commits (what update reads), not an interrupted chunk's files.
         tables[name] = [p for s in segments for p in seg.output_files(store, seg.segment_dir(store, s), name)]
     tables["pages"] = store.list(store.path("pages"), "*.parquet")
     return CrawlFiles(manifest.version if manifest else None,
-                      manifest.schema_version if manifest else schema.SCHEMA_VERSION, tables)
+                      manifest.schema_version if manifest else schema.SCHEMA_VERSION, tables,
+                      [(s, str(state)) for s, state in states])
 
 
 # --- the view definitions -----------------------------------------------------------------------
@@ -149,6 +154,8 @@ def column_sql(name: str, column: str) -> str:
 
 def view_select(store: Store, name: str, files: CrawlFiles, con: duckdb.DuckDBPyConnection | None = None) -> str:
     """The SELECT defining view ``name``: its columns in schema order over its files."""
+    if name == "segments":
+        return segments_select(files.segments)
     paths = files.tables[name]
     if not paths:
         return f"SELECT * FROM {empty_sql(name)}"
@@ -159,6 +166,14 @@ def view_select(store: Store, name: str, files: CrawlFiles, con: duckdb.DuckDBPy
     # By name after the typed empty table: a column no file has yet (files written before it
     # was added to schema.py) reads as null instead of failing the view.
     return f"SELECT {columns} FROM ({empty_sql(name)} UNION ALL BY NAME SELECT * FROM {source})"
+
+
+def segments_select(segments: list[tuple[str, str]]) -> str:
+    """The ``segments`` view: the states as values (they live in marker files, not Parquet)."""
+    if not segments:
+        return f"SELECT * FROM {empty_sql('segments')}"
+    rows = ", ".join(f"({quote(s)}, {quote(state)})" for s, state in segments)
+    return f"SELECT * FROM (VALUES {rows}) AS segments(segment, state)"
 
 
 def comment_statements(name: str) -> list[str]:
@@ -217,9 +232,8 @@ def views_script(store: Store) -> str:
     """
     require_crawldb(store)
     files = crawl_files(store, verify=False)  # names files only; DuckDB reads them later
-    segments = seg.segment_ids(store)
     header = [f"-- Views over the crawl in {store.uri}: crawl DB version {files.crawldb_version}, "
-              f"{len(segments)} segments, {len(files.tables['pages'])} feed batches.",
+              f"{len(files.segments)} segments, {len(files.tables['pages'])} feed batches.",
               f"-- Written by `crawl sql --views` at {utcnow().isoformat(timespec='seconds')}: a snapshot of the "
               "files there were; run it again after each update.",
               "-- Column docs: SELECT table_name, column_name, comment FROM duckdb_columns() WHERE comment IS NOT NULL;"]
@@ -388,6 +402,7 @@ class Crawl:
     fetched = property(lambda self: self.table("fetched"), doc="Fetch attempts, with a segment column.")
     outlinks = property(lambda self: self.table("outlinks"), doc="Links found, with a segment column.")
     pages = property(lambda self: self.table("pages"), doc="The pages feed, every batch.")
+    segments = property(lambda self: self.table("segments"), doc="Every segment and its state.")
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
         """A query over the views, as a relation."""

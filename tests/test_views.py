@@ -106,6 +106,7 @@ def test_column_and_view_docs_come_from_schema_py(crawled):
 def test_segment_column_and_warc_file_from_the_store_root(crawled):
     con = fresh_duckdb(crawl(crawled, "sql", "--views").output)
     segments = set(crawled.segments())
+    assert con.sql("SELECT segment, state FROM segments").fetchall() == [(s, "updated") for s in sorted(segments)]
     for name in ("fetchlist", "fetched", "outlinks", "pages"):
         found = {s for (s,) in con.sql(f"SELECT DISTINCT segment FROM {name}").fetchall()}
         assert found and found <= segments, name
@@ -176,7 +177,7 @@ def test_views_of_a_crawl_without_segments_exist_and_are_empty(tmp_path):
     inject(store, Config(), write_seeds(tmp_path / "seeds.txt", ["http://a.example/", "http://b.example/x"]))
     con = fresh_duckdb(views_script(store))
     assert con.sql("SELECT count(*) FROM crawldb").fetchall() == [(2,)]
-    for name in ("hosts", "fetchlist", "fetched", "outlinks", "pages"):
+    for name in ("hosts", "fetchlist", "fetched", "outlinks", "pages", "segments"):
         assert con.sql(f"SELECT count(*) FROM {name}").fetchall() == [(0,)]
         assert [c[0] for c in con.sql(f"DESCRIBE {name}").fetchall()] == schema.VIEWS[name].names
 
