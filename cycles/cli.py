@@ -473,14 +473,30 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
 
 
 @app.command()
-def sql(query: str = typer.Argument(..., help="SQL over the views crawldb, hosts, fetched, outlinks.")) -> None:
-    """Run a DuckDB query over the crawl DB and segments.
+def sql(query: Optional[str] = typer.Argument(None, help="SQL over the views crawldb, hosts, fetchlist, fetched, "
+                                             "outlinks, pages, segments (`crawl schema` lists their columns)."),
+        fmt: Optional[str] = typer.Option(None, "--format", "-f", help="table, csv, json (an array), jsonl or "
+                                          "parquet. Default: by --out's suffix; else a table on a terminal, csv "
+                                          "in a pipe (every row)."),
+        out: Optional[str] = typer.Option(None, "--out", "-o", help="Write the result to this file (atomically) "
+                                          "instead of stdout."),
+        views: bool = typer.Option(False, "--views", help="Print the views as SQL for plain DuckDB instead "
+                                   "(crawl sql --views > views.sql; then in duckdb: .read views.sql).")) -> None:
+    """Run a DuckDB query over the current crawl DB, the segments and the pages feed.
 
     Example: crawl sql "SELECT status, count(*) FROM crawldb GROUP BY ALL"
+             crawl sql "SELECT * FROM fetched" --out fetched.parquet
     """
-    from cycles.status import sql_text
+    from cycles.views import sql_to_output, views_script
 
-    typer.echo(run(sql_text, state.store, state.config, query))
+    if views:
+        if query is not None:
+            raise CrawlError("sql: give a QUERY or --views, not both")
+        typer.echo(run(views_script, state.store), nl=False)
+        return
+    if query is None:
+        raise CrawlError('sql: give a QUERY (crawl sql "SELECT count(*) FROM crawldb") or --views')
+    run(sql_to_output, state.store, state.config, query, fmt, out)
 
 
 @app.command()
@@ -506,6 +522,18 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
         for version, why in result.skipped:
             typer.echo(f"  {result.table}: passed over {version}: {why}", err=True)
         typer.echo(f"{result.table}: {result.action}" + (f" {result.version}" if result.version else ""))
+
+
+@app.command("schema")
+def schema_(table: Optional[str] = typer.Argument(None, help="One view: crawldb, hosts, fetchlist, fetched, "
+                                                "outlinks, pages or segments (default: all).")) -> None:
+    """Print the views crawl sql, crawl sql --views and cycles.open() give: columns, DuckDB types, docs.
+
+    Example: crawl schema fetched
+    """
+    from cycles.views import schema_text
+
+    typer.echo(run(schema_text, table))
 
 
 if __name__ == "__main__":  # pragma: no cover

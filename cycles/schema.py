@@ -190,3 +190,44 @@ PAGES = _schema("pages", [
     _field("warc_length", pa.int64(), "Compressed length of the record (one ranged read returns it)"),
     _field("segment", pa.string(), "Segment that fetched the page", False),
 ])
+
+
+# --- Views for analysts (cycles/views.py) --------------------------------------------------
+# What `crawl sql`, `crawl sql --views`, `crawl schema` and `cycles.open()` show: one view
+# per table over the current crawl, each column documented here (the docs become DuckDB's
+# COMMENT ON VIEW / COMMENT ON COLUMN). A view adds or redefines a few columns of its table.
+
+SEGMENT_DOC = "Segment (cycle) id whose files hold the row: the folder segments/<id>/"
+WARC_FILE_FROM_ROOT_DOC = ("WARC file holding the raw response, relative to the store root "
+                           "(segments/<id>/warc/...; the segment's own files store it relative to the segment)")
+
+
+def _view(table: pa.Schema, doc: str, add: tuple[pa.Field, ...] = (), docs: dict[str, str] | None = None) -> pa.Schema:
+    """``table``'s columns (docs replaced by ``docs``), then ``add``; the view's doc in the metadata."""
+    fields = [f.with_metadata({"doc": (docs or {}).get(f.name, f.metadata[b"doc"].decode())}) for f in table]
+    fields += [f for f in add if f.name not in table.names]
+    return pa.schema(fields, metadata={"crawl.view": doc})
+
+
+_SEGMENT = _field("segment", pa.string(), SEGMENT_DOC, False)
+
+VIEWS: dict[str, pa.Schema] = {
+    "crawldb": _view(CRAWLDB, "The current crawl DB version: one row per known URL"),
+    "hosts": _view(HOSTS, "The current host DB: one row per host (politeness and robots.txt state)"),
+    "fetchlist": _view(FETCHLIST, "What generate chose, every segment: one row per URL handed to fetch", (_SEGMENT,)),
+    "fetched": _view(FETCHED, "Fetch results, every segment: one row per fetch attempt", (_SEGMENT,),
+                     {"warc_file": WARC_FILE_FROM_ROOT_DOC}),
+    "outlinks": _view(OUTLINKS, "Links found by fetch, every segment: one row per link on a page", (_SEGMENT,)),
+    "pages": _view(PAGES, "The indexer feed, every batch: the new or changed pages each update published"),
+    "segments": pa.schema([
+        _field("segment", pa.string(), "Segment (cycle) id; ids sort by the time generate made them", False),
+        _field("state", pa.string(), "Its state when the views were made (cycles/segment.py): incomplete, "
+               "generated, fetching, fetched, updated (merged into the crawl DB) or abandoned", False),
+    ], metadata={"crawl.view": "Every segment and its state: join on segment to keep, say, only updated ones"}),
+}
+"""The analysts' views by name, in the order they are listed."""
+
+
+def doc_of(field: pa.Field) -> str:
+    """A column's doc (every field here has one)."""
+    return (field.metadata or {}).get(b"doc", b"").decode()

@@ -1,57 +1,24 @@
 """``crawl status`` and ``crawl sql``: what the store holds, read with DuckDB.
 
-Views available to ``crawl sql``:
-
-- ``crawldb``  the current crawl DB (schema.CRAWLDB)
-- ``hosts``    the host DB (schema.HOSTS)
-- ``fetched``  fetch results of every segment, with a ``segment`` column (schema.FETCHED)
-- ``outlinks`` outlinks of every segment, with a ``segment`` column (schema.OUTLINKS)
-- ``pages``    the indexer feed, every batch (schema.PAGES)
+The views (crawldb, hosts, fetchlist, fetched, outlinks, pages, segments) are defined in
+cycles/views.py, the one home of their definitions; ``open_views`` and ``require_crawldb``
+are imported from there (and importable from here, as before).
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from cycles import clock, schema
+from cycles import clock
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql, current_bucket_files, register_empty
-from cycles.errors import CrawlError, StageError, is_damaged_parquet
-from cycles.hostdb import hostdb_files
+from cycles.errors import CrawlError, is_damaged_parquet
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
+from cycles.views import open_views, require_crawldb
 
-
-def require_crawldb(store: Store) -> None:
-    """A store without a crawl DB is an error, not an empty result: most likely ``--data``
-    points at the wrong folder."""
-    if store.manifest("crawldb") is None:
-        raise StageError(f"no crawl DB in {store.uri}; check --data, or start with `crawl inject seeds.txt`")
-
-
-def open_views(store: Store, config: Config) -> duckdb.DuckDBPyConnection:
-    # store=None: spills under the system temp folder, so that a read-only store works and
-    # stays byte-identical.
-    con = connect(None, config)
-    register_empty(con)
-    manifest, files = current_bucket_files(store)
-    source = crawldb_source_sql(files, con, store, manifest.schema_version if manifest else schema.SCHEMA_VERSION)
-    con.execute(f"CREATE VIEW crawldb AS SELECT * FROM {source}")
-    manifest = store.manifest("hostdb")
-    host_files = hostdb_files(store, manifest) if manifest else []  # every bucket of the host DB
-    if host_files:
-        con.execute(f"CREATE VIEW hosts AS SELECT * FROM {store.duckdb_source(con, host_files)}")
-    segments = seg.segment_ids(store)
-    for name in (seg.FETCHED, seg.OUTLINKS):
-        parts = [p for s in segments for p in seg.files(store, s, name)]
-        if parts:
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM {store.duckdb_source(con, parts, segment_column=True)}")
-    pages = store.list(store.path("pages"), "*.parquet")
-    if pages:
-        con.execute(f"CREATE VIEW pages AS SELECT * FROM {store.duckdb_source(con, pages)}")
-    return con
+__all__ = ["crawl_status", "format_status", "open_views", "require_crawldb", "run_sql", "sql_text"]
 
 
 def crawl_status(store: Store, config: Config) -> dict:
