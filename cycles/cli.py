@@ -518,7 +518,7 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
         dropped = run(dedupe_crawldb, state.store, state.config)
         typer.echo(f"crawldb: {dropped} duplicate rows dropped")
         return
-    for result in run(do_recover, state.store, previous, (table,) if table else TABLES):
+    for result in run(do_recover, state.store, previous, (table,) if table else TABLES, state.config.db):
         for version, why in result.skipped:
             typer.echo(f"  {result.table}: passed over {version}: {why}", err=True)
         typer.echo(f"{result.table}: {result.action}" + (f" {result.version}" if result.version else ""))

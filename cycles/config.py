@@ -319,6 +319,17 @@ class DbConfig:
     updating one of them again changes nothing. Segments are applied in generation order, so
     only a segment older than all of these could be applied twice."""
 
+    s3_lock_lease_s: Annotated[float, Float(5.0, 86_400.0)] = 120.0
+    """On an S3 store, how long a stage's lock object stays valid without renewal (S3 has no
+    file locks: cycles/store.py S3Lock). A stage that died without releasing it blocks the
+    others this long at most; a stage stalled longer than this (a paused VM, a long GC)
+    loses its lock and refuses to swap ``CURRENT``. Longer is safer against stalls, shorter
+    frees a crashed crawl sooner."""
+
+    s3_lock_renew_s: Annotated[float, Float(1.0, 28_800.0)] = 30.0
+    """How often the holder renews its S3 lock; at most a third of ``s3_lock_lease_s``, so
+    that two renewals can fail (a transient S3 error) before the lease runs out."""
+
 
 @dataclass
 class GenerateConfig:
@@ -744,6 +755,9 @@ _RELATIONS = [
     lambda c: None if c.update.simhash_max_distance < c.update.simhash_blocks else
     f"update.simhash_max_distance = {c.update.simhash_max_distance} must be below update.simhash_blocks = "
     f"{c.update.simhash_blocks} (a near-duplicate pair must agree on a block to be found)",
+    lambda c: None if c.db.s3_lock_renew_s * 3 <= c.db.s3_lock_lease_s else
+    f"db.s3_lock_renew_s = {c.db.s3_lock_renew_s} must be at most a third of db.s3_lock_lease_s = "
+    f"{c.db.s3_lock_lease_s} (two renewals may fail before the lease runs out)",
 ]
 
 

@@ -38,7 +38,7 @@ def run_cycles(store: Store, config: Config, cycles: int, top_n: int | None = No
     A cycle that finds a segment left pending by an interrupted run finishes that segment
     instead of generating a new one.
     """
-    with seg.cycle_lock(store, "cycle"):
+    with seg.cycle_lock(store, "cycle", config.db):
         for number in range(1, cycles + 1):
             pending = seg.oldest(store, *seg.PENDING)
             if pending is not None:

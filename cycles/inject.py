@@ -79,7 +79,7 @@ def inject(store: Store, config: Config, seeds_path: str | Path) -> InjectResult
             {new_url_rows_sql(f'''(SELECT s.* FROM seeds s ANTI JOIN {old} o USING (url)
                                    WHERE {bucket_of('s.host_hash', buckets)} = {bucket})''', config)}"""
 
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=config.db):
         manifest = store.manifest("crawldb")
         buckets = manifest.buckets if manifest else config.db.buckets
         before = _count(store, manifest)

@@ -95,6 +95,7 @@ def consumer_lock(store: Store, consumer: str) -> Iterator[None]:
     _cursor_path(store, consumer)  # checks the name before it becomes a path
     with contextlib.ExitStack() as stack:
         try:
+            # A consumer holds it for one read (seconds): the default lease and renewal.
             stack.enter_context(store.lock(f"pages/_consumers/.{consumer}"))
         except LockedError:
             raise LockedError(f"consumer {consumer!r} is being read by another process right now; wait for it "

@@ -72,7 +72,7 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
         raise StageError(f"rebucket: the bucket count must be between 1 and {MAX_BUCKETS}, not {buckets}; "
                          "see README, 'Choosing the bucket count'")
     buckets = int(buckets)
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=config.db):
         manifest, files = current_bucket_files(store)
         if manifest is None:
             raise StageError(f"rebucket: there is no crawl DB in {store.uri}; run `crawl inject` first")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cycles.config import Config
+from cycles.config import Config, DbConfig
 from cycles.crawldb import replace_crawldb
 from cycles.errors import StageError, StoreError
 from cycles.store import Manifest, Store, verify_parquet_file
@@ -42,7 +42,8 @@ class RecoverResult:
     """(version, why it is not complete) for each newer version passed over."""
 
 
-def recover(store: Store, previous: bool = False, tables: tuple[str, ...] = TABLES) -> list[RecoverResult]:
+def recover(store: Store, previous: bool = False, tables: tuple[str, ...] = TABLES,
+            db: DbConfig | None = None) -> list[RecoverResult]:
     """Reinstate (or with ``previous`` roll back to) a complete version of each table.
 
     Holds the ``crawldb`` lock, which every stage writing either table holds, so no writer
@@ -51,7 +52,7 @@ def recover(store: Store, previous: bool = False, tables: tuple[str, ...] = TABL
     for table in tables:
         if table not in TABLES:
             raise StoreError(f"recover: unknown table {table!r}; choose from {', '.join(TABLES)}")
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=db):
         return [recover_table(store, table, previous) for table in tables]
 
 
@@ -109,7 +110,7 @@ DEDUPE_ORDER = "last_fetched DESC NULLS LAST, fetch_count DESC, score ASC, first
 
 def dedupe_crawldb(store: Store, config: Config) -> int:
     """Write a crawl DB version with one row per URL and install it; returns rows dropped."""
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=config.db):
         manifest = store.manifest("crawldb")
         if manifest is None:
             raise StageError(f"recover: there is no crawl DB in {store.uri}; nothing to repair")

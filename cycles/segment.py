@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import ClassVar, Iterator, TypeVar
 
+from cycles.config import DbConfig
 from cycles.errors import LockedError, SegmentNotFound, StageError, StoreError
 from cycles.store import Store, StorePath, utcnow
 
@@ -319,12 +320,12 @@ def next_command(segment: str, current: State) -> str | None:
 
 # --- locks ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def cycle_lock(store: Store, who: str) -> Iterator[None]:
+def cycle_lock(store: Store, who: str, db: DbConfig | None = None) -> Iterator[None]:
     """The store-wide lock of the stages that start segments (``crawl cycle``, ``crawl
     generate``): taken *before* anything is leased, so a second one exits at once with
     one line and leaves no stranded lease behind it (two at once: the loser leased URLs,
     then died on the fetch lock, its lease stranded for ``generate.lease_s``)."""
-    lock = store.lock("cycle")
+    lock = store.lock("cycle", db=db)
     try:
         lock.__enter__()
     except LockedError:

@@ -74,6 +74,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cycles.config import DbConfig
 from cycles.errors import LockedError, SegmentNotFound, StoreError
 from cycles.faults import commit_point
 
@@ -497,10 +498,13 @@ class Store:
 
     # --- locks -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, name: str = "crawldb", wait: bool = False) -> Iterator[None]:
-        """Hold the lock guarding the swap of a versioned table (or a store-wide stage)."""
+    def lock(self, name: str = "crawldb", wait: bool = False, db: DbConfig | None = None) -> Iterator[None]:
+        """Hold the lock guarding the swap of a versioned table (or a store-wide stage).
+        ``db``: the config's lock times (``db.s3_lock_lease_s``, ``db.s3_lock_renew_s``; the
+        defaults without it), used on S3 stores."""
         if not self.local:
-            lock = S3Lock(self, name)
+            db = db if db is not None else DbConfig()
+            lock = S3Lock(self, name, db.s3_lock_lease_s, db.s3_lock_renew_s)
             lock.acquire(wait)
             self._held[name] = lock
             try:
@@ -705,19 +709,20 @@ class S3Lock:
     Taken by creating ``<name>/.lock`` with a conditional PUT (``If-None-Match: *``): S3
     lets exactly one of several concurrent creators succeed. The object says who holds it
     (host, pid, a random token) and until when (``expires_at``); a thread renews it every
-    ``RENEW_S`` seconds with a PUT conditional on its ETag, so a lease only expires when its
-    holder stopped. A lock is taken over (deleted, conditional on the ETag seen, then
+    ``renew_s`` seconds with a PUT conditional on its ETag, so a lease (``lease_s``, both
+    from the config's ``db`` section) only expires when its holder stopped. A lock is taken over (deleted, conditional on the ETag seen, then
     created again) when it expired or when its holder is a process of this machine that no
     longer exists (``kill -9`` of a stage). A holder that loses its lock — its lease ran out
     while it was stalled and another process took over — refuses to swap ``CURRENT``.
     """
 
-    TTL_S = 120.0
-    RENEW_S = 30.0
     WAIT_S = 1.0
+    """How long a waiting stage sleeps between two attempts to take a held lock."""
 
-    def __init__(self, store: Store, name: str):
+    def __init__(self, store: Store, name: str, lease_s: float, renew_s: float):
         self.store = store
+        self.lease_s = lease_s
+        self.renew_s = renew_s
         self.client = store.s3_client()
         self.bucket, _, prefix = str(store.path(name, ".lock")).partition("/")
         self.key = prefix
@@ -732,7 +737,7 @@ class S3Lock:
         now = utcnow()
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                            "acquired_at": now.isoformat(),
-                           "expires_at": (now + dt.timedelta(seconds=self.TTL_S)).isoformat()}).encode()
+                           "expires_at": (now + dt.timedelta(seconds=self.lease_s)).isoformat()}).encode()
 
     @staticmethod
     def _code(exc) -> str:
@@ -791,7 +796,7 @@ class S3Lock:
     def _renew(self) -> None:
         from botocore.exceptions import ClientError
 
-        while not self._stop.wait(self.RENEW_S):
+        while not self._stop.wait(self.renew_s):
             try:
                 self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                    IfMatch=self.etag)["ETag"]

@@ -9,6 +9,7 @@ reaches the internet. Each test uses its own prefix in one bucket.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -34,7 +35,7 @@ from cycles.inject import inject
 from cycles.leases import live_lease_files
 from cycles.pages import read_feed
 from cycles.status import crawl_status, run_sql
-from cycles.store import S3Lock, Store, utcnow
+from cycles.store import Store, utcnow
 from cycles.update.update import update_segment
 
 pytestmark = pytest.mark.web
@@ -266,11 +267,11 @@ def test_s3_lock_excludes_and_is_taken_over_from_dead_or_expired_holders(s3_stor
 def test_lost_s3_lock_refuses_the_swap(s3_store, config, tmp_path, monkeypatch):
     seed(s3_store, config, tmp_path)
     before = s3_store.manifest()
-    monkeypatch.setattr(S3Lock, "RENEW_S", 0.2)
+    config.db.s3_lock_lease_s, config.db.s3_lock_renew_s = 5.0, 0.2  # renewed within the test
     client = s3_store.s3_client()
     bucket, _, key = str(s3_store.path("crawldb", ".lock")).partition("/")
     with pytest.raises(LockedError, match="lost lock"):
-        with s3_store.lock("crawldb"):
+        with s3_store.lock("crawldb", db=config.db):
             client.put_object(Bucket=bucket, Key=key, Body=b'{"host": "other"}')  # taken over meanwhile
             time.sleep(1.0)
             from cycles.crawldb import replace_crawldb
@@ -440,3 +441,15 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
             assert orphans == []
         for row in [r for r in rows if r["outcome"] == "ok"][::7]:
             assert read_warc_record(store, segment, row).rec_headers.get_header("WARC-Target-URI") == row["url"]
+
+
+def test_the_s3_lock_object_carries_the_configured_lease(s3_store, config):
+    """db.s3_lock_lease_s is how long the lock object says it is valid (expires_at), so a
+    crashed holder blocks others that long at most."""
+    config.db.s3_lock_lease_s = 600.0
+    client = s3_store.s3_client()
+    bucket, _, key = str(s3_store.path("crawldb", ".lock")).partition("/")
+    with s3_store.lock("crawldb", db=config.db):
+        holder = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    lease = dt.datetime.fromisoformat(holder["expires_at"]) - dt.datetime.fromisoformat(holder["acquired_at"])
+    assert lease.total_seconds() == pytest.approx(600.0, abs=1.0)

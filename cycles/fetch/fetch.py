@@ -119,7 +119,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     # both ask the same host.
     progress_folder = progress_dir(store, segment)
     progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s)
-    with store.lock("fetch"), StopSignals() as stop:
+    with store.lock("fetch", db=config.db), StopSignals() as stop:
         seg.mark_fetching(store, segment)
         progress.start()
         try:

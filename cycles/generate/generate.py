@@ -144,7 +144,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     second generate or cycle fails before leasing anything.
     """
     if not cycle_locked:
-        with seg.cycle_lock(store, "generate"):
+        with seg.cycle_lock(store, "generate", config.db):
             return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True)
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
@@ -152,7 +152,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     if held:
         return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=config.db):
         manifest, files = current_bucket_files(store)
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "

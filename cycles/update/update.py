@@ -379,7 +379,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters: Counter = Counter()
     now = now or clock.now()
     seg_dir = seg.segment_dir(store, segment)
-    with store.lock("crawldb"):
+    with store.lock("crawldb", db=config.db):
         manifest, files = current_bucket_files(store)
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
