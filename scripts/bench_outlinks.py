@@ -81,16 +81,9 @@ def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
         "sdepth": pa.array(rng.integers(0, 6, n_links).astype(np.int16)),
     })
     con.register("links", links)
-    table = con.sql("""
+    table = con.sql(f"""
         SELECT scheme_of(src) || host_of(src) || '/' AS from_url,
-            CASE WHEN noise < 0.01 THEN 'mailto:info@' || host_of(hid)
-                 WHEN noise < 0.03 THEN scheme_of(hid) || host_of(hid) || '/images/' || w(hash(hid, j, 60)) || '-' || j::VARCHAR || '.jpg'
-                 WHEN noise < 0.08 THEN u || '#' || w(hash(hid, j, 61))
-                 WHEN noise < 0.11 THEN u || CASE WHEN contains(u, '?') THEN '&' ELSE '?' END || 'utm_source=newsletter'
-                 WHEN noise < 0.13 THEN scheme_of(hid) || upper(host_of(hid)) || path_of(hid, j)
-                 ELSE u END AS url,
-            w(hash(hid, j, 62)) || ' ' || w(hash(hid, j, 63)) AS anchor,
-            noise > 0.97 AS nofollow,
+            {bs.NOISY_LINK_COLUMNS},
             (sdepth + 1)::SMALLINT AS depth
         FROM (SELECT *, scheme_of(hid) || host_of(hid) || path_of(hid, j) AS u FROM links)
         ORDER BY from_url""").to_arrow_table()

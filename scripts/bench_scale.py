@@ -403,6 +403,20 @@ FETCHED_SELECT = """
     ORDER BY part, rn"""
 
 
+NOISY_LINK_COLUMNS = """
+            CASE WHEN noise < 0.01 THEN 'mailto:info@' || host_of(hid)
+                 WHEN noise < 0.03 THEN scheme_of(hid) || host_of(hid) || '/images/' || w(hash(hid, j, 60)) || '-' || j::VARCHAR || '.jpg'
+                 WHEN noise < 0.08 THEN u || '#' || w(hash(hid, j, 61))
+                 WHEN noise < 0.11 THEN u || CASE WHEN contains(u, '?') THEN '&' ELSE '?' END || 'utm_source=newsletter'
+                 WHEN noise < 0.13 THEN scheme_of(hid) || upper(host_of(hid)) || path_of(hid, j)
+                 ELSE u END AS url,
+            w(hash(hid, j, 62)) || ' ' || w(hash(hid, j, 63)) AS anchor,
+            noise > 0.97 AS nofollow"""
+"""The url, anchor and nofollow columns of a synthetic outlink to page ``j`` of host ``hid``
+(``u`` its canonical URL): a mailto: link, an image, a fragment, a tracking parameter or an
+upper-case host in the proportions real pages have (scripts/bench_outlinks.py uses it too)."""
+
+
 def link_targets(rng: np.random.Generator, counts: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
     """(hid, j) of ``n_links`` outlink targets over hosts of ``counts`` URLs each: half known
     URLs (uniformly random existing ones, j < count), half new ones — 70 % new pages of
@@ -472,16 +486,9 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
                         "part": fetched["part"], "chunk": fetched["chunk"], "sdepth": fetched["depth"]})
     con.register("links", links)
     con.register("src_tab", src_tab)
-    outlinks = con.sql("""
+    outlinks = con.sql(f"""
         SELECT from_url,
-            CASE WHEN noise < 0.01 THEN 'mailto:info@' || host_of(hid)
-                 WHEN noise < 0.03 THEN scheme_of(hid) || host_of(hid) || '/images/' || w(hash(hid, j, 60)) || '-' || j::VARCHAR || '.jpg'
-                 WHEN noise < 0.08 THEN u || '#' || w(hash(hid, j, 61))
-                 WHEN noise < 0.11 THEN u || CASE WHEN contains(u, '?') THEN '&' ELSE '?' END || 'utm_source=newsletter'
-                 WHEN noise < 0.13 THEN scheme_of(hid) || upper(host_of(hid)) || path_of(hid, j)
-                 ELSE u END AS url,
-            w(hash(hid, j, 62)) || ' ' || w(hash(hid, j, 63)) AS anchor,
-            noise > 0.97 AS nofollow,
+            {NOISY_LINK_COLUMNS},
             (least(sdepth, 19) + 1)::SMALLINT AS depth, part, chunk
         FROM (SELECT l.*, scheme_of(hid) || host_of(hid) || path_of(hid, j) AS u, s.from_url, s.part, s.chunk, s.sdepth
               FROM links l JOIN src_tab s USING (src))
