@@ -31,9 +31,9 @@ related-articles list, a nofollow footer; half of them minified) and prints, per
 Times are the best of ``--repeat`` runs over all pages, measured with time.perf_counter: the
 best run is the one least disturbed by other processes on a shared machine. The total is
 also given in CPU time of the process (time.process_time), which leaves out the time the
-process waited for a CPU: the fetch budget is in CPU time. With --warc (by default the
-Common Crawl sample of /work/shared/conformance/warc, when present; read, not copied), the
-same timings are also taken over the HTML responses of a WARC file (real pages).
+process waited for a CPU: the fetch budget is in CPU time. With --warc FILE (a WARC
+of real pages, e.g. a Common Crawl sample; read, not copied), the same timings are also
+taken over its HTML responses.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cycles import fingerprint  # noqa: E402
 from cycles.fetch import parse  # noqa: E402
 
-DEFAULT_WARC = Path("/work/shared/conformance/warc/resiliparse_warcfile.warc.gz")
 
 _STOP = ("the of and to a in is that for it as was with be by on not he this are or his from "
          "at which but have an they you were her she there been one all we their has would "
@@ -395,7 +394,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=300, help="generated pages to time")
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best is reported")
     parser.add_argument("--samples", type=int, default=100, help="generated page pairs per sensitivity row")
-    parser.add_argument("--warc", type=Path, default=DEFAULT_WARC if DEFAULT_WARC.exists() else None,
+    parser.add_argument("--warc", type=Path, default=None,
                         help="also time the HTML responses of this WARC file")
     parser.add_argument("--testweb", type=int, default=300,
                         help="also time this many of bench_fetch.py's test-web pages, WARC and commit included (0: none)")

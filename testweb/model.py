@@ -48,10 +48,6 @@ SPECIAL_HOSTS = (
 )
 """Names (without ``.web.test``) of the special hosts, in address order."""
 
-SLOW_PATHS = ("/drip",)
-"""Targets that take a long time to answer; a test crawling the whole web may want to
-see them requested without waiting for them (the drip lasts a minute)."""
-
 
 # --- small deterministic helpers ---------------------------------------------------------
 
