@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import json
+import logging
 import os
 import re
 import sys
@@ -197,6 +198,8 @@ A cycle is generate -> fetch -> update over a Parquet crawl DB in --data (defaul
     crawl status
 
 Exit codes: 0 done, 1 failed, 2 user error, 3 nothing to do, 4 interrupted (run again to resume).
+
+Environment: CRAWL_DATA and CRAWL_CONFIG stand for --data and --config.
 """)
 
 
@@ -289,6 +292,9 @@ def main(
     state.config = state.effective.config
     state.data_source = option_source(ctx, "data", "--data", "CRAWL_DATA")
     state.store = Store(data)
+    logging.getLogger("cycles.cli").debug(
+        f"store {state.store.uri} ({state.data_source}); config {config or 'defaults'} ({config_source}); "
+        f"{len(overrides or [])} settings from -s (crawl config show lists every value and its source)")
 
 
 config_app = typer.Typer(no_args_is_help=True, help="The effective config: defaults, file, environment, -s.")

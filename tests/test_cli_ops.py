@@ -280,6 +280,17 @@ def test_json_lines_of_abandon_rebucket_recover_pages(tmp_path):
     assert line["status"] == "user_error" and line["stage"] == "abandon"
 
 
+def test_cycle_with_nothing_due_is_one_nothing_to_do_line(tmp_path, monkeypatch):
+    seeds = write_seeds(tmp_path / "seeds.txt", ["http://127.0.0.10:9/page/0"])
+    assert crawl("--data", tmp_path / "data", "inject", seeds).exit_code == 0
+    monkeypatch.setenv("CRAWL_CLOCK_OFFSET_S", "-86400")  # the crawl clock a day back: nothing due yet
+    result = crawl("--data", tmp_path / "data", "cycle", "--json")
+    line = json_line(result.stdout)
+    assert result.exit_code == 3 and (line["status"], line["stage"], line["exit_code"]) == ("nothing_to_do", "cycle", 3)
+    result = crawl("--data", tmp_path / "data", "status", "--json")
+    assert result.exit_code == 0 and json_line(result.stdout)["by_status"]
+
+
 # --- a crawl as cron runs it: subprocesses, stdout piped -------------------------------------
 LONG_QUERIES = '''
 """Test shim (tests/test_cli_ops.py): every DuckDB query counts as long for the progress
