@@ -329,27 +329,35 @@ duckdb.connect = lambda *args, **kwargs: _Connection(_connect(*args, **kwargs))
 
 @pytest.fixture(scope="module")
 def cron_crawl(tmp_path_factory):
-    """One small crawl, stage by stage as cron runs it: `crawl STAGE --json` subprocesses with
-    stdout and stderr piped, every DuckDB query long enough for a progress bar, progress lines
-    every 0.05 s. Returns {name: (exit code, stdout, stderr)}."""
+    """One small crawl, stage by stage as cron or Airflow runs it: `crawl STAGE --json`
+    subprocesses with stdout and stderr piped, every DuckDB query long enough for a progress
+    bar, progress lines every 0.05 s; the first partition is fetched as a task of its own,
+    then `crawl fetch SEGMENT` fetches the rest. Returns {name: (exit code, stdout, stderr)}."""
     tmp = tmp_path_factory.mktemp("cron")
     (tmp / "shim").mkdir()
     (tmp / "shim" / "sitecustomize.py").write_text(LONG_QUERIES)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "shim"), str(REPO)]),
            "CRAWL_DATA": str(tmp / "data")}
     runs = {}
-    with TestWeb(hosts=3, pages=3, page_bytes=2000, special=False, max_seconds=150) as web:
+
+    def run(name: str, *args: str) -> dict:
+        # Bytes, not text=True: universal newlines would turn the bar's carriage returns into newlines.
+        done = subprocess.run([sys.executable, "-m", "cycles", *args, "--json"], cwd=tmp, env=env,
+                              capture_output=True, timeout=180)
+        runs[name] = (done.returncode, done.stdout.decode(), done.stderr.decode())
+        return json_line(runs[name][1])
+
+    with TestWeb(hosts=4, pages=3, page_bytes=2000, special=False, max_seconds=150) as web:
         env["CRAWL_CONFIG"] = str(write_web_config(tmp / "crawl.toml", web))
-        seeds = write_seeds(tmp / "seeds.txt", web.seeds())
         progress = ["-s", "fetch.progress_s=0.05", "-s", "log.progress_interval_s=0.05"]
-        for name, args in (("inject", ["inject", seeds]), ("generate", ["generate"]), ("fetch", [*progress, "fetch"]),
-                           ("quiet update", ["-q", *progress, "update"]),
-                           ("pages", ["pages", "--consumer", "ops", "--out", str(tmp / "pages.parquet")]),
-                           ("pages again", ["pages", "--consumer", "ops", "--out", str(tmp / "pages.parquet")])):
-            # Bytes, not text=True: universal newlines would turn the bar's carriage returns into newlines.
-            done = subprocess.run([sys.executable, "-m", "cycles", *args, "--json"], cwd=tmp, env=env,
-                                  capture_output=True, timeout=180)
-            runs[name] = (done.returncode, done.stdout.decode(), done.stderr.decode())
+        run("inject", "inject", write_seeds(tmp / "seeds.txt", web.seeds()))
+        generated = run("generate", "generate")
+        assert len(generated["partitions"]) >= 2, generated  # 4 hosts: both partitions have some
+        run("fetch partition", *progress, "fetch", generated["segment"], "--partition", str(generated["partitions"][0]))
+        run("fetch", *progress, "fetch", generated["segment"])
+        run("quiet update", "-q", *progress, "update")
+        run("pages", "pages", "--consumer", "ops", "--out", str(tmp / "pages.parquet"))
+        run("pages again", "pages", "--consumer", "ops", "--out", str(tmp / "pages.parquet"))
     return runs
 
 
@@ -361,15 +369,29 @@ def test_cron_output_has_no_progress_bar_and_one_json_line(cron_crawl):
         line = json_line(out)
         expected = (3, "nothing_to_do") if name == "pages again" else (0, "done")
         assert (code, line["status"]) == expected, (name, code, out, err)
-    assert json_line(cron_crawl["pages"][1])["pages"] == 3
+    assert json_line(cron_crawl["pages"][1])["pages"] == 4
 
 
 @pytest.mark.web
 def test_cron_logs_progress_lines_with_total_and_eta(cron_crawl):
     segment = json_line(cron_crawl["fetch"][1])["segment"]
-    lines = [line for line in cron_crawl["fetch"][2].splitlines() if line.startswith(f"crawl: fetch {segment}: ")]
-    assert lines, cron_crawl["fetch"][2]
-    assert all(re.search(r" pages \([0-9.]+/s\), \d+/3 URLs \(\d+%\), ETA ", line) for line in lines), lines
+    partition = json_line(cron_crawl["fetch partition"][1])["partition"]
+    for name, label, total in (("fetch", segment, 4), ("fetch partition", f"{segment} partition {partition}", None)):
+        lines = [line for line in cron_crawl[name][2].splitlines() if line.startswith(f"crawl: fetch {label}: ")]
+        assert lines, cron_crawl[name][2]
+        urls = rf"\d+/{total}" if total else r"\d+/\d+"
+        assert all(re.search(rf" pages \([0-9.]+/s\), {urls} URLs \(\d+%\), ETA ", line) for line in lines), lines
+    # The task's line counts its own partition only: its URLs, not the segment's.
+    assert "/4 URLs" not in cron_crawl["fetch partition"][2]
     assert cron_crawl["quiet update"][2] == ""  # -q: warnings only
     # The placeholder User-Agent is no warning against a test web on loopback.
     assert all("placeholder" not in err for _, _, err in cron_crawl.values())
+
+
+def test_fetch_progress_of_one_partition_counts_only_its_file(tmp_path):
+    for part, ok in ((0, 5), (1, 7)):
+        (tmp_path / f"part-{part:05d}.json").write_text(json.dumps({
+            "partition": part, "hosts_active": 1, "hosts_waiting": 0, "counters": {"fetch/outcome/ok": ok}}))
+    line = progress_line(tmp_path, "seg partition 1", 1, 1.0, total=10, files="part-00001.json")
+    assert line.startswith("fetch seg partition 1: 7 pages (7.0/s), 7/10 URLs (70%), ETA 0s, ")
+    assert line.endswith(", 1/1 partitions")

@@ -185,7 +185,12 @@ def fetch_one_partition(store: Store, config: Config, segment: str, partition: i
                          f"{', '.join(map(str, partitions))}); pick one of those")
     started = time.monotonic()
     warn_if_placeholder_agent(store, config, segment)
-    with StopSignals() as stop:
+    # Only this partition's counters: a scheduler may fetch the others at the same time.
+    urls = store.read_metadata(seg.fetchlist_file(seg.segment_dir(store, segment), partition)).num_rows
+    progress = Progress(progress_dir(store, segment), f"{segment} partition {partition}", 1, config.fetch.progress_s,
+                        total=urls, log_interval_s=config.log.progress_interval_s,
+                        files=f"{seg.part_name(partition)}.json")
+    with StopSignals() as stop, progress:
         seg.mark_fetching(store, segment)
         counters = Counter(fetch_partition(FetchTask(store.uri, segment, partition, config)))
         received = stop.received
@@ -220,12 +225,14 @@ def finish_fetch(store: Store, config: Config, segment: str) -> FetchResult:
     return FetchResult(segment, len(partitions), counters, seconds)
 
 
-def progress_line(progress_dir, segment: str, partitions: int, elapsed_s: float, total: int | None = None) -> str:
-    """One line summing the workers' published counters (see ``PartitionFetcher.publish_progress``);
-    with the fetch list's ``total`` URLs, also how many are done and an ETA at the rate so far."""
+def progress_line(progress_dir, segment: str, partitions: int, elapsed_s: float, total: int | None = None,
+                  files: str = "part-*.json") -> str:
+    """One line summing the workers' published counters (see ``PartitionFetcher.publish_progress``)
+    in the ``files`` of ``progress_dir``; with the fetch list's ``total`` URLs, also how many
+    are done and an ETA at the rate so far."""
     totals: Counter = Counter()
     active = waiting = reporting = 0
-    for path in sorted(progress_dir.glob("part-*.json")) if progress_dir.exists() else []:
+    for path in sorted(progress_dir.glob(files)) if progress_dir.exists() else []:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -252,9 +259,9 @@ class Progress(progress.LiveProgress):
     ``log_interval_s`` (``log.progress_interval_s``) elsewhere (cycles/progress.py)."""
 
     def __init__(self, progress_dir, segment: str, partitions: int, interval_s: float, stream=None,
-                 total: int | None = None, log_interval_s: float = 0.0):
+                 total: int | None = None, log_interval_s: float = 0.0, files: str = "part-*.json"):
         def describe(elapsed_s: float) -> str:
-            return progress_line(progress_dir, segment, partitions, elapsed_s, total)
+            return progress_line(progress_dir, segment, partitions, elapsed_s, total, files)
 
         # fetch.progress_s = 0: the workers publish nothing, so there is nothing to log either.
         super().__init__(describe, interval_s, log_interval_s if interval_s > 0 else 0.0, stream,
