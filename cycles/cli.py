@@ -26,7 +26,7 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 
-from cycles.config import Config, load_config
+from cycles.config import Config
 from cycles.settings import Effective
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
                            Interrupted, NothingToDo, StageError, is_damaged_parquet)

@@ -57,4 +57,3 @@ def setup_logging(verbosity: int) -> None:
     handler.setFormatter(OneLine())
     logger.addHandler(handler)
     logger.setLevel(LEVELS[max(-1, min(1, verbosity))])
-    logger.propagate = False  # a root handler configured by an embedding program would print each line twice

@@ -28,7 +28,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
