@@ -304,8 +304,11 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(as_json: bool = typer.Option(False, "--json", help="One JSON line: every setting's value "
                                              "and source.")) -> None:
-    """Print the config this command line runs with, each value with where it came from
-    (default, the config file, CRAWL_CONFIG, -s); the store (--data / CRAWL_DATA) too.
+    """Print the effective config, each value with where it came from.
+
+    Sources: default, the config file (--config or CRAWL_CONFIG), -s; and the store's
+    (--data, CRAWL_DATA or default). The text is a config file: pasted into one, it gives
+    the same config.
 
     Example: crawl -c crawl.toml -s fetch.delay_s=2 config show
     """
