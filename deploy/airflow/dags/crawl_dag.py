@@ -91,8 +91,11 @@ def crawl(*args: str) -> dict:
     if params.get("config"):
         command += ["--config", params["config"]]
     command += [*args, "--json"]
+    # The command line says which store and config; the crawl CLI would also read them from
+    # CRAWL_DATA / CRAWL_CONFIG, and a run's config "" (none) must not fall back to the worker's.
+    env = {k: v for k, v in os.environ.items() if k not in ("CRAWL_DATA", "CRAWL_CONFIG")}
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=env)
     # crawl's stderr (its progress line every log.progress_interval_s, warnings, its one-line
     # error) goes into the task log as it comes: collected to the end, an hour's fetch showed
     # no progress until it was over.
