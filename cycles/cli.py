@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import json
+import logging
 import os
 import re
 import sys
@@ -25,7 +26,8 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 
-from cycles.config import Config, load_config
+from cycles.config import Config
+from cycles.settings import Effective
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
                            Interrupted, NothingToDo, StageError, is_damaged_parquet)
 from cycles.store import Store
@@ -111,8 +113,10 @@ def find_undecodable_file(store: Store) -> str | None:
     """
     import duckdb
 
+    from cycles.crawldb import plain_connection
+
     deadline = time.monotonic() + CORRUPT_SCAN_S
-    con = duckdb.connect()
+    con = plain_connection()
     for name in ("crawldb", "hostdb"):
         try:
             manifest = store.manifest(name)
@@ -194,12 +198,18 @@ A cycle is generate -> fetch -> update over a Parquet crawl DB in --data (defaul
     crawl status
 
 Exit codes: 0 done, 1 failed, 2 user error, 3 nothing to do, 4 interrupted (run again to resume).
+
+Environment: CRAWL_DATA and CRAWL_CONFIG stand for --data and --config.
 """)
 
 
 class State:
     store: Store
     config: Config
+    effective: Effective
+    """The config and where each of its values came from (``crawl config show``)."""
+    data_source: str = "default"
+    """Where --data came from: "--data", "CRAWL_DATA" or "default"."""
     as_json: bool = False
     """The command was given --json: it ends with one JSON line on stdout (:func:`emit_json`)."""
     stage: str = ""
@@ -230,17 +240,82 @@ def emit_json(status: str, started: float | None = None, **fields) -> None:
     typer.echo(json.dumps(line, default=str))
 
 
+def package_version() -> str:
+    """The installed package's version (pyproject.toml's, once installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crawl")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed; pip install -e .)"
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"crawl {package_version()}")
+        raise typer.Exit()
+
+
+def option_source(ctx: typer.Context, name: str, option: str, envvar: str) -> str:
+    """How a global option got its value: the option itself, its environment variable, or its default."""
+    source = ctx.get_parameter_source(name)  # typer's own copy of click's ParameterSource: compared by name
+    return {"COMMANDLINE": option, "ENVIRONMENT": envvar}.get(getattr(source, "name", ""), "default")
+
+
 @app.callback()
 def main(
-    data: str = typer.Option("./data", "--data", help="Store: a folder, or s3://bucket/prefix (endpoint and "
-                             "credentials from the AWS settings: AWS_ENDPOINT_URL, AWS_PROFILE, ...)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file (see cycles/config.py)."),
+    ctx: typer.Context,
+    data: str = typer.Option("./data", "--data", envvar="CRAWL_DATA", help="Store: a folder, or s3://bucket/prefix "
+                             "(endpoint and credentials from the AWS settings: AWS_ENDPOINT_URL, AWS_PROFILE, ...)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", envvar="CRAWL_CONFIG",
+                                          help="TOML config file (see crawl.toml, cycles/config.py)."),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", "-s", metavar="SECTION.KEY=VALUE",
+                                                  help="Override one setting on top of the config file, checked "
+                                                  "like the file (repeatable): -s fetch.delay_s=2 -s generate.top_n=1000."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log debug lines on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only warnings and errors on stderr (no progress lines)."),
     debug: bool = typer.Option(False, "--debug", help="On a failure, also print the traceback."),
+    version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
-    """Global options: where the store is, which config to use."""
+    """Global options: where the store is, which config to use, how much to log."""
+    from cycles.logs import setup_logging
+    from cycles.settings import effective_config
+
     state.as_json, state.stage = False, ""
-    state.config = load_config(config)
+    if verbose and quiet:
+        raise typer.BadParameter("give -v (more) or -q (less), not both", param_hint="-v/-q")
+    setup_logging(1 if verbose else -1 if quiet else 0)
+    config_source = option_source(ctx, "config", "--config", "CRAWL_CONFIG")
+    label = f"CRAWL_CONFIG={config}" if config_source == "CRAWL_CONFIG" else None
+    state.effective = effective_config(config, overrides or [], label)
+    state.config = state.effective.config
+    state.data_source = option_source(ctx, "data", "--data", "CRAWL_DATA")
     state.store = Store(data)
+    logging.getLogger("cycles.cli").debug(
+        f"store {state.store.uri} ({state.data_source}); config {config or 'defaults'} ({config_source}); "
+        f"{len(overrides or [])} settings from -s (crawl config show lists every value and its source)")
+
+
+config_app = typer.Typer(no_args_is_help=True, help="The effective config: defaults, file, environment, -s.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(as_json: bool = typer.Option(False, "--json", help="One JSON line: every setting's value "
+                                             "and source.")) -> None:
+    """Print the effective config, each value with where it came from.
+
+    Sources: default, the config file (--config or CRAWL_CONFIG), -s; and the store's
+    (--data, CRAWL_DATA or default). The text is a config file: pasted into one, it gives
+    the same config.
+
+    Example: crawl -c crawl.toml -s fetch.delay_s=2 config show
+    """
+    from cycles.settings import show_json, show_text
+
+    show = show_json if as_json else show_text
+    typer.echo(show(state.effective, state.store.uri, state.data_source))
 
 
 def run(fn, *args, **kwargs):
@@ -399,27 +474,37 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
 @app.command()
 def abandon(segment: str = typer.Argument(..., help="Segment id."),
             reason: str = typer.Option("abandoned by hand (`crawl abandon`)", "--reason",
-                                       help="Why; kept in the segment's abandoned marker.")) -> None:
+                                       help="Why; kept in the segment's abandoned marker."),
+            as_json: bool = JSON_OPTION) -> None:
     """Give up a segment: it is never fetched or applied, and its URLs are leased no more.
 
     Example: crawl abandon 20261129T223500123456Z-a1b2c3
     """
     from cycles.segment import abandon as do_abandon
 
+    started = start_command("abandon", as_json)
     run(do_abandon, state.store, segment, reason)
+    if as_json:
+        return emit_json("done", started, segment=segment, reason=reason)
     typer.echo(f"abandoned segment {segment}; its URLs come back when due")
 
 
 @app.command()
 def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New number of host-hash buckets "
-                                         "(see README: Choosing the bucket count).")) -> None:
+                                         "(see README: Choosing the bucket count)."),
+             as_json: bool = JSON_OPTION) -> None:
     """Rewrite the crawl DB split into a new number of host-hash buckets (atomic swap).
 
     Example: crawl rebucket --buckets 64
     """
     from cycles.rebucket import rebucket as do_rebucket
 
+    started = start_command("rebucket", as_json)
     result = run(do_rebucket, state.store, state.config, buckets)
+    if as_json:  # the same count is not an error, nor a failure: "done", changed false (exit 0 as before)
+        return emit_json("done", started, changed=result.changed, buckets=result.buckets, reason=result.reason,
+                         rows=result.rows if result.changed else None,
+                         version=result.version if result.changed else None)
     if not result.changed:
         typer.echo(f"rebucket: {result.reason}")
         return
@@ -445,7 +530,8 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
           out: Optional[str] = typer.Option(None, "--out", help="Write the pages to this Parquet file (atomically; "
                                             "'-': to stdout); the cursor moves only once it is written."),
           peek: bool = typer.Option(False, "--peek", help="Do not move the cursor (without --out: only count)."),
-          limit: Optional[int] = typer.Option(None, "--limit", help="At most this many batches.")) -> None:
+          limit: Optional[int] = typer.Option(None, "--limit", help="At most this many batches."),
+          as_json: bool = JSON_OPTION) -> None:
     """Write the new or changed pages published since this consumer's last read, then move its cursor.
 
     The cursor moves only after --out is completely written, so a failed write loses
@@ -457,6 +543,10 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
     from cycles.pages import STDOUT, deliver_feed, read_feed
     from cycles.status import require_crawldb
 
+    started = start_command("pages", as_json)
+    if as_json and out == STDOUT:
+        raise CrawlError("pages: --json prints its line on stdout, where --out - writes the Parquet file; "
+                         "give --out FILE")
     require_crawldb(state.store)  # a wrong --data would register the consumer in a folder nobody crawls
     if out is None and not peek:
         raise CrawlError("crawl pages needs --out FILE (or --out - for Parquet on stdout): the cursor moves only "
@@ -469,6 +559,9 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
                + (f" -> {out}" if out else "") + ("" if result.committed else " (peek: cursor not moved)"))
     if not result.batches:
         raise NothingToDo(summary + "; no new pages")
+    if as_json:
+        return emit_json("done", started, consumer=consumer, pages=result.pages, batches=len(result.batches),
+                         out=out, committed=result.committed)
     typer.echo(summary, err=out == STDOUT)  # stdout then carries the Parquet file
 
 
@@ -504,7 +597,8 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
                                           "version older than the current one current (after a corrupt bucket)."),
             table: Optional[str] = typer.Option(None, "--table", help="Only this table: crawldb or hostdb."),
             dedupe: bool = typer.Option(False, "--dedupe", help="Instead: rewrite the crawl DB with one row per "
-                                        "URL (one written before buckets were checked may hold a URL twice).")) -> None:
+                                        "URL (one written before buckets were checked may hold a URL twice)."),
+            as_json: bool = JSON_OPTION) -> None:
     """Reinstate the newest complete crawl DB and host DB version when CURRENT is lost.
 
     Complete: sealed by its writer (_COMPLETE), every file present, every page checksum
@@ -514,11 +608,18 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
     """
     from cycles.recover import TABLES, dedupe_crawldb, recover as do_recover
 
+    started = start_command("recover", as_json)
     if dedupe:
         dropped = run(dedupe_crawldb, state.store, state.config)
+        if as_json:
+            return emit_json("done", started, dropped=dropped)
         typer.echo(f"crawldb: {dropped} duplicate rows dropped")
         return
-    for result in run(do_recover, state.store, previous, (table,) if table else TABLES, state.config.db):
+    results = run(do_recover, state.store, previous, (table,) if table else TABLES, state.config.db)
+    if as_json:
+        return emit_json("done", started, tables={r.table: {"action": r.action, "version": r.version,
+                                                             "passed_over": [v for v, _ in r.skipped]} for r in results})
+    for result in results:
         for version, why in result.skipped:
             typer.echo(f"  {result.table}: passed over {version}: {why}", err=True)
         typer.echo(f"{result.table}: {result.action}" + (f" {result.version}" if result.version else ""))

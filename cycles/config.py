@@ -668,6 +668,20 @@ class UpdateConfig:
 
 
 @dataclass
+class LogConfig:
+    """What a run tells its operator while it works (cycles/progress.py, cycles/logs.py)."""
+
+    progress_interval_s: Annotated[float, Float(0, DAY_S)] = 60.0
+    """When stderr is not a terminal (cron, Airflow, a log file), fetch and update log one
+    progress line (done/total, rate, ETA) this often; 0 turns it off. On a terminal the line
+    is redrawn in place instead (see ``redraw_s``)."""
+
+    redraw_s: Annotated[float, Float(0, 3600)] = 1.0
+    """How often the live progress line of update is redrawn on a terminal (fetch redraws at
+    ``fetch.progress_s``, when its workers publish their counters); 0 turns it off."""
+
+
+@dataclass
 class Config:
     """The whole configuration. ``Config()`` is the polite default."""
 
@@ -676,6 +690,7 @@ class Config:
     fetch: FetchConfig = field(default_factory=FetchConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     urls: UrlConfig = field(default_factory=UrlConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def effective_delay_s(self) -> float:
         """The per-host delay floor actually used: never under one second."""
@@ -796,6 +811,15 @@ def _apply(section: Any, values: dict[str, Any], where: str) -> None:
         if key not in known:
             raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(sorted(known))}")
         setattr(section, key, check_setting(where, key, _rule_or_type_check(type(section), key), value))
+
+
+def apply_setting(config: Config, section: str, key: str, value: Any) -> None:
+    """Set ``section.key`` of ``config`` to ``value``, checked by the setting's rule as a
+    file's value is (``crawl -s section.key=value``); ConfigError naming it otherwise. The
+    relations between settings are left to :func:`check_config`."""
+    if section not in _SECTIONS:
+        raise ConfigError(f"unknown config section [{section}]; known: {', '.join(_SECTIONS)}")
+    _apply(getattr(config, section), {key: value}, section)
 
 
 def config_from_dict(values: dict[str, Any]) -> Config:

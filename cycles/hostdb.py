@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from cycles import schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import connect
+from cycles.crawldb import connect, plain_connection
 from cycles.errors import StoreError
 from cycles.store import Manifest, Store, StorePath, new_id, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
@@ -142,7 +142,7 @@ def _merge_connection() -> duckdb.DuckDBPyConnection:
     fetch list merges that one host's rows; made again in a forked child."""
     global _connection
     if _connection is None or _connection[0] != os.getpid():
-        con = duckdb.connect(config={"threads": 1})
+        con = plain_connection(threads=1)
         con.execute("SET TimeZone = 'UTC'")
         _connection = (os.getpid(), con)
     return _connection[1]

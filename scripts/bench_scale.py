@@ -114,6 +114,7 @@ def sql_list(items) -> str:
 
 def connect(threads: int, memory_limit: str, spill: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
+    con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")  # not into logs
     spill.mkdir(parents=True, exist_ok=True)
     con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute(f"SET threads = {threads}")

@@ -10,8 +10,10 @@ it: finished partitions are skipped and unfinished ones continue from their last
 
 Pool workers die with the parent (cycles/executor.py ProcessPool ``die_with_parent``), so ``kill -9`` of ``crawl fetch``
 leaves nothing fetching behind it. On a terminal, a one-line progress display (pages,
-pages/s, bytes, errors, hosts in flight and waiting) is redrawn every ``fetch.progress_s``
-from the small counter files the workers publish under ``stats/progress/``.
+pages/s, URLs done of the fetch list and ETA, bytes, errors, hosts in flight and waiting) is
+redrawn every ``fetch.progress_s`` from the small counter files the workers publish under
+``stats/progress/``; off a terminal the same line is logged every ``log.progress_interval_s``
+(cycles/progress.py).
 """
 
 from __future__ import annotations
@@ -21,18 +23,18 @@ import json
 import os
 import shutil
 import signal
-import sys
-import threading
 import time
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
+from cycles import progress
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor, ProcessPool
+from cycles.fetch.identity import warn_if_placeholder_agent
 from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
                                     install_stop_handlers, progress_dir)
 from cycles.store import Store, utcnow
@@ -118,7 +120,11 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     # One store-wide fetch at a time: two fetches of different segments could otherwise
     # both ask the same host.
     progress_folder = progress_dir(store, segment)
-    progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s)
+    generated = seg.read_marker(store, segment, seg.Generated)
+    progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s,
+                        total=generated.urls if generated else None,
+                        log_interval_s=config.log.progress_interval_s)
+    warn_if_placeholder_agent(store, config, segment)
     with store.lock("fetch", db=config.db), StopSignals() as stop:
         seg.mark_fetching(store, segment)
         progress.start()
@@ -178,7 +184,13 @@ def fetch_one_partition(store: Store, config: Config, segment: str, partition: i
         raise StageError(f"fetch: segment {segment} has no partition {partition} (its partitions: "
                          f"{', '.join(map(str, partitions))}); pick one of those")
     started = time.monotonic()
-    with StopSignals() as stop:
+    warn_if_placeholder_agent(store, config, segment)
+    # Only this partition's counters: a scheduler may fetch the others at the same time.
+    urls = store.read_metadata(seg.fetchlist_file(seg.segment_dir(store, segment), partition)).num_rows
+    progress = Progress(progress_dir(store, segment), f"{segment} partition {partition}", 1, config.fetch.progress_s,
+                        total=urls, log_interval_s=config.log.progress_interval_s,
+                        files=f"{seg.part_name(partition)}.json")
+    with StopSignals() as stop, progress:
         seg.mark_fetching(store, segment)
         counters = Counter(fetch_partition(FetchTask(store.uri, segment, partition, config)))
         received = stop.received
@@ -213,11 +225,14 @@ def finish_fetch(store: Store, config: Config, segment: str) -> FetchResult:
     return FetchResult(segment, len(partitions), counters, seconds)
 
 
-def progress_line(progress_dir, segment: str, partitions: int, elapsed_s: float) -> str:
-    """One line summing the workers' published counters (see ``PartitionFetcher.publish_progress``)."""
+def progress_line(progress_dir, segment: str, partitions: int, elapsed_s: float, total: int | None = None,
+                  files: str = "part-*.json") -> str:
+    """One line summing the workers' published counters (see ``PartitionFetcher.publish_progress``)
+    in the ``files`` of ``progress_dir``; with the fetch list's ``total`` URLs, also how many
+    are done and an ETA at the rate so far."""
     totals: Counter = Counter()
     active = waiting = reporting = 0
-    for path in sorted(progress_dir.glob("part-*.json")) if progress_dir.exists() else []:
+    for path in sorted(progress_dir.glob(files)) if progress_dir.exists() else []:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -229,47 +244,25 @@ def progress_line(progress_dir, segment: str, partitions: int, elapsed_s: float)
     pages = sum(v for k, v in totals.items() if k.startswith("fetch/outcome/") and k != "fetch/outcome/deferred")
     errors = sum(totals.get(f"fetch/outcome/{o}", 0) for o in ("network_error", "server_error"))
     rate = pages / elapsed_s if elapsed_s > 0 else 0.0
-    return (f"fetch {segment}: {pages} pages ({rate:.1f}/s), {totals.get('fetch/bytes', 0) / 1e6:.1f} MB, "
+    # Deferred URLs are done too (they go back unfetched): the ETA counts every URL settled.
+    settled = pages + totals.get("fetch/outcome/deferred", 0)
+    done = (f", {progress.done_of_total(settled, total, 'URLs')}, ETA {progress.eta(settled, total, elapsed_s)}"
+            if total else "")
+    return (f"fetch {segment}: {pages} pages ({rate:.1f}/s){done}, {totals.get('fetch/bytes', 0) / 1e6:.1f} MB, "
             f"{errors} errors, {totals.get('fetch/outcome/deferred', 0)} deferred, "
             f"hosts {active} active / {waiting} waiting, {reporting}/{partitions} partitions")
 
 
-class Progress:
-    """Redraws :func:`progress_line` on stderr about once a second, only on a terminal."""
+class Progress(progress.LiveProgress):
+    """The fetch's :func:`progress_line`, from the counters the workers publish every
+    ``interval_s`` (``fetch.progress_s``): redrawn at that rate on a terminal, logged every
+    ``log_interval_s`` (``log.progress_interval_s``) elsewhere (cycles/progress.py)."""
 
-    def __init__(self, progress_dir, segment: str, partitions: int, interval_s: float, stream=None):
-        self.dir = progress_dir
-        self.segment = segment
-        self.partitions = partitions
-        self.interval_s = interval_s
-        self.stream = stream if stream is not None else sys.stderr
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._started = time.monotonic()
+    def __init__(self, progress_dir, segment: str, partitions: int, interval_s: float, stream=None,
+                 total: int | None = None, log_interval_s: float = 0.0, files: str = "part-*.json"):
+        def describe(elapsed_s: float) -> str:
+            return progress_line(progress_dir, segment, partitions, elapsed_s, total, files)
 
-    def enabled(self) -> bool:
-        isatty = getattr(self.stream, "isatty", None)
-        return self.interval_s > 0 and bool(isatty and isatty())
-
-    def start(self) -> None:
-        if self.enabled():
-            self._started = time.monotonic()
-            self._thread = threading.Thread(target=self._loop, name="fetch-progress", daemon=True)
-            self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._draw()
-
-    def _draw(self) -> None:
-        line = progress_line(self.dir, self.segment, self.partitions, time.monotonic() - self._started)
-        self.stream.write("\r\x1b[2K" + line)
-        self.stream.flush()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
+        # fetch.progress_s = 0: the workers publish nothing, so there is nothing to log either.
+        super().__init__(describe, interval_s, log_interval_s if interval_s > 0 else 0.0, stream,
+                         name="fetch-progress")

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from cycles import schema
 from cycles import segment as seg
+from cycles.crawldb import plain_connection
 from cycles.store import Store
 
 
@@ -40,7 +41,7 @@ def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, cou
     files = seg.output_files(store, seg_dir, seg.FETCHED)
     if not files or changed.num_rows == 0:
         return None
-    con = con or duckdb.connect()
+    con = con or plain_connection()
     con.register("changed", changed)
     # Streamed from DuckDB into the file: the batch carries every published page's text,
     # so it is not sorted (sorting 7 M texts ran DuckDB out of memory at 100 M URLs); rows

@@ -28,14 +28,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from cycles import clock, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, bucket_of, connect, crawldb_source_sql, current_bucket_files,
+from cycles.crawldb import (bucket_executor, bucket_of, connect, plain_connection, crawldb_source_sql, current_bucket_files,
                             install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
@@ -43,6 +42,7 @@ from cycles.store import Store, StorePath
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import merge_hostdb
+from cycles.progress import StepProgress
 from cycles.update.outlinks import prepare_outlinks
 from cycles.update.schedule import schedule_for
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
@@ -241,7 +241,7 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
         return pa.table({"url": pa.array([], pa.string()), "host": pa.array([], pa.string()),
                          "content_hash": pa.array([], pa.string()), "simhash": pa.array([], pa.uint64()),
                          "text_chars": pa.array([], pa.int64())})
-    con = con or duckdb.connect()
+    con = con or plain_connection()
     return con.sql(f"""
         SELECT url, host, content_hash, simhash, coalesce(length(text), 0)::BIGINT AS text_chars
         FROM {store.duckdb_source(con, files)} WHERE outcome = 'ok'""").to_arrow_table()
@@ -425,8 +425,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()
-            for done in executor.map(update_bucket, tasks):
-                added.update(done)  # update(), not +: a cap that held nothing back still shows 0
+            with StepProgress(f"update {segment}", len(tasks), "buckets merged", config.log.redraw_s,
+                              config.log.progress_interval_s) as merged:
+                for done in executor.map(update_bucket, tasks):
+                    added.update(done)  # update(), not +: a cap that held nothing back still shows 0
+                    merged.advance()
             # The feed batch before the swap: once the segment counts as applied, what
             # changed can no longer be told (a batch written twice is replaced whole).
             batch = write_feed_batch(store, segment, seg_dir, changed, counters, connect(store, config))

@@ -36,6 +36,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 
 try:  # Airflow 3
     from airflow.sdk import Asset, Param, dag, get_current_context, task
@@ -74,6 +75,13 @@ def pages_asset(data: str) -> Asset:
 PAGES = pages_asset(DATA)
 
 
+def relay_lines(stream, kept: list[str]) -> None:
+    """Print each line of ``stream`` into the task log as it comes, and keep it."""
+    for line in stream:
+        print(line, end="", flush=True)
+        kept.append(line)
+
+
 def crawl(*args: str) -> dict:
     """Run ``crawl --data D [--config C] ARGS --json`` with this run's params; returns its JSON
     line, with "status" "nothing_to_do" on exit code 3. Raises on anything else, so the
@@ -83,10 +91,20 @@ def crawl(*args: str) -> dict:
     if params.get("config"):
         command += ["--config", params["config"]]
     command += [*args, "--json"]
+    # The command line says which store and config; the crawl CLI would also read them from
+    # CRAWL_DATA / CRAWL_CONFIG, and a run's config "" (none) must not fall back to the worker's.
+    env = {k: v for k, v in os.environ.items() if k not in ("CRAWL_DATA", "CRAWL_CONFIG")}
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=env)
+    # crawl's stderr (its progress line every log.progress_interval_s, warnings, its one-line
+    # error) goes into the task log as it comes: collected to the end, an hour's fetch showed
+    # no progress until it was over.
+    stderr_lines: list[str] = []
+    relay = threading.Thread(target=relay_lines, args=(process.stderr, stderr_lines), daemon=True)
+    relay.start()
     try:
-        stdout, stderr = process.communicate()
+        stdout = process.stdout.read()
+        process.wait()
     except BaseException:
         # A timeout or a kill of the task: ask crawl to commit and stop (exit 4), so the
         # retry resumes instead of finding a partition locked by an orphan.
@@ -96,8 +114,8 @@ def crawl(*args: str) -> dict:
         except subprocess.TimeoutExpired:
             process.kill()
         raise
-    if stderr:
-        print(stderr, end="")  # crawl's progress and its one-line error: into the task log
+    relay.join()
+    stderr = "".join(stderr_lines)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {}
     print(f"{shlex.join(command)} -> exit {process.returncode}: {json.dumps(result)}")
