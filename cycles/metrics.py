@@ -175,13 +175,14 @@ def _labelled(family, label: str, values: Mapping[str, float]):
     return family
 
 
-def _stage_common(stage: str, segment: str | None, seconds: float, running: bool, started_wall: float) -> list:
+def _stage_common(stage: str, segment: str | None, seconds: float, running: bool, started_wall: float,
+                  succeeded: bool = True) -> list:
     families = [
         _gauge(f"crawl_{stage}_running", f"1 while {stage} runs, 0 once it ended", 1 if running else 0),
         _gauge(f"crawl_{stage}_duration_seconds", f"Wall time of the {stage} stage so far (or in all)", seconds),
         _gauge(f"crawl_{stage}_started_timestamp_seconds", f"Unix time the {stage} stage started", started_wall),
     ]
-    if not running:
+    if not running and succeeded:
         families.append(_gauge(f"crawl_{stage}_last_success_timestamp_seconds",
                                f"Unix time the last {stage} stage ended", started_wall + seconds))
     if segment:
@@ -193,12 +194,13 @@ def _stage_common(stage: str, segment: str | None, seconds: float, running: bool
 
 def fetch_families(counters: Mapping[str, float], seconds: float, segment: str | None, *, running: bool,
                    started_wall: float, hosts_active: int = 0, hosts_waiting: int = 0,
-                   partitions: int = 0, partitions_reporting: int = 0) -> list:
-    """The fetch stage's metrics (``crawl_fetch_*``) from its summed counters."""
+                   partitions: int = 0, partitions_reporting: int = 0, succeeded: bool = True) -> list:
+    """The fetch stage's metrics (``crawl_fetch_*``) from its summed counters (``succeeded``
+    false: it stopped without finishing, so no ``crawl_fetch_last_success_timestamp_seconds``)."""
     summary = fetch_summary(counters, seconds)
     outcomes = {k.removeprefix("fetch/outcome/"): v for k, v in counters.items() if k.startswith("fetch/outcome/")}
     codes = {k.removeprefix("fetch/status/"): v for k, v in counters.items() if k.startswith("fetch/status/")}
-    families = _stage_common("fetch", segment, seconds, running, started_wall) + [
+    families = _stage_common("fetch", segment, seconds, running, started_wall, succeeded) + [
         _counter("crawl_fetch_requests", "HTTP requests made (pages and robots.txt)", counters.get("fetch/requests", 0)),
         _counter("crawl_fetch_pages", "Fetch attempts that were requested (every outcome but deferred, "
                  "robots_denied, blocked)", summary["fetch/pages"]),
@@ -292,16 +294,20 @@ class FetchMetricsLoop:
         while not self._stop.wait(self.interval_s):
             self.write_now()
 
-    def write_now(self) -> None:
+    def write_now(self, running: bool = True) -> None:
         sample = read_progress(self.dir)
-        families = fetch_families(sample["counters"], time.monotonic() - self.started, self.segment, running=True,
-                                  started_wall=self.started_wall, hosts_active=sample["hosts_active"],
-                                  hosts_waiting=sample["hosts_waiting"], partitions=self.partitions,
-                                  partitions_reporting=sample["reporting"])
+        families = fetch_families(sample["counters"], time.monotonic() - self.started, self.segment, running=running,
+                                  started_wall=self.started_wall, hosts_active=sample["hosts_active"] if running else 0,
+                                  hosts_waiting=sample["hosts_waiting"] if running else 0, partitions=self.partitions,
+                                  partitions_reporting=sample["reporting"], succeeded=False)
         publish(self.store, self.config, "fetch", families)
 
     def stop(self) -> None:
+        """Stop the thread and write ``crawl_fetch_running 0``: a fetch stopped by a signal or
+        an error must not look busy for ever. A fetch that finished replaces the file just
+        after, with its final counters (cycles/fetch/fetch.py ``write_fetched``)."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            self.write_now(running=False)

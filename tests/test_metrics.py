@@ -123,6 +123,36 @@ def test_a_failed_write_is_logged_not_raised(tmp_path, caplog):
     assert "metrics.textfile_dir" in caplog.text
 
 
+def test_fetch_loop_sums_the_partitions_and_says_when_it_stopped(tmp_path):
+    import json
+    import time
+
+    store, config = Store(tmp_path / "data"), Config()
+    config.metrics.fetch_interval_s = 0.05
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    for part, (requests, waiting) in enumerate([(5, 2), (7, 3)]):
+        (progress / f"part-{part:05d}.json").write_text(json.dumps(
+            {"partition": part, "hosts_active": 1, "hosts_waiting": waiting,
+             "counters": {"fetch/requests": requests, "fetch/outcome/ok": requests, "fetch/allowed_requests": 24.0}}))
+    (progress / ".part-00002.json.tmp").write_text("{half")  # being written: not a part file
+    loop = metrics.FetchMetricsLoop(store, config, "seg-1", 3, progress)
+    path = metrics.textfile_path(store, config, "fetch")
+    loop.start()
+    try:
+        live = samples(path.read_text())  # written at once, before the first interval
+        time.sleep(0.15)
+    finally:
+        loop.stop()
+    assert live[("crawl_fetch_running", ())] == 1
+    assert live[("crawl_fetch_requests_total", ())] == 12 and live[("crawl_fetch_hosts_waiting", ())] == 5
+    assert live[("crawl_fetch_partitions_reporting", ())] == 2 and live[("crawl_fetch_partitions", ())] == 3
+    assert live[("crawl_fetch_politeness_utilisation_ratio", ())] == 0.25
+    stopped = samples(path.read_text())
+    assert stopped[("crawl_fetch_running", ())] == 0 and stopped[("crawl_fetch_hosts_waiting", ())] == 0
+    assert ("crawl_fetch_last_success_timestamp_seconds", ()) not in stopped  # stopped is not finished
+
+
 # --- one crawl of a tiny test web --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):
