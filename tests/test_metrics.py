@@ -256,3 +256,16 @@ def test_generate_and_update_stats_and_prom_files(crawled):
     assert pu[("crawl_update_new_urls_total", ())] == u["outlinks/new"]
     assert pu[("crawl_update_duration_seconds", ())] == u["update/seconds"]
     assert pu[("crawl_update_events_total", (("counter", "outlinks/known"),))] == u["outlinks/known"]
+
+
+@pytest.mark.web
+def test_crawl_status_shows_the_last_fetch_rate_and_politeness_utilisation(crawled):
+    from cycles.status import crawl_status, format_status
+
+    store, last = crawled["store"], crawled["segments"][-1]
+    s = stats(store, last, "fetch")
+    report = crawl_status(store, crawled["config"])
+    assert report["last_fetch"] == {"segment": last, "seconds": s["fetch/seconds"],
+                                    "pages_per_s": s["fetch/pages_per_s"],
+                                    "politeness_utilisation": s["fetch/politeness_utilisation"]}
+    assert f"politeness utilisation {s['fetch/politeness_utilisation']:.0%}" in format_status(report)
