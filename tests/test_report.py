@@ -152,3 +152,17 @@ def test_a_store_without_a_crawl_db_is_a_user_error(tmp_path):
     assert result.exit_code == 2, result.output
     assert "crawl inject" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_crawl_db_with_nothing_fetched_yet_still_reports(tmp_path):
+    from cycles.config import Config
+    from cycles.report import build_report
+
+    store, config = Store(tmp_path / "data"), Config()
+    inject(store, config, write_seeds(tmp_path / "seeds.txt", ["http://a.example/", "http://b.example/x"]))
+    result = build_report(store, config, tmp_path / "out")
+    root = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(result.html.read_text())
+    values = {td.get("id"): td.get("data-value") for td in root.iter("td") if td.get("id")}
+    assert values["sum-urls"] == "2" and values["sum-hosts"] == "2" and values["sum-cycles"] == "0"
+    assert values["sum-rate_last"] == "" and values["sum-politeness_all"] == ""  # unknown, shown as a dash
+    assert len(list(root.iter("img"))) == 8
