@@ -31,7 +31,7 @@ from cycles.config import Config
 from cycles.crawldb import current_bucket_files
 from cycles.errors import CrawlError
 from cycles.metrics import ERROR_OUTCOMES, UNANSWERED_OUTCOMES
-from cycles.schema import FetchOutcome
+from cycles.schema import DbStatus
 from cycles.status import open_views, require_crawldb
 from cycles.store import Store
 
@@ -41,6 +41,9 @@ TOP_HOSTS = 15
 SCORE_BINS = 30
 RATE_POINTS = 60
 """The fetch-rate chart has about this many time bins over the crawl's span (at least 1 s each)."""
+
+FAILING_STATUSES = (DbStatus.ERROR, DbStatus.DEAD, DbStatus.GONE)
+"""Crawl DB statuses counted as failing in the summary."""
 
 _PAGES = "outcome NOT IN ({})".format(", ".join(f"'{o}'" for o in UNANSWERED_OUTCOMES))
 _ERRORS = "outcome IN ({})".format(", ".join(f"'{o}'" for o in ERROR_OUTCOMES))
@@ -76,9 +79,9 @@ def segment_stats(store: Store) -> list[dict]:
 
 
 def crawldb_numbers(con) -> dict:
-    total, hosts, fetched, failing, changes, refetches = _rows(con, """
-        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE status = 'fetched'),
-               count(*) FILTER (WHERE status IN ('error', 'dead', 'gone')),
+    total, hosts, fetched, failing, changes, refetches = _rows(con, f"""
+        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE status = '{DbStatus.FETCHED}'),
+               count(*) FILTER (WHERE status IN ({", ".join(f"'{s}'" for s in FAILING_STATUSES)})),
                coalesce(sum(change_count), 0), coalesce(sum(greatest(fetch_count - 1, 0)), 0)
         FROM crawldb""")[0]
     by_status = dict(_rows(con, "SELECT status, count(*) FROM crawldb GROUP BY 1 ORDER BY 2 DESC, 1"))
@@ -132,7 +135,9 @@ def feed_changes(con) -> dict[str, int]:
     """Pages the feed published as changed, per segment (freshness: changes found)."""
     if not _has_view(con, "pages"):
         return {}
-    return dict(_rows(con, "SELECT segment, count(*) FILTER (WHERE status = 'changed') FROM pages GROUP BY 1"))
+    # The feed's own status ('new' or 'changed', schema.PAGES), not a crawl DB status.
+    return dict(_rows(con, "SELECT segment, count(*) FILTER (WHERE status = $changed) FROM pages GROUP BY 1",
+                      {"changed": "changed"}))
 
 
 def distributions(con) -> dict:
