@@ -21,11 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cycles import metrics
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.cycle import run_cycles
-from cycles.inject import inject
 from cycles.store import Store
-from testweb.harness import TestWeb
-from tests.conftest import config_for, write_seeds
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -153,27 +149,11 @@ def test_fetch_loop_sums_the_partitions_and_says_when_it_stopped(tmp_path):
     assert ("crawl_fetch_last_success_timestamp_seconds", ()) not in stopped  # stopped is not finished
 
 
-# --- one crawl of a tiny test web --------------------------------------------------------------
+# --- one crawl of a tiny test web (shared with tests/test_report.py) --------------------------------------------------------------
 @pytest.fixture(scope="module")
-def crawled(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("metrics")
-    writes: list[str] = []  # every crawl_fetch.prom written, in order
-    real_write = metrics.write_textfile
-
-    def recording(path, families):
-        real_write(path, families)
-        if path.name == "crawl_fetch.prom":
-            writes.append(path.read_text())
-
-    with TestWeb(hosts=3, pages=4, page_bytes=2000, special=False, max_seconds=120) as web, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(metrics, "write_textfile", recording)
-        store = Store(tmp / "data")
-        config = config_for(web, processes=1, progress_s=0.2)
-        config.metrics.fetch_interval_s = 0.2
-        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
-        log = list(run_cycles(store, config, cycles=2))
-        yield {"store": store, "config": config, "log": log, "requests": web.requests(), "writes": writes,
-               "segments": store.segments()}
+def crawled(two_cycles):
+    """The session's small crawl (tests/conftest.py ``two_cycles``)."""
+    return two_cycles
 
 
 def stats(store: Store, segment: str, stage: str) -> dict:

@@ -1,4 +1,5 @@
-"""Tests of cycles/report.py (``crawl report``), built once on a 2-cycle crawl of a tiny test web.
+"""Tests of cycles/report.py (``crawl report``), built once on the session's 2-cycle crawl of a tiny
+test web (tests/conftest.py ``two_cycles``, shared with tests/test_metrics.py).
 
 The page must parse strictly as HTML5 (html5lib raises on any parse error), embed every
 image as a ``data:`` PNG and reference nothing outside itself, and its summary numbers
@@ -19,11 +20,9 @@ from typer.testing import CliRunner
 from cycles import segment as seg
 from cycles.cli import app
 from cycles.crawldb import current_bucket_files
-from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
-from testweb.harness import TestWeb
-from tests.conftest import config_for, write_seeds
+from tests.conftest import write_seeds
 
 pytest.importorskip("matplotlib", reason="the report extra is not installed (pip install -e '.[report]')")
 html5lib = pytest.importorskip("html5lib")
@@ -34,19 +33,14 @@ CHARTS = {"cycles", "mix", "rate", "hosts", "politeness", "distributions", "fres
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("report")
-    with TestWeb(hosts=3, pages=4, page_bytes=2000, special=False, max_seconds=120) as web:
-        store = Store(tmp / "data")
-        config = config_for(web, processes=1)
-        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
-        log = list(run_cycles(store, config, cycles=2))
-    # The real command, as a user runs it.
-    out = tmp / "out"
+def report(two_cycles):
+    """The report of the session's small crawl (tests/conftest.py ``two_cycles``), by the real command."""
+    store = two_cycles["store"]
+    out = two_cycles["tmp"] / "report"
     done = subprocess.run([sys.executable, "-m", "cycles", "--data", str(store.root), "report", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     text = (out / "index.html").read_text(encoding="utf-8") if done.returncode == 0 else ""
-    return {"store": store, "log": log, "done": done, "out": out, "text": text}
+    return {"store": store, "log": two_cycles["log"], "done": done, "out": out, "text": text}
 
 
 def parsed(report):
