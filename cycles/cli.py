@@ -637,5 +637,20 @@ def schema_(table: Optional[str] = typer.Argument(None, help="One view: crawldb,
     typer.echo(run(schema_text, table))
 
 
+@app.command("report")  # not `def report`: that name is the error reporter above
+def report_command(out: Path = typer.Option(Path("crawl-report"), "--out", help="Folder for index.html and the PNG charts.")) -> None:
+    """Write an HTML crawl report (self-contained: charts embedded) and its PNG charts.
+
+    How fast the crawl goes, what fails and where: a summary table, then per-cycle,
+    per-host and crawl DB charts (needs the report extra: pip install -e '.[report]').
+
+    Example: crawl report --out report/
+    """
+    from cycles.report import build_report
+
+    result = run(build_report, state.store, state.config, out)
+    typer.echo(f"report: {result.html} ({len(result.images)} charts)")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

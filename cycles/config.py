@@ -682,6 +682,31 @@ class LogConfig:
 
 
 @dataclass
+class MetricsConfig:
+    """Prometheus text files for node-exporter's textfile collector (cycles/metrics.py).
+
+    Each stage replaces its own file, ``crawl_<stage>.prom`` (generate, fetch, update), at its
+    end, and fetch also every ``fetch_interval_s`` while it runs: written under a temporary
+    name in the same folder, then renamed, so the collector never reads half a file. The
+    same numbers go into the segment's ``stats/<stage>.json``."""
+
+    textfile: Annotated[bool, Flag()] = True
+    """Write the ``.prom`` files (false: only the stats JSON). On by default: a few KB a
+    stage, in the store's local folder, where a node-exporter can be pointed at them."""
+
+    textfile_dir: Annotated[str, Text("a folder path without control characters")] = "metrics"
+    """Folder of the ``.prom`` files. A relative path is inside the store's local folder
+    (``<data>/metrics`` by default; for an S3 store, this machine's local mirror of it);
+    an absolute path is used as is (e.g. node-exporter's ``--collector.textfile.directory``).
+    Two crawls on one machine need two folders, or their files replace each other."""
+
+    fetch_interval_s: Annotated[float, Float(0, DAY_S)] = 15.0
+    """How often (seconds) fetch rewrites ``crawl_fetch.prom`` from the counters its
+    partitions publish (needs ``fetch.progress_s`` > 0); 0: only at the end. Prometheus
+    scrapes every 15-60 s, so more often is wasted."""
+
+
+@dataclass
 class Config:
     """The whole configuration. ``Config()`` is the polite default."""
 
@@ -691,6 +716,7 @@ class Config:
     update: UpdateConfig = field(default_factory=UpdateConfig)
     urls: UrlConfig = field(default_factory=UrlConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def effective_delay_s(self) -> float:
         """The per-host delay floor actually used: never under one second."""

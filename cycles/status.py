@@ -43,7 +43,21 @@ def crawl_status(store: Store, config: Config) -> dict:
     return {"store": store.uri, "crawldb_version": manifest.version, "buckets": manifest.buckets,
             "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,
             "segments": segments, "dead_letters": dead, "feed_batches": len(batches(store)),
-            "feed_consumers": consumers(store), "feed_lag": {"consumer": consumer, "batches": lag}}
+            "feed_consumers": consumers(store), "feed_lag": {"consumer": consumer, "batches": lag},
+            "last_fetch": last_fetch(store, segments)}
+
+
+def last_fetch(store: Store, segments: list[dict]) -> dict | None:
+    """The newest fetched segment's rate and politeness utilisation (its stats/fetch.json,
+    cycles/metrics.py), or None before any fetch finished."""
+    for s in reversed(segments):
+        path = seg.stats_file(seg.segment_dir(store, s["segment"]), "fetch")
+        if s["state"] in (seg.State.FETCHED, seg.State.UPDATED) and store.exists(path):
+            stats = store.read_json(path)
+            return {"segment": s["segment"], "seconds": stats.get("fetch/seconds"),
+                    "pages_per_s": stats.get("fetch/pages_per_s"),
+                    "politeness_utilisation": stats.get("fetch/politeness_utilisation")}
+    return None
 
 
 def format_status(report: dict) -> str:
@@ -63,6 +77,12 @@ def format_status(report: dict) -> str:
     if report["segments"]:
         last = report["segments"][-1]
         lines.append(f"  newest {last['segment']} ({last['state']})")
+    fetch = report.get("last_fetch")
+    if fetch and fetch["pages_per_s"] is not None:
+        ratio = fetch["politeness_utilisation"]
+        lines.append(f"last fetch {fetch['segment']}: {fetch['pages_per_s']} pages/s over {fetch['seconds']} s, "
+                     f"politeness utilisation {'?' if ratio is None else f'{ratio:.0%}'} "
+                     "(requests made / allowed by the per-host delays)")
     pending = [s for s in report["segments"] if s.get("next")]
     if pending:
         # Applied in generation order: the oldest pending segment is the one to move on.

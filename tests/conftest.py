@@ -127,3 +127,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for folder in _memory_basetemp:
         shutil.rmtree(folder, ignore_errors=True)
     _memory_basetemp.clear()
+
+
+@pytest.fixture(scope="session")
+def two_cycles(tmp_path_factory):
+    """One small crawl shared by tests/test_metrics.py and tests/test_report.py (one crawl, not
+    one per module): two cycles of a 3-host test web without the special hosts (about 20 s),
+    fetch metrics rewritten every 0.2 s, every ``crawl_fetch.prom`` written kept in ``writes``."""
+    from cycles import metrics
+    from cycles.cycle import run_cycles
+    from cycles.inject import inject
+
+    tmp = tmp_path_factory.mktemp("two-cycles")
+    writes: list[str] = []
+    real_write = metrics.write_textfile
+
+    def recording(path, families):
+        real_write(path, families)
+        if path.name == "crawl_fetch.prom":
+            writes.append(path.read_text())
+
+    with TestWeb(hosts=3, pages=4, page_bytes=2000, special=False, max_seconds=120) as web, \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "write_textfile", recording)
+        store = Store(tmp / "data")
+        config = config_for(web, processes=1, progress_s=0.2)
+        config.metrics.fetch_interval_s = 0.2
+        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
+        log = list(run_cycles(store, config, cycles=2))
+        requests = web.requests()
+    return {"store": store, "config": config, "log": log, "requests": requests, "writes": writes,
+            "segments": store.segments(), "tmp": tmp}

@@ -29,7 +29,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from cycles import progress
+from cycles import metrics, progress
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
@@ -125,9 +125,12 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
                         total=generated.urls if generated else None,
                         log_interval_s=config.log.progress_interval_s)
     warn_if_placeholder_agent(store, config, segment)
+    # Rewrites crawl_fetch.prom every metrics.fetch_interval_s from the same counter files.
+    live_metrics = metrics.FetchMetricsLoop(store, config, segment, len(partitions), progress_folder)
     with store.lock("fetch", db=config.db), StopSignals() as stop:
         seg.mark_fetching(store, segment)
         progress.start()
+        live_metrics.start()
         try:
             if executor is not None:
                 for result in executor.map(fetch_partition_task, tasks):
@@ -140,6 +143,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
             else:
                 run_pool(tasks, processes, stop, counters, segment)
         finally:
+            live_metrics.stop()
             progress.stop()
         received = stop.received
     shutil.rmtree(progress_folder, ignore_errors=True)
@@ -152,20 +156,32 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
         raise FetchInterrupted(
             f"fetch: segment {segment} stopped by {name}: {len(finished)} of {len(partitions)} partitions "
             f"finished, every page fetched is committed; resume with `crawl fetch {segment}`")
-    write_fetched(store, segment, partitions, counters, seconds)
+    write_fetched(store, segment, partitions, counters, seconds, config, started_wall=live_metrics.started_wall)
     return FetchResult(segment, len(partitions), counters, seconds)
 
 
-def write_fetched(store: Store, segment: str, partitions: list[int], counters: Counter, seconds: float) -> None:
-    """Write the segment's fetch stats and its fetched marker, listing every partition's chunks."""
+def write_fetched(store: Store, segment: str, partitions: list[int], counters: Counter, seconds: float,
+                  config: Config | None = None, started_wall: float | None = None) -> None:
+    """Write the segment's fetch stats and its fetched marker, listing every partition's chunks;
+    then, with a ``config``, the stage's Prometheus file (cycles/metrics.py).
+
+    The stats file holds the partitions' summed counters and the stage's duration and rates
+    (:func:`cycles.metrics.fetch_summary`: seconds, pages/s, errors by kind, politeness
+    utilisation)."""
     seg_dir = seg.segment_dir(store, segment)
     stats = [store.read_json(seg.partition_stats_file(seg_dir, p)) for p in partitions]
     # Partitions finished by an older version have no chunk list: the segment is then not verified.
     chunks = None if any("chunks" not in s for s in stats) else [c for s in stats for c in s["chunks"]]
-    store.write_json(seg.stats_file(seg_dir, "fetch"), dict(sorted(counters.items())))
+    store.write_json(seg.stats_file(seg_dir, "fetch"),
+                     dict(sorted({**counters, **metrics.fetch_summary(counters, seconds)}.items())))
     seg.write_marker(store, seg.Fetched(segment, fetched_at=utcnow().isoformat(), seconds=seconds,
                                         partitions=len(partitions), requests=counters.get("fetch/requests", 0),
                                         chunks=chunks))
+    if config is not None:
+        started = started_wall if started_wall is not None else time.time() - seconds
+        metrics.publish(store, config, "fetch", metrics.fetch_families(
+            counters, seconds, segment, running=False, started_wall=started, partitions=len(partitions),
+            partitions_reporting=len(partitions)))
 
 
 def fetch_one_partition(store: Store, config: Config, segment: str, partition: int) -> FetchResult:
@@ -221,7 +237,7 @@ def finish_fetch(store: Store, config: Config, segment: str) -> FetchResult:
     started = dt.datetime.fromisoformat(fetching.started_at) if fetching and fetching.started_at else utcnow()
     seconds = round(max(0.0, (utcnow() - started).total_seconds()), 3)
     shutil.rmtree(progress_dir(store, segment), ignore_errors=True)
-    write_fetched(store, segment, partitions, counters, seconds)
+    write_fetched(store, segment, partitions, counters, seconds, config)
     return FetchResult(segment, len(partitions), counters, seconds)
 
 

@@ -108,6 +108,7 @@ def _run(store: Store, task: FetchTask, resumed: bool) -> dict:
     finally:
         fetcher.close()
     fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
+    fetcher.stats["fetch/allowed_requests"] = fetcher.allowed_requests(time.monotonic())
     counters = dict(fetcher.stats)
     if counters.get("fetch/interrupted"):
         return counters

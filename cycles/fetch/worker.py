@@ -50,6 +50,7 @@ from cycles.config import Config
 from cycles.fetch import politeness
 from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.hostdb import load_host_state
+from cycles.metrics import allowed_requests
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.redirects import Redirects
@@ -108,6 +109,8 @@ class PartitionFetcher:
         """The stop signal this process received, if any (cycles/fetch/partition.py)."""
         self.progress_path = progress_path
         self._last_progress = 0.0
+        self.started_mono: float | None = None
+        """When :meth:`run` started: the politeness budget (:meth:`allowed_requests`) counts from here."""
         self._resumed_run = False
 
     # --- set-up -----------------------------------------------------------------------
@@ -426,6 +429,7 @@ class PartitionFetcher:
                 break
 
     def run(self) -> None:
+        self.started_mono = time.monotonic()
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
         stopping_at: float | None = None
         while True:
@@ -490,13 +494,21 @@ class PartitionFetcher:
         self._last_progress = now
         active = len(self.active)
         waiting = self.frontier.waiting_hosts()
+        self.stats["fetch/hosts_waiting_peak"] = max(self.stats["fetch/hosts_waiting_peak"], waiting)
+        counters = {**self.stats, "fetch/allowed_requests": self.allowed_requests(now)}
         data = {"partition": self.partition, "time": time.time(), "hosts_active": active,
-                "hosts_waiting": waiting, "counters": dict(self.stats)}
+                "hosts_waiting": waiting, "counters": counters}
         path = self.progress_path
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, path)
+
+    def allowed_requests(self, now: float) -> float:
+        """Requests this partition's hosts' delays allowed since :meth:`run` started
+        (cycles/metrics.py: the denominator of politeness utilisation)."""
+        elapsed = now - self.started_mono if self.started_mono is not None else 0.0
+        return round(allowed_requests((s.delay_s for s in self.frontier.slots.values()), elapsed), 1)
 
     def write_hosts(self) -> None:
         now_mono, now_wall = time.monotonic(), time.time()

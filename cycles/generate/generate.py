@@ -15,12 +15,13 @@ URLs are not generated again. Generate only reads the crawl DB; it never rewrite
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import clock, schema
+from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
@@ -146,6 +147,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     if not cycle_locked:
         with seg.cycle_lock(store, "generate", config.db):
             return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True)
+    started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
     top_n, held = apply_feed_backpressure(store, config, top_n)
@@ -187,4 +189,14 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         seg.write_marker(store, seg.Generated(
             segment, generated_at=now.isoformat(), urls=selected.num_rows, hosts=hosts, partitions=partitions,
             lease_until=lease_until.isoformat(), crawldb_version=manifest.version))
+    write_generate_stats(store, config, segment, selected.num_rows, hosts, partitions,
+                         time.monotonic() - started, started_wall)
     return GenerateResult(segment, selected.num_rows, hosts, partitions)
+
+
+def write_generate_stats(store: Store, config: Config, segment: str, urls: int, hosts: int, partitions: int,
+                         seconds: float, started_wall: float) -> None:
+    """The segment's ``stats/generate.json`` (duration, URLs/s) and ``crawl_generate.prom`` (cycles/metrics.py)."""
+    stats = metrics.generate_summary(urls, hosts, partitions, seconds)
+    store.write_json(seg.stats_file(seg.segment_dir(store, segment), "generate"), stats)
+    metrics.publish(store, config, "generate", metrics.generate_families(stats, segment, started_wall))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -31,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from cycles import clock, schema
+from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import (bucket_executor, bucket_of, connect, plain_connection, crawldb_source_sql, current_bucket_files,
@@ -377,6 +378,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     if state == seg.State.FETCHED:
         seg.check_apply_order(store, segment)
     counters: Counter = Counter()
+    started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
     seg_dir = seg.segment_dir(store, segment)
     with store.lock("crawldb", db=config.db):
@@ -442,9 +444,12 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters["outlinks/new"] += added.pop("new", 0)
     counters.update(added)
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
-    store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(counters.items())))
+    # Duration and rate beside the counters (cycles/metrics.py); the result keeps the counters alone.
+    stats = {**counters, **metrics.update_summary(counters, time.monotonic() - started)}
+    store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(stats.items())))
     if dedup.mirrors:
         store.write_json(seg.stats_file(seg_dir, "mirrors"), dedup.mirrors)
     seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat(), new_urls=counters["outlinks/new"],
                                         results=results, feed_batch=batch))
+    metrics.publish(store, config, "update", metrics.update_families(stats, segment, started_wall))
     return UpdateResult(segment, True, counters)

@@ -1,0 +1,313 @@
+"""Stage metrics: rates in ``stats/<stage>.json`` and Prometheus text files for node-exporter.
+
+Every stage (generate, fetch, update) ends by writing its segment's ``stats/<stage>.json``
+with its duration and rates beside its counters (the summaries here), and by replacing its
+own Prometheus text file, ``crawl_<stage>.prom``, in ``metrics.textfile_dir``
+(:func:`textfile_path`). Fetch also rewrites its file every ``metrics.fetch_interval_s``
+while it runs (:class:`FetchMetricsLoop`), from the counters its partitions publish under
+``stats/progress/`` (cycles/fetch/worker.py ``publish_progress``).
+
+The files follow node-exporter's textfile-collector convention: written with the official
+client library (``prometheus_client.write_to_textfile``) under a temporary name in the same
+folder, then renamed over the old file, so the collector (which reads only ``*.prom``) never
+sees half a file. One file per stage, and stage-prefixed names (``crawl_fetch_*``), so that
+no two files define the same metric. Counters (``_total``) count one segment's work: they
+start again at the next segment, which Prometheus's ``rate()`` reads as a counter reset.
+
+Politeness utilisation (issue 10, item 4) is requests made divided by the requests the
+per-host delays allowed over the wall time: a host with delay ``d`` asked over ``T``
+seconds allows ``1 + T / d`` requests (:func:`allowed_requests`); summed over a partition's
+hosts and then over partitions. 1.0 means every host was asked as often as its delay
+allows; a host with few URLs cannot use its budget, so the ratio is meaningful once the
+frontier holds more URLs than the time allows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+from cycles.config import Config
+from cycles.schema import FetchOutcome
+from cycles.store import Store
+
+log = logging.getLogger(__name__)
+
+UNANSWERED_OUTCOMES = (FetchOutcome.DEFERRED, FetchOutcome.ROBOTS_DENIED, FetchOutcome.BLOCKED)
+"""Outcomes of URLs never requested: not pages (robots.txt or the SSRF guard stopped them, or
+they were left for the next cycle). A *page* is a fetch attempt with any other outcome."""
+
+ERROR_OUTCOMES = (FetchOutcome.SERVER_ERROR, FetchOutcome.NETWORK_ERROR, FetchOutcome.CLIENT_ERROR,
+                  FetchOutcome.GONE, FetchOutcome.PARSE_ERROR)
+"""Outcomes counted as errors ("what is failing"): 5xx/429, network and timeouts, other
+4xx, 404/410, and pages the parser crashed on."""
+
+STAGES = ("generate", "fetch", "update")
+
+
+# --- summaries for stats/<stage>.json -------------------------------------------------------
+def per_s(amount: float, seconds: float) -> float:
+    return round(amount / seconds, 3) if seconds > 0 else 0.0
+
+
+def fetch_pages(counters: Mapping[str, float]) -> int:
+    """Fetch attempts that were requested (every outcome but the :data:`UNANSWERED_OUTCOMES`)."""
+    unanswered = {f"fetch/outcome/{o}" for o in UNANSWERED_OUTCOMES}
+    return int(sum(v for k, v in counters.items() if k.startswith("fetch/outcome/") and k not in unanswered))
+
+
+def fetch_errors(counters: Mapping[str, float]) -> dict[str, int]:
+    """Errors by kind: the error outcomes, and among network errors the timeouts."""
+    kinds = {o: int(counters.get(f"fetch/outcome/{o}", 0)) for o in ERROR_OUTCOMES}
+    kinds["timeout"] = int(counters.get("fetch/timeout", 0))
+    return kinds
+
+
+def allowed_requests(delays_s: Iterable[float], elapsed_s: float) -> float:
+    """Requests the per-host delays allowed over ``elapsed_s``: ``1 + elapsed / delay`` a host
+    (the first request may start at once). A zero delay counts as one millisecond."""
+    return sum(1.0 + max(0.0, elapsed_s) / max(d, 0.001) for d in delays_s)
+
+
+def utilisation(requests: float, allowed: float) -> float | None:
+    return round(requests / allowed, 4) if allowed > 0 else None
+
+
+def fetch_summary(counters: Mapping[str, float], seconds: float) -> dict[str, float]:
+    """The fetch stage's duration and rates, as ``fetch/*`` keys for ``stats/fetch.json``.
+
+    ``fetch/allowed_requests`` comes from the partitions (each adds its hosts' budget over
+    its own wall time); ``fetch/politeness_utilisation`` is requests / allowed."""
+    pages = fetch_pages(counters)
+    requests = counters.get("fetch/requests", 0)
+    errors = fetch_errors(counters)
+    summary = {
+        "fetch/seconds": round(seconds, 3),
+        "fetch/pages": pages,
+        "fetch/pages_per_s": per_s(pages, seconds),
+        "fetch/requests_per_s": per_s(requests, seconds),
+        "fetch/bytes_per_s": per_s(counters.get("fetch/bytes", 0), seconds),
+        "fetch/errors": sum(v for k, v in errors.items() if k != "timeout"),
+        **{f"fetch/errors/{k}": v for k, v in errors.items()},
+        "fetch/robots_denied": int(counters.get("robots/denied", 0)),
+    }
+    ratio = utilisation(requests, counters.get("fetch/allowed_requests", 0))
+    if ratio is not None:
+        summary["fetch/politeness_utilisation"] = ratio
+    return summary
+
+
+def generate_summary(urls: int, hosts: int, partitions: int, seconds: float) -> dict[str, float]:
+    return {"generate/seconds": round(seconds, 3), "generate/urls": urls, "generate/hosts": hosts,
+            "generate/partitions": partitions, "generate/urls_per_s": per_s(urls, seconds)}
+
+
+def update_summary(counters: Mapping[str, float], seconds: float) -> dict[str, float]:
+    return {"update/seconds": round(seconds, 3),
+            "update/results_per_s": per_s(counters.get("update/results", 0), seconds)}
+
+
+# --- Prometheus text files ----------------------------------------------------------------
+def textfile_path(store: Store, config: Config, stage: str) -> Path | None:
+    """``<metrics.textfile_dir>/crawl_<stage>.prom``; a relative folder is inside the store's
+    local folder. None when ``metrics.textfile`` is off."""
+    if not config.metrics.textfile:
+        return None
+    folder = Path(config.metrics.textfile_dir)
+    if not folder.is_absolute():
+        folder = store.local_dir(store.path(*folder.parts))
+    return folder / f"crawl_{stage}.prom"
+
+
+class _Families:
+    """A collector holding ready-made metric families (one registry per written file)."""
+
+    def __init__(self, families: list):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def write_textfile(path: Path, families: list) -> None:
+    """Replace ``path`` with ``families`` in the text format: the client library writes a
+    temporary file beside it (its name does not end in ``.prom``) and renames it into place."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(path), registry)
+
+
+def publish(store: Store, config: Config, stage: str, families: list) -> Path | None:
+    """Write a stage's file; a failure (a full disk, a read-only folder) is logged, not raised:
+    the stage's work is done and committed, and its stats JSON holds the same numbers."""
+    path = textfile_path(store, config, stage)
+    if path is None:
+        return None
+    try:
+        write_textfile(path, families)
+    except OSError as exc:
+        log.warning("metrics: could not write %s (%s); set metrics.textfile_dir to a writable folder, "
+                    "or metrics.textfile = false", path, exc)
+        return None
+    return path
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _labelled(family, label: str, values: Mapping[str, float]):
+    for key, value in sorted(values.items()):
+        family.add_metric([str(key)], value)
+    return family
+
+
+def _stage_common(stage: str, segment: str | None, seconds: float, running: bool, started_wall: float,
+                  succeeded: bool = True) -> list:
+    families = [
+        _gauge(f"crawl_{stage}_running", f"1 while {stage} runs, 0 once it ended", 1 if running else 0),
+        _gauge(f"crawl_{stage}_duration_seconds", f"Wall time of the {stage} stage so far (or in all)", seconds),
+        _gauge(f"crawl_{stage}_started_timestamp_seconds", f"Unix time the {stage} stage started", started_wall),
+    ]
+    if not running and succeeded:
+        families.append(_gauge(f"crawl_{stage}_last_success_timestamp_seconds",
+                               f"Unix time the last {stage} stage ended", started_wall + seconds))
+    if segment:
+        info = InfoMetricFamily(f"crawl_{stage}_segment", f"The segment of the last {stage}", labels=["segment"])
+        info.add_metric([segment], {})
+        families.append(info)
+    return families
+
+
+def fetch_families(counters: Mapping[str, float], seconds: float, segment: str | None, *, running: bool,
+                   started_wall: float, hosts_active: int = 0, hosts_waiting: int = 0,
+                   partitions: int = 0, partitions_reporting: int = 0, succeeded: bool = True) -> list:
+    """The fetch stage's metrics (``crawl_fetch_*``) from its summed counters (``succeeded``
+    false: it stopped without finishing, so no ``crawl_fetch_last_success_timestamp_seconds``)."""
+    summary = fetch_summary(counters, seconds)
+    outcomes = {k.removeprefix("fetch/outcome/"): v for k, v in counters.items() if k.startswith("fetch/outcome/")}
+    codes = {k.removeprefix("fetch/status/"): v for k, v in counters.items() if k.startswith("fetch/status/")}
+    families = _stage_common("fetch", segment, seconds, running, started_wall, succeeded) + [
+        _counter("crawl_fetch_requests", "HTTP requests made (pages and robots.txt)", counters.get("fetch/requests", 0)),
+        _counter("crawl_fetch_pages", "Fetch attempts that were requested (every outcome but deferred, "
+                 "robots_denied, blocked)", summary["fetch/pages"]),
+        _counter("crawl_fetch_bytes", "Body bytes downloaded", counters.get("fetch/bytes", 0)),
+        _counter("crawl_fetch_robots_denied", "URLs not requested: robots.txt disallows them",
+                 summary["fetch/robots_denied"]),
+        _labelled(CounterMetricFamily("crawl_fetch_outcomes", "Fetch attempts by outcome (schema.FetchOutcome)",
+                                      labels=["outcome"]), "outcome", outcomes),
+        _labelled(CounterMetricFamily("crawl_fetch_responses", "Page responses by HTTP status code",
+                                      labels=["code"]), "code", codes),
+        _labelled(CounterMetricFamily("crawl_fetch_errors", "Failed fetches by kind (timeout: network errors "
+                                      "that were timeouts)", labels=["kind"]), "kind", fetch_errors(counters)),
+        _gauge("crawl_fetch_pages_per_second", "Pages over the stage's wall time", summary["fetch/pages_per_s"]),
+        _gauge("crawl_fetch_bytes_per_second", "Body bytes over the stage's wall time", summary["fetch/bytes_per_s"]),
+        _gauge("crawl_fetch_allowed_requests", "Requests the per-host delays allowed over the wall time",
+               counters.get("fetch/allowed_requests", 0)),
+        _gauge("crawl_fetch_hosts_active", "Hosts with a request in flight", hosts_active),
+        _gauge("crawl_fetch_hosts_waiting", "Hosts with work waiting for their delay", hosts_waiting),
+    ]
+    if "fetch/politeness_utilisation" in summary:
+        families.append(_gauge("crawl_fetch_politeness_utilisation_ratio", "Requests made / requests the "
+                               "per-host delays allowed", summary["fetch/politeness_utilisation"]))
+    if partitions:
+        families += [_gauge("crawl_fetch_partitions", "Partitions of the segment", partitions),
+                     _gauge("crawl_fetch_partitions_reporting", "Partitions that published counters",
+                            partitions_reporting)]
+    return families
+
+
+def generate_families(stats: Mapping[str, float], segment: str | None, started_wall: float) -> list:
+    return _stage_common("generate", segment, stats["generate/seconds"], False, started_wall) + [
+        _counter("crawl_generate_urls", "URLs in the fetch list", stats["generate/urls"]),
+        _gauge("crawl_generate_hosts", "Hosts in the fetch list", stats["generate/hosts"]),
+        _gauge("crawl_generate_partitions", "Partitions of the fetch list", stats["generate/partitions"]),
+        _gauge("crawl_generate_urls_per_second", "URLs chosen over the stage's wall time", stats["generate/urls_per_s"]),
+    ]
+
+
+def update_families(stats: Mapping[str, float], segment: str | None, started_wall: float) -> list:
+    events = {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not k.startswith("update/")}
+    return _stage_common("update", segment, stats["update/seconds"], False, started_wall) + [
+        _counter("crawl_update_results", "Fetch results merged into the crawl DB", stats.get("update/results", 0)),
+        _counter("crawl_update_new_urls", "New URLs added from outlinks", stats.get("outlinks/new", 0)),
+        _gauge("crawl_update_results_per_second", "Results over the stage's wall time", stats["update/results_per_s"]),
+        _labelled(CounterMetricFamily("crawl_update_events", "The update's counters by name (stats/update.json: "
+                                      "filter/*, trap/*, dedup, outlinks)", labels=["counter"]), "counter", events),
+    ]
+
+
+# --- fetch, while it runs -------------------------------------------------------------------
+def read_progress(folder: Path) -> dict:
+    """Sum the counters the partitions publish (cycles/fetch/worker.py ``publish_progress``)."""
+    totals: Counter = Counter()
+    active = waiting = reporting = 0
+    for path in sorted(folder.glob("part-*.json")) if folder.exists() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being replaced right now: the next round reads it
+        reporting += 1
+        totals.update(data["counters"])
+        active += data.get("hosts_active", 0)
+        waiting += data.get("hosts_waiting", 0)
+    return {"counters": totals, "hosts_active": active, "hosts_waiting": waiting, "reporting": reporting}
+
+
+class FetchMetricsLoop:
+    """Rewrites ``crawl_fetch.prom`` every ``metrics.fetch_interval_s`` while a segment is
+    fetched, from the partitions' published counters (a thread of the coordinator)."""
+
+    def __init__(self, store: Store, config: Config, segment: str, partitions: int, progress_dir: Path):
+        self.store, self.config, self.segment = store, config, segment
+        self.partitions, self.dir = partitions, progress_dir
+        self.interval_s = config.metrics.fetch_interval_s
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def enabled(self) -> bool:
+        # Partitions publish nothing with fetch.progress_s = 0: there would be nothing to add.
+        return (self.config.metrics.textfile and self.interval_s > 0 and self.config.fetch.progress_s > 0)
+
+    def start(self) -> None:
+        if self.enabled():
+            self.write_now()  # "running" at once, before the first interval
+            self._thread = threading.Thread(target=self._loop, name="fetch-metrics", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.write_now()
+
+    def write_now(self, running: bool = True) -> None:
+        sample = read_progress(self.dir)
+        families = fetch_families(sample["counters"], time.monotonic() - self.started, self.segment, running=running,
+                                  started_wall=self.started_wall, hosts_active=sample["hosts_active"] if running else 0,
+                                  hosts_waiting=sample["hosts_waiting"] if running else 0, partitions=self.partitions,
+                                  partitions_reporting=sample["reporting"], succeeded=False)
+        publish(self.store, self.config, "fetch", families)
+
+    def stop(self) -> None:
+        """Stop the thread and write ``crawl_fetch_running 0``: a fetch stopped by a signal or
+        an error must not look busy for ever. A fetch that finished replaces the file just
+        after, with its final counters (cycles/fetch/fetch.py ``write_fetched``)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.write_now(running=False)
