@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from cycles import schema
 from cycles import segment as seg
 from cycles.config import Config, load_config
-from cycles.crawldb import connect, current_bucket_files, upgraded_sql
+from cycles.crawldb import connect, current_bucket_files, plain_connection, upgraded_sql
 from cycles.errors import CrawlError, StageError, StoreError, is_damaged_parquet
 from cycles.hostdb import hostdb_files
 from cycles.store import Store, StorePath, utcnow
@@ -117,7 +117,7 @@ def location(store: Store, path: StorePath) -> str:
 @functools.cache
 def duckdb_types(name: str) -> tuple[str, ...]:
     """DuckDB's type of each column of the view ``name`` (as DuckDB reads the Parquet files)."""
-    return tuple(str(t) for t in duckdb.connect().from_arrow(schema.VIEWS[name].empty_table()).types)
+    return tuple(str(t) for t in plain_connection().from_arrow(schema.VIEWS[name].empty_table()).types)
 
 
 def empty_sql(name: str) -> str:
