@@ -67,6 +67,10 @@ class Transfer:
         self.blocked_address: str | None = None
         """The address we refused to connect to (SSRF guard), if any: when the transfer
         failed to connect, this is why."""
+        self.ip: str | None = None
+        """The address connected to (libcurl's PRIMARY_IP), set when the transfer ends."""
+        self.error: int | None = None
+        """libcurl's error number when the transfer failed, set when it ends."""
         self._checked_type = False
         self._by_name: dict[bytes, bytes] | None = None
         """Lower-case name -> value of the last header line with that name, built on the
@@ -165,7 +169,10 @@ class Transfer:
         return out
 
     def body(self) -> bytes:
-        return b"".join(self.chunks)
+        # Joined once: the parser and the WARC writer both ask for it.
+        if len(self.chunks) > 1:
+            self.chunks = [b"".join(self.chunks)]
+        return self.chunks[0] if self.chunks else b""
 
 
 def decoded_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes | None:
