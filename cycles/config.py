@@ -674,8 +674,8 @@ class WarcConfig:
     evidence, not content: 64 KiB shows what the server said."""
 
     dedup_revisits: Annotated[bool, Flag()] = True
-    """A 2xx whose payload is byte-identical to one archived earlier by the same fetch
-    worker is written as a ``revisit`` record (profile identical-payload-digest, pointing
+    """A 2xx page (not robots.txt) whose payload is byte-identical to one archived earlier by
+    the same fetch worker is written as a ``revisit`` record (profile identical-payload-digest, pointing
     at the original's record) instead of a second copy of the body."""
 
     metadata_records: Annotated[bool, Flag()] = True

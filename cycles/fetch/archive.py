@@ -9,7 +9,8 @@ exchange                      records (each followed by its ``request`` and a ``
 2xx page, robots.txt          ``response``, the body as received (content-coded)
 2xx identical to an earlier   ``revisit``, profile identical-payload-digest, ``WARC-Refers-To``
   one of this worker          the original's record (``warc.dedup_revisits``)
-304                           ``revisit``, profile server-not-modified, the 304's headers
+304                           ``revisit``, profile server-not-modified, an empty HTTP block;
+                              the 304's status and headers are in the metadata record
 3xx, 4xx, 5xx                 ``response``, body cut at ``warc.max_error_body_bytes``
 not HTML, too large           ``response`` with what was read (often headers only) and
                               ``WARC-Truncated`` (``length``; ``unspecified`` for not-HTML)
@@ -21,6 +22,13 @@ The ``metadata`` record (``application/warc-fields``, ``warc.metadata_records``)
 fetch outcome, the error and the transfer time; it is ``WARC-Concurrent-To`` the response.
 A fetched row's ``warc_offset`` points at its response or revisit record (its metadata
 record when there was no answer). ``warc.archive = "html"`` keeps only 2xx HTML pages.
+
+Why a 304's revisit has no HTTP headers (WARC 1.1 §6.7.2 makes them optional): pywb replays a
+revisit with the revisit's own status and headers over the original's payload, so a 304 status
+line replayed as an empty 304 (and any 3xx is not even looked up). With an empty block pywb
+takes the earlier capture's headers and body (found by ``WARC-Refers-To-Target-URI`` and the
+date), which is what the server said: not modified. No ``WARC-Payload-Digest`` either: the
+digest of nothing tells pywb the payload is empty.
 
 Cost on the fetch hot path: the payload's SHA-1 is computed once (it is the dedup key too),
 and the metadata record is formatted as bytes, without warcio's header machinery.
@@ -74,6 +82,15 @@ class Original:
     record_id: str
     url: str
     date: str
+
+
+def _record(headers: list[tuple[str, str]], block: bytes) -> tuple[bytes, ...]:
+    """A WARC/1.1 record of a small block, formatted directly (no warcio header machinery):
+    the headers given, then the block digest and length."""
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    head = (f"WARC/1.1\r\n{head}WARC-Block-Digest: {sha1_label(hashlib.sha1(block).digest())}\r\n"
+            f"Content-Length: {len(block)}\r\n\r\n")
+    return head.encode("utf-8"), block, b"\r\n\r\n"
 
 
 class Archive:
@@ -138,12 +155,16 @@ class Archive:
         protocol, _, reason = status_line.partition(" ")
         headers = StatusAndHeaders(reason or protocol, transfer.headers_list(), protocol=protocol)
         if status == 304:
-            extra = [("WARC-Profile", PROFILE_NOT_MODIFIED), ("WARC-Refers-To-Target-URI", url)]
-            return "revisit", record_id, _http_record("revisit", record_id, url, common + extra, headers, b"")
+            return "revisit", record_id, _record([
+                ("WARC-Type", "revisit"), ("WARC-Record-ID", record_id), ("WARC-Target-URI", url), *common,
+                ("WARC-Profile", PROFILE_NOT_MODIFIED), ("WARC-Refers-To-Target-URI", url),
+                ("Content-Type", "application/http; msgtype=response")], b"\r\n")
         payload, truncated = self._payload(transfer, status)
         digest = payload_label(payload)
         extra = [("WARC-Truncated", truncated)] if truncated else []
-        if 200 <= status < 300 and not truncated and payload and self.all and self.wc.dedup_revisits:
+        # Pages only: robots.txt files are small, and each host's stays whole for audits.
+        if 200 <= status < 300 and not truncated and payload and self.all and self.wc.dedup_revisits \
+                and transfer.request.kind == "page":
             original = self.originals.get(digest)
             if original is not None:
                 extra = [("WARC-Profile", PROFILE_IDENTICAL), ("WARC-Refers-To", original.record_id),
@@ -173,16 +194,16 @@ class Archive:
         fields = [f"outcome: {outcome}", f"fetchTimeMs: {int(transfer.duration_s * 1000)}"]
         if status is not None:
             fields.append(f"http-status: {status}")
+        if status == 304:  # the revisit record has no HTTP block (module doc): its headers go here
+            fields += [f"http-response-header: {name}: {value}" for name, value in transfer.headers_list()]
         if error:
             fields.append("error: " + error.replace("\r", " ").replace("\n", " "))
         block = ("\r\n".join(fields) + "\r\n").encode("utf-8")
-        head = [f"WARC/1.1\r\nWARC-Type: metadata\r\nWARC-Record-ID: {_make_warc_id()}\r\n"
-                f"WARC-Target-URI: {url}\r\nWARC-Date: {date}\r\n"]
+        headers = [("WARC-Type", "metadata"), ("WARC-Record-ID", _make_warc_id()), ("WARC-Target-URI", url),
+                   ("WARC-Date", date)]
         if concurrent_to:
-            head.append(f"WARC-Concurrent-To: {concurrent_to}\r\n")
-        head.append(f"WARC-Block-Digest: {sha1_label(hashlib.sha1(block).digest())}\r\n"
-                    f"Content-Type: application/warc-fields\r\nContent-Length: {len(block)}\r\n\r\n")
-        return "".join(head).encode("utf-8"), block, b"\r\n\r\n"
+            headers.append(("WARC-Concurrent-To", concurrent_to))
+        return _record(headers + [("Content-Type", "application/warc-fields")], block)
 
     def _write(self, *records: tuple[str, tuple[bytes, ...]]) -> list[tuple[int, int]]:
         written = self.output.write_records(*(parts for _, parts in records))
