@@ -36,6 +36,11 @@ ABORT_NOT_HTML = "not_html"
 ABORT_TRUNCATED = "truncated"  # a robots.txt cut after max_bytes + 1 bytes, the rest unread
 
 
+FIXED_HEADERS = ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1", "Accept-Language: en;q=1.0, *;q=0.5"]
+"""Headers every request sends besides Host, User-Agent and Accept-Encoding (the WARC
+request records list them too: cycles/fetch/worker.py)."""
+
+
 @dataclass
 class Request:
     url: str
@@ -240,8 +245,7 @@ def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolv
     request = transfer.request
     curl.setopt(pycurl.URL, request.url)
     curl.setopt(pycurl.USERAGENT, config.user_agent)
-    curl.setopt(pycurl.HTTPHEADER, ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1",
-                                    "Accept-Language: en;q=1.0, *;q=0.5"] + request.headers)
+    curl.setopt(pycurl.HTTPHEADER, FIXED_HEADERS + request.headers)
     curl.setopt(pycurl.ENCODING, "gzip, deflate")
     # Keep the bytes as sent (for the WARC); we inflate ourselves, with a cap.
     curl.setopt(pycurl.HTTP_CONTENT_DECODING, 0)

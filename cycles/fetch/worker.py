@@ -10,6 +10,7 @@ partition's stats:
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
 - cycles/fetch/transfer.py: one request's libcurl options, limits and body;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
+- cycles/fetch/archive.py: which WARC records each exchange gets (every one by default);
 - cycles/fetch/partition.py: the runner around this loop (lock, resume, stats, stop signals).
 
 The worker owns every host of its partition (generate put each host in exactly one), so
@@ -56,8 +57,8 @@ from cycles.fetch.parse import parse_html
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
-from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body,
-                                   resolve_entries)
+from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, FIXED_HEADERS, Request, Transfer, configure,
+                                   decoded_body, resolve_entries)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
 from cycles.urls import join_url, url_authority
@@ -375,7 +376,7 @@ class PartitionFetcher:
     def _request_headers(self, transfer: Transfer) -> list[tuple[str, str]]:
         headers = [("Host", urlsplit(transfer.request.url).netloc), ("User-Agent", self.fc.user_agent),
                    ("Accept-Encoding", "gzip, deflate")]
-        for line in transfer.request.headers:
+        for line in FIXED_HEADERS + transfer.request.headers:
             name, _, value = line.partition(":")
             headers.append((name, value.strip()))
         return headers
