@@ -13,6 +13,8 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
+- URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
+  cc-index columns, one row per WARC response or revisit record (``crawl export``)
 """
 
 from __future__ import annotations
