@@ -652,5 +652,25 @@ def report_command(out: Path = typer.Option(Path("crawl-report"), "--out", help=
     typer.echo(f"report: {result.html} ({len(result.images)} charts)")
 
 
+@app.command()
+def export(segment: str = typer.Argument(..., help="Segment id (fetched or updated)."),
+           only: Optional[list[str]] = typer.Option(None, "--only", help="Write only this part: cdxj, index or "
+                                                    "wet (repeatable; default all three)."),
+           crawl: Optional[str] = typer.Option(None, "--crawl", help="The URL index's `crawl` column "
+                                               "(default: warc.file_prefix).")) -> None:
+    """Write a segment's CDXJ index (pywb), cc-index URL index (Parquet) and WET text into
+    segments/<id>/archive/ (cycles/archive/export.py).
+
+    Example: crawl export 20261129T223500123456Z-a1b2c3 --only cdxj
+    """
+    from cycles.archive.export import PARTS, export_segment
+
+    result = run(export_segment, state.store, segment, state.config, tuple(only or PARTS), crawl)
+    typer.echo(f"export {segment}: {result.records} WARC records; {result.cdxj_lines} CDXJ lines, "
+               f"{result.index_rows} index rows, {result.wet_records} WET records")
+    for part, files in result.files.items():
+        for name in files:
+            typer.echo(f"  {part}: {name}")
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

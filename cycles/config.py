@@ -707,6 +707,40 @@ class MetricsConfig:
 
 
 @dataclass
+class WarcConfig:
+    """What the fetch stage archives in its WARC files (cycles/fetch/archive.py) and how the
+    files are named. ``crawl export`` builds the indexes and text from them (cycles/archive/)."""
+
+    archive: Annotated[str, Choice(("all", "html"))] = "all"
+    """``all``: every exchange — robots.txt fetches, 3xx with their Location, 4xx/5xx (body
+    capped at ``max_error_body_bytes``), not-HTML and too-large answers as truncated records
+    (``WARC-Truncated``), ``revisit`` records for 304s and exact duplicates, a ``metadata``
+    record (outcome, timings) per request. ``html``: only 2xx HTML responses and their
+    requests (the archive of versions before 0.2)."""
+
+    max_error_body_bytes: Annotated[int, Int(0)] = 64 * 1024
+    """Bytes of a 3xx/4xx/5xx body (and of a robots.txt error body) kept in its response
+    record; a longer one is cut there and marked ``WARC-Truncated: length``. Error pages are
+    evidence, not content: 64 KiB shows what the server said."""
+
+    dedup_revisits: Annotated[bool, Flag()] = True
+    """A 2xx page (not robots.txt) whose payload is byte-identical to one archived earlier by
+    the same fetch worker is written as a ``revisit`` record (profile identical-payload-digest, pointing
+    at the original's record) instead of a second copy of the body."""
+
+    metadata_records: Annotated[bool, Flag()] = True
+    """Write a ``metadata`` record after each exchange with the fetch outcome, the error and
+    the transfer time (``application/warc-fields``); rows without an HTTP response (network
+    errors) point at theirs."""
+
+    file_prefix: Annotated[str, Text("letters, digits, '.' and '_' (it starts every WARC file name)",
+                                      r"[A-Za-z0-9._]+")] = "CRAWL"
+    """First part of WARC file names: ``<prefix>-<segment>-part-NNNNN-cNNNNNN-<host>.warc.gz``
+    (segment, partition, chunk, then the writing machine: unique across segments and sortable,
+    the convention of Common Crawl's and Heritrix's files)."""
+
+
+@dataclass
 class Config:
     """The whole configuration. ``Config()`` is the polite default."""
 
@@ -717,6 +751,7 @@ class Config:
     urls: UrlConfig = field(default_factory=UrlConfig)
     log: LogConfig = field(default_factory=LogConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    warc: WarcConfig = field(default_factory=WarcConfig)
 
     def effective_delay_s(self) -> float:
         """The per-host delay floor actually used: never under one second."""

@@ -13,6 +13,8 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
+- URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
+  cc-index columns, one row per WARC response or revisit record (``crawl export``)
 """
 
 from __future__ import annotations
@@ -231,3 +233,48 @@ VIEWS: dict[str, pa.Schema] = {
 def doc_of(field: pa.Field) -> str:
     """A column's doc (every field here has one)."""
     return (field.metadata or {}).get(b"doc", b"").decode()
+
+
+# --- URL index (crawl export; cycles/archive/ccindex.py) -----------------------------------
+# Common Crawl's columnar URL index ("cc-index-table", schema cc-index-schema-flat.json):
+# same column names, meanings and types (Spark string/short/integer/timestamp/binary ->
+# Arrow string/int16/int32/timestamp[us, UTC]/binary), so the DuckDB and Athena queries
+# people run against Common Crawl's index run against ours. One row per response or revisit
+# record of the segment's WARC files.
+CC_INDEX = _schema("cc-index", [
+    _field("url_surtkey", pa.string(), "SURT URL key (the `surt` library, as pywb and cdxj-indexer)", False),
+    _field("url", pa.string(), "URL (WARC-Target-URI)", False),
+    _field("url_host_name", pa.string(), "Host name, including IP addresses", False),
+    _field("url_host_tld", pa.string(), "Last part of the host name"),
+    _field("url_host_2nd_last_part", pa.string(), "Second last part of the host name"),
+    _field("url_host_3rd_last_part", pa.string(), "Third last part of the host name"),
+    _field("url_host_4th_last_part", pa.string(), "4th last part of the host name"),
+    _field("url_host_5th_last_part", pa.string(), "5th last part of the host name"),
+    _field("url_host_registry_suffix", pa.string(), "Registry suffix (ICANN section of the Public Suffix List)"),
+    _field("url_host_registered_domain", pa.string(), "Domain one level below the registry suffix"),
+    _field("url_host_private_suffix", pa.string(), "Suffix including private registries (whole Public Suffix List)"),
+    _field("url_host_private_domain", pa.string(), "Domain one level below the private suffix"),
+    _field("url_host_name_reversed", pa.string(), "Host name in reverse domain notation (null for IP addresses)"),
+    _field("url_protocol", pa.string(), "Scheme of the URL", False),
+    _field("url_port", pa.int32(), "Port, null unless the URL names one"),
+    _field("url_path", pa.string(), "Path of the URL", False),
+    _field("url_query", pa.string(), "Query of the URL"),
+    _field("fetch_time", TS, "Capture time (WARC-Date)", False),
+    _field("fetch_status", pa.int16(), "HTTP status code", False),
+    _field("fetch_redirect", pa.string(), "Absolute target of a redirect (Location)"),
+    _field("content_digest", pa.string(), "SHA-1 payload digest, base32 (WARC-Payload-Digest without 'sha1:')"),
+    _field("content_mime_type", pa.string(), "Content-Type of the HTTP response, without parameters"),
+    _field("content_mime_detected", pa.string(), "Type detected from the content: text/html when our HTML "
+           "sniffing accepted and parsed the body, else null (we do not sniff other types)"),
+    _field("content_charset", pa.string(), "Charset declared in the Content-Type header"),
+    _field("content_languages", pa.string(), "ISO-639-3 code of the page text's language (py3langid)"),
+    _field("content_truncated", pa.string(), "WARC-Truncated of the record: length, time, disconnect, unspecified"),
+    _field("warc_record_id", pa.binary(), "UUID of the record (WARC-Record-ID), 16 bytes", False),
+    _field("warc_filename", pa.string(), "WARC file, relative to the store root", False),
+    _field("warc_record_offset", pa.int32(), "Offset of the record's gzip member", False),
+    _field("warc_record_length", pa.int32(), "Compressed length of the record", False),
+    _field("warc_segment", pa.string(), "Segment the WARC file belongs to", False),
+    _field("crawl", pa.string(), "Crawl the capture belongs to (the store's name, or `crawl export --crawl`)", False),
+    _field("subset", pa.string(), "warc (2xx and their revisits), robotstxt, crawldiagnostics (3xx, 4xx, "
+           "5xx, 304)", False),
+])

@@ -5,7 +5,8 @@ Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.store.new
     fetchlist/part-NNNNN.parquet          generate: the URLs chosen (schema.FETCHLIST)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
-    warc/part-NNNNN-cNNNNNN.warc.gz       fetch: raw requests and responses
+    warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
+    archive/                              export: CDXJ, URL index, WET (cycles/archive/)
     hosts/part-NNNNN.parquet              fetch: host state after the partition (schema.HOSTS)
     stats/<stage>*.json                   counters of each stage
     _GENERATED _FETCHING _FETCHED _UPDATED _ABANDONED   markers (JSON), see below
@@ -50,6 +51,8 @@ FETCHLIST = "fetchlist"
 FETCHED = "fetched"
 OUTLINKS = "outlinks"
 WARC = "warc"
+ARCHIVE = "archive"
+"""``crawl export``'s indexes and text of the segment's WARC files (cycles/archive/)."""
 HOSTS = "hosts"
 STATS = "stats"
 UPDATE_INPUTS = "update"
@@ -139,8 +142,9 @@ class Fetched(Marker):
     requests: int = 0
     chunks: list[dict] | None = None
     """Every chunk committed: ``{"partition", "chunk", "fetched_rows", "outlinks_rows",
-    "warc_bytes"}`` (``warc_bytes`` None when the chunk had no WARC). None in markers of
-    older versions: such a segment is not verified."""
+    "warc_bytes", "warc_file"}`` (``warc_bytes`` and ``warc_file`` None when the chunk had no
+    WARC; ``warc_file`` absent in older markers, whose WARC is ``<chunk>.warc.gz``). None in
+    markers of older versions: such a segment is not verified."""
 
 
 @dataclass
@@ -356,7 +360,8 @@ def verify_fetched(store: Store, segment: str) -> Fetched | None:
                                   (WARC, ".warc.gz", entry.get("warc_bytes"))):
             if sub == WARC and rows is None:
                 continue  # the chunk had no response with a body
-            path = folder / sub / (entry["chunk"] + suffix)
+            path = folder / sub / (entry.get("warc_file") or entry["chunk"] + suffix if sub == WARC
+                                   else entry["chunk"] + suffix)
             if path.name not in present[sub]:
                 raise StoreError(f"update: segment {segment} is incomplete: {store.uri_of(path)} is missing "
                                  f"(the fetched marker lists it); nothing was changed; {fix}")

@@ -18,7 +18,8 @@ Layout (the same on both)::
         fetchlist/part-NNNNN.parquet   written by generate (schema.FETCHLIST)
         fetched/part-NNNNN-cNNNNNN.parquet   written by fetch, chunk by chunk (schema.FETCHED)
         outlinks/part-NNNNN-cNNNNNN.parquet  written by fetch (schema.OUTLINKS)
-        warc/part-NNNNN-cNNNNNN.warc.gz       raw responses, one WARC file per chunk
+        warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   every exchange, one WARC file per chunk
+        archive/                       `crawl export`: CDXJ, URL index (schema.CC_INDEX), WET
         hosts/part-NNNNN.parquet       host state after fetching the partition (schema.HOSTS)
         stats/<stage>-*.json           counters of each stage
         _GENERATED, _FETCHING, _FETCHED, _UPDATED, _ABANDONED markers (JSON), written last

@@ -336,6 +336,21 @@ def segment_counters(store: Store, segment: str) -> tuple[dict, dict]:
     return counters, marker
 
 
+def warc_bytes_by_type(store: Store, segment: str) -> dict[str, int]:
+    """Compressed bytes of the segment's WARC files by record type (warc.archive decides
+    which records there are; cycles/fetch/archive.py)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    sizes: dict[str, int] = collections.Counter()
+    for path in sorted((store.segment_dir(segment) / "warc").glob("*.warc.gz")):
+        with open(path, "rb") as fh:
+            it = ArchiveIterator(fh)
+            for record in it:
+                it.read_to_end(record)
+                sizes[record.rec_type] += it.get_record_length()
+    return dict(sizes)
+
+
 def run_ours(web: TestWeb, seeds_file: Path, urls: int, args, work: Path) -> dict:
     config = bench_config(web, urls, args.seconds, partitions=args.partitions, processes=args.processes,
                           overrides=args.set)
@@ -370,6 +385,7 @@ def run_ours(web: TestWeb, seeds_file: Path, urls: int, args, work: Path) -> dic
         f"SELECT quantile_cont(duration_ms, [0.5, 0.9, 0.99]), max(duration_ms) FROM "
         f"read_parquet('{store.segment_dir(segment)}/fetched/*.parquet') WHERE duration_ms IS NOT NULL").fetchone()
     m["duration_ms"] = durations
+    m["warc_bytes"] = warc_bytes_by_type(store, segment)
     return {"name": "ours (cycles.fetch)", **m, "pages": pages, "crawl_s": marker.get("seconds", m["wall_s"]),
             "server_cpu_s": server_cpu, "counters": counters, "requests": requests,
             "politeness": politeness(requests), "spy_out": spy_out}
@@ -531,6 +547,10 @@ def report(results: list[dict], args) -> None:
             keys = ("fetch/requests", "robots/requests", "fetch/outcome/ok", "fetch/outcome/deferred",
                     "fetch/outcome/network_error", "fetch/timeout", "fetch/network_error", "fetch/chunks")
             print("  counters: " + ", ".join(f"{k} {c.get(k, 0)}" for k in keys))
+        if r.get("warc_bytes") is not None and r["pages"]:
+            sizes = r["warc_bytes"]
+            print(f"  WARC bytes per page (gzip members, {sum(sizes.values()) / r['pages']:.0f} in all) by record type: "
+                  + ", ".join(f"{t} {b / r['pages']:.0f}" for t, b in sorted(sizes.items(), key=lambda i: -i[1])))
         if "summary" in r:
             s = r["summary"]
             st = s["stats"]

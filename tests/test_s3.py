@@ -436,8 +436,10 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
         rows = store.read_tables(chunks, schema.FETCHED).to_pylist()
         assert sorted(r["url"] for r in rows) == sorted(urls)  # each committed exactly once
         names = {p.name[: -len(".parquet")] for p in chunks}
-        for folder, suffix in (("warc", ".warc.gz"), ("outlinks", ".parquet")):
-            orphans = [p for p in store.list(store.segment_dir(segment) / folder) if p.name[: -len(suffix)] not in names]
+        from cycles.fetch.output import chunk_of_warc  # WARC names carry prefix, segment and host
+
+        for folder, chunk_of in (("warc", chunk_of_warc), ("outlinks", lambda name: name[: -len(".parquet")])):
+            orphans = [p for p in store.list(store.segment_dir(segment) / folder) if chunk_of(p.name) not in names]
             assert orphans == []
         for row in [r for r in rows if r["outcome"] == "ok"][::7]:
             assert read_warc_record(store, segment, row).rec_headers.get_header("WARC-Target-URI") == row["url"]

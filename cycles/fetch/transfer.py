@@ -36,6 +36,11 @@ ABORT_NOT_HTML = "not_html"
 ABORT_TRUNCATED = "truncated"  # a robots.txt cut after max_bytes + 1 bytes, the rest unread
 
 
+FIXED_HEADERS = ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1", "Accept-Language: en;q=1.0, *;q=0.5"]
+"""Headers every request sends besides Host, User-Agent and Accept-Encoding (the WARC
+request records list them too: cycles/fetch/worker.py)."""
+
+
 @dataclass
 class Request:
     url: str
@@ -67,6 +72,10 @@ class Transfer:
         self.blocked_address: str | None = None
         """The address we refused to connect to (SSRF guard), if any: when the transfer
         failed to connect, this is why."""
+        self.ip: str | None = None
+        """The address connected to (libcurl's PRIMARY_IP), set when the transfer ends."""
+        self.error: int | None = None
+        """libcurl's error number when the transfer failed, set when it ends."""
         self._checked_type = False
         self._by_name: dict[bytes, bytes] | None = None
         """Lower-case name -> value of the last header line with that name, built on the
@@ -165,7 +174,10 @@ class Transfer:
         return out
 
     def body(self) -> bytes:
-        return b"".join(self.chunks)
+        # Joined once: the parser and the WARC writer both ask for it.
+        if len(self.chunks) > 1:
+            self.chunks = [b"".join(self.chunks)]
+        return self.chunks[0] if self.chunks else b""
 
 
 def decoded_body(raw: bytes, content_encoding: str | None, max_bytes: int) -> bytes | None:
@@ -233,8 +245,7 @@ def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolv
     request = transfer.request
     curl.setopt(pycurl.URL, request.url)
     curl.setopt(pycurl.USERAGENT, config.user_agent)
-    curl.setopt(pycurl.HTTPHEADER, ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1",
-                                    "Accept-Language: en;q=1.0, *;q=0.5"] + request.headers)
+    curl.setopt(pycurl.HTTPHEADER, FIXED_HEADERS + request.headers)
     curl.setopt(pycurl.ENCODING, "gzip, deflate")
     # Keep the bytes as sent (for the WARC); we inflate ourselves, with a cap.
     curl.setopt(pycurl.HTTP_CONTENT_DECODING, 0)

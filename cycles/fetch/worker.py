@@ -10,6 +10,7 @@ partition's stats:
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
 - cycles/fetch/transfer.py: one request's libcurl options, limits and body;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
+- cycles/fetch/archive.py: which WARC records each exchange gets (every one by default);
 - cycles/fetch/partition.py: the runner around this loop (lock, resume, stats, stop signals).
 
 The worker owns every host of its partition (generate put each host in exactly one), so
@@ -51,13 +52,14 @@ from cycles.fetch import politeness
 from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.hostdb import load_host_state
 from cycles.metrics import allowed_requests
+from cycles.fetch.archive import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
-from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, Request, Transfer, configure, decoded_body,
-                                   resolve_entries)
+from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, FIXED_HEADERS, Request, Transfer, configure,
+                                   decoded_body, resolve_entries)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
 from cycles.urls import resolve_location, url_authority
@@ -101,6 +103,8 @@ class PartitionFetcher:
         self.free: list[pycurl.Curl] = []
         self.active: dict[pycurl.Curl, tuple[Transfer, HostSlot]] = {}
         self.output: PartitionOutput | None = None
+        self.archive: Archive | None = None
+        """Which WARC records each exchange gets (cycles/fetch/archive.py)."""
         self.resumed = False
         """Set by fetch_partition when an earlier run of this partition started and did not finish."""
         self.parent_pid: int | None = None
@@ -131,7 +135,9 @@ class PartitionFetcher:
                                 self.fc.outlink_bloom_fp)
         self.output = PartitionOutput(self.store, self.segment, self.seg_dir, self.partition,
                                       next_chunk, self.fc.user_agent, self.fc.warc_gzip_level, bloom,
-                                      flush_bytes=self.fc.flush_bytes)
+                                      flush_bytes=self.fc.flush_bytes, warc_prefix=self.config.warc.file_prefix,
+                                      warcinfo=warcinfo_fields(self.config))
+        self.archive = Archive(self.output, self.config.warc)
         states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
         for item in items:
@@ -191,7 +197,11 @@ class PartitionFetcher:
     def _finish_robots(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
         if error is not None and transfer.blocked_address:
             self._robots_blocked(slot, transfer)
-        elif self.robots.read_response(slot.robots, transfer, error):
+            return
+        self.archive.robots(transfer, transfer.ip, self._request_line(transfer.request.url),
+                            self._request_headers(transfer), started_iso(transfer),
+                            f"curl {error[0]}: {error[1]}" if error is not None else None)
+        if self.robots.read_response(slot.robots, transfer, error):
             self._settle_robots(slot)
 
     def _robots_blocked(self, slot: HostSlot, transfer: Transfer) -> None:
@@ -254,6 +264,14 @@ class PartitionFetcher:
             return Request(item["url"], slot.host, "page", item, headers)
         return None
 
+    def _fetched(self, transfer: Transfer, outcome: str, links: list[dict], **values) -> None:
+        """The row of a page that was requested, its exchange archived first (its WARC location
+        goes into the row; cycles/fetch/archive.py)."""
+        location = self.archive.page(transfer, transfer.ip, self._request_line(transfer.request.url),
+                                     self._request_headers(transfer), started_iso(transfer), outcome,
+                                     values.get("error"))
+        self.output.add(self._row(transfer.request.item, outcome, **values, **location), links)
+
     def _finish_page(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, curl) -> None:
         item = transfer.request.item
         if error is not None and transfer.blocked_address:
@@ -272,42 +290,42 @@ class PartitionFetcher:
                           etag=transfer.header("etag"), last_modified=transfer.header("last-modified"))
         self.stats["fetch/bytes"] += transfer.size
         if transfer.abort == ABORT_TOO_LARGE:
-            self.output.add(self._row(item, O.TOO_LARGE, error=f"body over {transfer.max_bytes} bytes; aborted", **common), [])
+            self._fetched(transfer, O.TOO_LARGE, [], error=f"body over {transfer.max_bytes} bytes; aborted", **common)
             return
         if transfer.abort == ABORT_NOT_HTML:
-            self.output.add(self._row(item, O.NOT_HTML, error="not HTML; body not downloaded", **common), [])
+            self._fetched(transfer, O.NOT_HTML, [], error="not HTML; body not downloaded", **common)
             return
         if error is not None:
             errno, message = error
             self.stats["fetch/timeout" if errno == CURLE_OPERATION_TIMEDOUT else "fetch/network_error"] += 1
             self._set_aside_if(slot, politeness.count_failure(slot, self.fc))
-            self.output.add(self._row(item, O.NETWORK_ERROR, error=f"curl {errno}: {message}", **common), [])
+            self._fetched(transfer, O.NETWORK_ERROR, [], error=f"curl {errno}: {message}", **common)
             return
         politeness.answered(slot, status)
         if 200 <= status < 300:
             self._store_page(slot, transfer, item, common, curl)
         elif status == 304:
-            self.output.add(self._row(item, O.NOT_MODIFIED, **common), [])
+            self._fetched(transfer, O.NOT_MODIFIED, [], **common)
         elif 300 <= status < 400 and transfer.header("location"):
             target = resolve_location(item["url"], transfer.header("location"))
             self.stats["fetch/redirect"] += 1
             if target.split("#", 1)[0] == item["url"]:
                 # A redirect to itself can only loop: record it, follow nothing.
                 self.stats["fetch/redirect_loop"] += 1
-                self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error="redirect to itself", **common), [])
+                self._fetched(transfer, O.REDIRECT, [], redirect_to=target, error="redirect to itself", **common)
                 return
             if url_authority(target) != url_authority(item["url"]):
                 self.stats["fetch/redirect_cross_host"] += 1
             error = self._follow_redirect(slot, item, target)
-            self.output.add(self._row(item, O.REDIRECT, redirect_to=target, error=error, **common),
-                            [self._link(item, target, "", False)])
+            self._fetched(transfer, O.REDIRECT, [self._link(item, target, "", False)], redirect_to=target,
+                          error=error, **common)
         elif status in (404, 410):
-            self.output.add(self._row(item, O.GONE, **common), [])
+            self._fetched(transfer, O.GONE, [], **common)
         elif status == 429 or status >= 500:
             self._set_aside_if(slot, politeness.back_off(slot, transfer, status, time.time(), self.fc, self.stats))
-            self.output.add(self._row(item, O.SERVER_ERROR, error=f"HTTP {status}", **common), [])
+            self._fetched(transfer, O.SERVER_ERROR, [], error=f"HTTP {status}", **common)
         else:
-            self.output.add(self._row(item, O.CLIENT_ERROR, error=f"HTTP {status}", **common), [])
+            self._fetched(transfer, O.CLIENT_ERROR, [], error=f"HTTP {status}", **common)
 
     # --- redirects ----------------------------------------------------------------------
     def _follow_redirect(self, slot: HostSlot, item: dict, target: str) -> str | None:
@@ -339,26 +357,20 @@ class PartitionFetcher:
         raw = transfer.body()
         body = decoded_body(raw, transfer.header("content-encoding"), self.fc.max_page_bytes)
         if body is None:
-            self.output.add(self._row(item, O.TOO_LARGE, error="body does not inflate within the size cap", **common), [])
+            self._fetched(transfer, O.TOO_LARGE, [], error="body does not inflate within the size cap", **common)
             return
-        warc_file, offset, length = self.output.write_response(
-            item["url"], curl.getinfo(pycurl.PRIMARY_IP) or None, self._request_headers(transfer),
-            self._request_line(item["url"]), transfer.status_line.decode("latin-1"),
-            transfer.headers_list(), raw, started_iso(transfer))
-        location = dict(warc_file=warc_file, warc_offset=offset, warc_length=length)
         try:
             page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
-            self.output.add(self._row(item, O.PARSE_ERROR, error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
-                                      **common, **location), [])
+            self._fetched(transfer, O.PARSE_ERROR, [], error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
+                          **common)
             return
         self.stats["parse/pages"] += 1
         links = [self._link(item, link.url, link.anchor, link.nofollow) for link in page.links]
         self.stats["parse/links"] += len(links)
-        self.output.add(self._row(item, O.OK, title=page.title, text=page.text, content_hash=page.content_hash,
-                                  simhash=page.simhash, canonical=page.canonical, noindex=page.noindex,
-                                  **common, **location), links)
+        self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,
+                      simhash=page.simhash, canonical=page.canonical, noindex=page.noindex, **common)
 
     def _request_line(self, url: str) -> str:
         parts = urlsplit(url)
@@ -367,7 +379,7 @@ class PartitionFetcher:
     def _request_headers(self, transfer: Transfer) -> list[tuple[str, str]]:
         headers = [("Host", urlsplit(transfer.request.url).netloc), ("User-Agent", self.fc.user_agent),
                    ("Accept-Encoding", "gzip, deflate")]
-        for line in transfer.request.headers:
+        for line in FIXED_HEADERS + transfer.request.headers:
             name, _, value = line.partition(":")
             headers.append((name, value.strip()))
         return headers
@@ -397,6 +409,8 @@ class PartitionFetcher:
         # libcurl's own timer: our `ended` is when we got round to the transfer, which
         # includes parsing the pages that completed alongside it.
         transfer.duration_s = curl.getinfo(pycurl.TOTAL_TIME)
+        transfer.ip = curl.getinfo(pycurl.PRIMARY_IP) or None
+        transfer.error = error[0] if error is not None else None
         slot.in_flight = False
         slot.last_request_end_wall = ended_wall
         if transfer.request.kind == "robots":
@@ -484,6 +498,8 @@ class PartitionFetcher:
         committed = self.output.flush()
         self.stats["fetch/chunks"] += 1 if committed else 0
         self.stats["outlinks/bloom_dropped"] = self.output.bloom_dropped
+        for record_type, size in self.archive.record_bytes.items():
+            self.stats[f"warc/bytes/{record_type}"] = size
         self.write_hosts()
 
     def chunk_manifest(self) -> list[dict]:

@@ -62,7 +62,7 @@ def test_a_redirect_is_recorded_and_its_target_not_fetched_twice(cycles):
     assert cycles["db_before"][cycles["web"].url("odd", "/redirect")]["redirect_to"] == cycles["web"].url("odd", "/p/0.html")
 
 
-def test_a_page_with_an_etag_is_revalidated_and_304_stores_no_body(cycles):
+def test_a_page_with_an_etag_is_revalidated_and_304_is_a_revisit_record(cycles):
     web, store = cycles["web"], cycles["store"]
     url = web.url("odd", "/p/0.html")
     etag = cycles["db_before"][url]["etag"]
@@ -72,11 +72,17 @@ def test_a_page_with_an_etag_is_revalidated_and_304_stores_no_body(cycles):
     segment = store.segments()[-1]
     row = results(store, segment)[url]
     assert row["outcome"] == "not_modified" and row["http_status"] == 304
-    assert row["warc_file"] is None and row["body_bytes"] == 0
+    assert row["body_bytes"] == 0
+    # Archived as a revisit record (server-not-modified), no response record with a body.
+    with open(store.segment_dir(segment) / row["warc_file"], "rb") as fh:
+        fh.seek(row["warc_offset"])
+        record = next(iter(ArchiveIterator(fh)))
+        assert record.rec_type == "revisit" and record.content_stream().read() == b""
+    assert record.rec_headers.get_header("WARC-Profile").endswith("/revisit/server-not-modified")
     for path in (store.segment_dir(segment) / "warc").glob("*.warc.gz"):
         with open(path, "rb") as fh:
-            uris = {r.rec_headers.get_header("WARC-Target-URI") for r in ArchiveIterator(fh)}
-        assert url not in uris
+            types = {r.rec_type for r in ArchiveIterator(fh) if r.rec_headers.get_header("WARC-Target-URI") == url}
+        assert "response" not in types
     assert cycles["db"][url]["status"] == "not_modified" and cycles["db"][url]["etag"] == etag
 
 

@@ -25,7 +25,19 @@ def limited(tmp_path_factory):
         segment, result = fetch(store, config, urls)
         requests = web.requests()
         yield {"web": web, "config": config, "rows": results(store, segment), "requests": requests,
-               "counters": result.counters, "url": lambda t: web.url("odd", t)}
+               "counters": result.counters, "url": lambda t: web.url("odd", t), "store": store,
+               "segment": segment}
+
+
+def warc_record(limited, row):
+    from warcio.archiveiterator import ArchiveIterator
+
+    with open(limited["store"].segment_dir(limited["segment"]) / row["warc_file"], "rb") as fh:
+        fh.seek(row["warc_offset"])
+        record = next(iter(ArchiveIterator(fh)))
+        record.content_stream().read()  # before the file closes
+    assert record.rec_headers.get_header("WARC-Target-URI") == row["url"]
+    return record
 
 
 def request(limited, path):
@@ -49,7 +61,11 @@ def test_an_oversize_body_is_aborted_at_the_headers(limited):
     # 20 MB announced; Content-Length over max_page_bytes aborts before the body is read.
     assert r["client_closed"] and r["bytes_sent"] <= 3 * limited["config"].fetch.max_page_bytes, r["bytes_sent"]
     row = limited["rows"][limited["url"]("/big")]
-    assert row["outcome"] == "too_large" and row["warc_file"] is None and row["body_bytes"] == 0
+    assert row["outcome"] == "too_large" and row["body_bytes"] == 0
+    # Archived all the same (warc.archive = "all"): its headers, marked as truncated.
+    record = warc_record(limited, row)
+    assert record.rec_headers.get_header("WARC-Truncated") == "length"
+    assert record.http_headers.get_statuscode() == "200" and record.content_stream().read() == b""
 
 
 def test_a_non_html_body_is_not_downloaded(limited):
@@ -57,6 +73,8 @@ def test_a_non_html_body_is_not_downloaded(limited):
     assert r["client_closed"] and r["bytes_sent"] < 300_000, r["bytes_sent"]  # of 2 MB
     row = limited["rows"][limited["url"]("/file.pdf")]
     assert row["outcome"] == "not_html" and row["content_type"] == "application/pdf" and row["body_bytes"] == 0
+    record = warc_record(limited, row)
+    assert record.rec_type == "response" and record.rec_headers.get_header("WARC-Truncated") == "unspecified"
 
 
 def test_a_latin1_page_is_stored_and_decoded(limited):
