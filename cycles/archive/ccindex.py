@@ -127,9 +127,9 @@ def index_rows(records: list[Record], warc_prefix: str, segment: str, crawl: str
 def _absolute(url: str, location: str | None) -> str | None:
     if not location:
         return None
-    from cycles.urls import join_url
+    from cycles.urls import resolve_location
 
-    return join_url(url, location)
+    return resolve_location(url, location)
 
 
 def index_table(rows: list[dict]) -> pa.Table:
