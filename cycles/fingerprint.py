@@ -182,6 +182,19 @@ def simhash64(text: str) -> int:
     return _simhash_normalised(normalise(text))
 
 
+def simhash64_blocks(blocks: list[str]) -> int:
+    """:func:`simhash64` of the blocks (paragraphs) joined by spaces, except that no shingle
+    spans two blocks: the same blocks in another order have the same SimHash (a page whose
+    paragraphs or boxes were reordered is the same page). ``simhash64_blocks([t]) ==
+    simhash64(t)``. A block shorter than a shingle adds nothing, unless all are."""
+    norms = [normalise(block) for block in blocks]
+    norms = [norm for norm in norms if norm]
+    if len(norms) < 2:
+        return _simhash_normalised(norms[0] if norms else "")
+    bounds = np.cumsum([0] + [len(norm) + 1 for norm in norms[:-1]])
+    return _simhash_normalised(" ".join(norms), bounds=bounds)
+
+
 def fingerprints(text: str, *, collapsed: bool = False) -> tuple[str, int]:
     """``(content_hash(text), simhash64(text))``, normalising the text once.
 
@@ -327,10 +340,10 @@ def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
     """The polynomial hash (unmixed) of every token of the normalised text, in text order."""
     text = norm[:SIMHASH_MAX_CHARS]
     try:  # most pages are Latin-1: one byte a character, and the byte is the code point
-        return _latin1_token_hashes(text.encode("latin-1"), classes)
+        return _latin1_token_hashes(text.encode("latin-1"), classes)[0]
     except UnicodeEncodeError:
         cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
-        return _code_point_token_hashes(cps, classes.take(cps))
+        return _code_point_token_hashes(cps, classes.take(cps))[0]
 
 
 if _CLASSES_WITH_NUMBERS[:256].max() >= _SINGLE:  # _latin1_token_hashes relies on it
@@ -341,26 +354,28 @@ _LATIN1_CLASSES = {id(_CLASSES): _CLASSES[:256].tobytes(),
 text in one C pass, without numpy widening every byte to an index (~16 vs ~23 µs a 28 KB text)."""
 
 
-def _latin1_token_hashes(latin1: bytes, classes: np.ndarray = _CLASSES) -> np.ndarray:
-    """_token_hashes of a normalised text given as its Latin-1 bytes.
+def _latin1_token_hashes(latin1: bytes, classes: np.ndarray = _CLASSES) -> tuple[np.ndarray, np.ndarray]:
+    """_token_hashes of a normalised text given as its Latin-1 bytes, and where each token starts.
 
     No Latin-1 character stands alone (_SINGLE_RANGES are all above U+00FF), so tokens are
     the runs of word characters; the classes are translated with a separator on either
     side, which makes the run edges one comparison.
     """
     if not latin1:
-        return np.empty(0, dtype=np.uint64)
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     padded = np.frombuffer(b"".join((b"\0", latin1, b"\0")).translate(_LATIN1_CLASSES[id(classes)]),
                            dtype=np.uint8)
     edges = np.flatnonzero(padded[1:] != padded[:-1])
-    return _run_hashes(np.frombuffer(latin1, dtype=np.uint8), edges[0::2], edges[1::2])
+    starts = edges[0::2]
+    return _run_hashes(np.frombuffer(latin1, dtype=np.uint8), starts, edges[1::2]), starts
 
 
-def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> np.ndarray:
-    """_token_hashes of the code points ``cps`` of a text and their classes ``cls``."""
+def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_token_hashes of the code points ``cps`` of a text and their classes ``cls``, and
+    where each token starts."""
     n = len(cps)
     if n == 0:
-        return np.empty(0, dtype=np.uint64)
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     if cls.max() < _SINGLE:
         # No character stands alone: tokens are the runs of word characters, and the
         # edges of the runs alternate start, end, start, end ...
@@ -381,7 +396,7 @@ def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> np.ndarray:
         ends_mask[:-1] |= word[:-1] & ~word[1:]
         starts = np.flatnonzero(starts_mask)
         ends = np.flatnonzero(ends_mask) + 1
-    return _run_hashes(cps, starts, ends)
+    return _run_hashes(cps, starts, ends), starts
 
 
 def _run_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -399,16 +414,22 @@ def _run_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
 _SHINGLE_MULTIPLIERS = (_K1, _K2)  # for the first tokens of a shingle; the last gets 1
 
 
-def _features(tokens: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS) -> np.ndarray:
+def _features(tokens: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS,
+              blocks: np.ndarray | None = None) -> np.ndarray:
     """Shingles of ``width`` tokens (see the module doc); the tokens themselves when there
     are fewer. One finaliser over the combination spreads every bit of every token hash
-    over the whole feature."""
+    over the whole feature. ``blocks``: the block number of each token; a shingle whose
+    first and last tokens lie in different blocks is left out."""
     count = len(tokens) - width + 1
     if width == 1 or count < 1:
         return _fmix64(tokens)
     combined = tokens[width - 1:].copy()
     for offset, multiplier in zip(range(width - 1), _SHINGLE_MULTIPLIERS):
         combined += tokens[offset:offset + count] * multiplier
+    if blocks is not None:
+        within = blocks[:count] == blocks[width - 1:]
+        if within.any():  # else (blocks all shorter than a shingle) keep them all
+            combined = combined[within]
     return _fmix64(combined)
 
 
@@ -431,35 +452,43 @@ def _bit_counts(features: np.ndarray) -> np.ndarray:
     return total
 
 
-def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
+def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS,
+                        bounds: np.ndarray | None = None) -> int:
     text = norm[:SIMHASH_MAX_CHARS]
     try:  # most pages are Latin-1: one byte a character, and the byte is the code point
         latin1 = text.encode("latin-1")
     except UnicodeEncodeError:
-        return _simhash_code_points(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), width)
-    return _simhash_latin1(latin1, width)
+        return _simhash_code_points(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), width, bounds)
+    return _simhash_latin1(latin1, width, bounds)
 
 
-def _simhash_latin1(latin1: bytes, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
+def _simhash_latin1(latin1: bytes, width: int = SIMHASH_SHINGLE_TOKENS, bounds: np.ndarray | None = None) -> int:
     """_simhash_normalised of a normalised text given as its (first SIMHASH_MAX_CHARS) Latin-1 bytes."""
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
-        tokens = _latin1_token_hashes(latin1)
+        tokens, starts = _latin1_token_hashes(latin1)
         if len(tokens) == 0:  # no letters: let numbers count rather than give every such text 0
-            tokens = _latin1_token_hashes(latin1, _CLASSES_WITH_NUMBERS)
+            tokens, starts = _latin1_token_hashes(latin1, _CLASSES_WITH_NUMBERS)
             if len(tokens) == 0:
                 return 0
-        return _simhash_of_features(_features(tokens, width))
+        return _simhash_of_features(_features(tokens, width, _block_numbers(starts, bounds)))
 
 
-def _simhash_code_points(cps: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS) -> int:
+def _simhash_code_points(cps: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS, bounds: np.ndarray | None = None) -> int:
     """_simhash_normalised of a normalised text given as its code points."""
     with np.errstate(over="ignore"):
-        tokens = _code_point_token_hashes(cps, _CLASSES.take(cps))
+        tokens, starts = _code_point_token_hashes(cps, _CLASSES.take(cps))
         if len(tokens) == 0:
-            tokens = _code_point_token_hashes(cps, _CLASSES_WITH_NUMBERS.take(cps))
+            tokens, starts = _code_point_token_hashes(cps, _CLASSES_WITH_NUMBERS.take(cps))
             if len(tokens) == 0:
                 return 0
-        return _simhash_of_features(_features(tokens, width))
+        return _simhash_of_features(_features(tokens, width, _block_numbers(starts, bounds)))
+
+
+def _block_numbers(starts: np.ndarray, bounds: np.ndarray | None) -> np.ndarray | None:
+    """The block each token (starting at ``starts``) lies in; ``bounds``: where blocks start."""
+    if bounds is None or len(bounds) < 2:
+        return None
+    return np.searchsorted(bounds, starts, side="right")
 
 
 def _distinct(features: np.ndarray) -> np.ndarray:

@@ -48,8 +48,12 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from cycles.fingerprint import collapse_other_whitespace, collapse_whitespace, fingerprints
+from cycles.fingerprint import collapse_other_whitespace, collapse_whitespace, fingerprints, simhash64_blocks
+from cycles.fingerprint import content_hash as content_hash_of
 from cycles.urls import link_resolver, split_url
+
+SIMHASH_BLOCK_MIN_BYTES = 200
+"""Default of ``fetch.simhash_block_min_bytes`` (cycles.config), for callers without a config."""
 
 ANCHOR_MAX_CHARS = 200
 """Anchor texts are cut to this many characters (after collapsing whitespace)."""
@@ -119,7 +123,8 @@ class ParsedPage:
     """cycles.fingerprint.content_hash(text)."""
 
     simhash: int = 0
-    """cycles.fingerprint.simhash64(text), unsigned 64-bit."""
+    """cycles.fingerprint.simhash64 of the page's main text (``_main_text``: the text less
+    its boilerplate), unsigned 64-bit."""
 
     encoding: str = "utf-8"
     """WHATWG name (lower case) of the encoding the body was decoded with."""
@@ -341,12 +346,13 @@ def _text_of(element: etree._Element) -> str:
 
 
 def parse_html(body: bytes, url: str, content_type: str | None = None,
-               agent: str = "crawlbot") -> ParsedPage:
+               agent: str = "crawlbot", block_min_bytes: int = SIMHASH_BLOCK_MIN_BYTES) -> ParsedPage:
     """Parse one HTML body fetched from ``url`` (an absolute http(s) URL).
 
     ``content_type`` is the response's Content-Type header (for its charset); ``agent`` is
     our robots.txt product token (``fetch.robots_agent``): ``<meta name=crawlbot>`` counts
-    like ``<meta name=robots>``. Never raises on page content (see the module doc).
+    like ``<meta name=robots>``; ``block_min_bytes`` is ``fetch.simhash_block_min_bytes``
+    (see :func:`_main_text`). Never raises on page content (see the module doc).
     """
     text, encoding = _decode(body, content_type)
     root = _tree(body, text, encoding)
@@ -357,7 +363,8 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
     links, canonical = _links(scan, url)
     _clear(scan.noscripts)
     text = _visible_text(root)
-    content_hash, simhash = fingerprints(text, collapsed=True)
+    content_hash = content_hash_of(text)
+    simhash = simhash64_blocks(_main_blocks(root, text, block_min_bytes))
     return ParsedPage(title=scan.title, text=text, links=links, canonical=canonical,
                       noindex=scan.noindex, nofollow=scan.nofollow, content_hash=content_hash,
                       simhash=simhash, encoding=encoding)
@@ -576,6 +583,70 @@ def _links(scan: _Scan, url: str) -> tuple[list[Link], str | None]:
         append(Link(target, anchor, nofollow))
     canonical = resolve(scan.canonical_href) if scan.canonical_href is not None else None
     return links, canonical
+
+
+_BOILERPLATE_TAGS = ("header", "nav", "footer", "aside")
+# Not form: ASP.NET pages wrap the whole body in one.
+_BOILERPLATE_ROLES = frozenset({"banner", "navigation", "contentinfo", "complementary", "search"})
+_BOILERPLATE_NAME = re.compile(
+    r"(?:^|[\s_-])(?:header|masthead|nav|navbar|navigation|menu|breadcrumbs?|footer|"
+    r"sidebar|aside|widget|related|share|social|cookies?|banner|ad|ads|advert|advertisement|"
+    r"sponsor(?:ed)?|promo|session|login)(?:$|[\s_-])", re.IGNORECASE)
+"""Words in an id or class that name a part of the page around its content (split at
+spaces, "-" and "_": ``ad-box``, ``site_footer``; not ``download`` or ``header-image``'s
+neighbour ``headers``)."""
+_NAMED = etree.XPath("//body//*[@id or @class or @role]")
+_MAIN = etree.XPath("(//main | //*[@role='main'] | //article)[1]")
+_BLOCKS = ("p", "pre", "blockquote", "dd")
+"""Elements whose text is one block of prose (containers such as div, td and li are not:
+their text is everything inside, boilerplate included)."""
+
+
+def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[str]:
+    """The text the SimHash is taken of, in blocks: the page's content without what
+    surrounds it. (Blocks, because shingles do not cross from one to the next:
+    :func:`cycles.fingerprint.simhash64_blocks`.)
+
+    Near-duplicates differ mostly around the content: another site's header and footer
+    (syndication), another advertisement, a session line, a print view without any of it
+    (GitHub issue #13, section 3; measured on testweb.neardup_set by
+    scripts/bench_update.py). So, on the already-parsed tree (the full text is taken):
+
+    1. elements that name themselves boilerplate are emptied: header, nav, footer and
+       aside; ARIA roles banner, navigation, contentinfo, complementary, search; ids and
+       classes with a word of ``_BOILERPLATE_NAME`` (``ad-box``, ``sidebar``, ``footer``);
+    2. the first ``<main>``, ``role=main`` or ``<article>`` is the content, if there is one;
+    3. of its paragraphs (p, pre, blockquote, dd), those of fewer than ``block_min_bytes``
+       UTF-8 bytes (menus, taglines, advertisements, footers, date and session lines of
+       unmarked pages, short comments) are left out.
+
+    Each step that would leave too little falls back to the text before it: blocks under
+    a third of the content's text, or a content under ``block_min_bytes``, is a page this
+    reading does not fit (a list of links, a page of short lines), and the whole text
+    fingerprints it better than a fragment. The exact-duplicate content hash is always
+    taken of the whole text.
+    """
+    body = root.find("body")
+    if body is None or not text:
+        return [text]
+    for element in list(body.iter(*_BOILERPLATE_TAGS)):
+        element.clear(keep_tail=True)
+    for element in _NAMED(root):
+        role = element.get("role")
+        if (role is not None and role.strip().lower() in _BOILERPLATE_ROLES) or \
+                _BOILERPLATE_NAME.search(f"{element.get('id') or ''} {element.get('class') or ''}"):
+            element.clear(keep_tail=True)
+    found = _MAIN(root)
+    main = found[0] if found else body
+    content = collapse_other_whitespace(_text_of(main))
+    if len(content) < block_min_bytes:
+        return [text]
+    # UTF-8 bytes measure a block's information across scripts better than characters: a
+    # CJK character (3 bytes) says about as much as a few Latin letters.
+    blocks = [block for block in (_text_of(element) for element in main.iter(*_BLOCKS))
+              if len(block.encode()) >= block_min_bytes]
+    kept = sum(len(block) for block in blocks)
+    return blocks if 3 * kept >= len(content) else [content]
 
 
 def _visible_text(root: etree._Element) -> str:

@@ -344,7 +344,8 @@ class PartitionFetcher:
             transfer.headers_list(), raw, started_iso(transfer))
         location = dict(warc_file=warc_file, warc_offset=offset, warc_length=length)
         try:
-            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent)
+            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent,
+                              self.fc.simhash_block_min_bytes)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
             self.output.add(self._row(item, O.PARSE_ERROR, error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
