@@ -182,25 +182,53 @@ def simhash64(text: str) -> int:
     return _simhash_normalised(normalise(text))
 
 
+def _content_hash_collapsed(text: str) -> str:
+    """content_hash of a text whose whitespace is collapsed (see fingerprints)."""
+    try:
+        lowered = text.encode("latin-1").translate(_LATIN1_LOWER)
+    except UnicodeEncodeError:
+        return _content_hash_normalised(lower(text))
+    return hashlib.blake2b(lowered if lowered.isascii() else latin1_to_utf8(lowered), digest_size=16).hexdigest()
+
+
+def _simhash_collapsed(text: str, blocks: bool = False) -> int:
+    """simhash64 of a text whose whitespace is collapsed (see fingerprints)."""
+    try:
+        lowered = text.encode("latin-1").translate(_LATIN1_LOWER)
+    except UnicodeEncodeError:
+        return _simhash_normalised(lower(text), blocks=blocks)
+    lowered = lowered[:SIMHASH_MAX_CHARS]
+    bounds = np.flatnonzero(np.frombuffer(lowered, dtype=np.uint8) == 0) if blocks else None
+    return _simhash_latin1(lowered, bounds=bounds)
+
+
 def simhash64_blocks(blocks: list[str]) -> int:
     """:func:`simhash64` of the blocks (paragraphs) joined by spaces, except that no shingle
     spans two blocks: the same blocks in another order have the same SimHash (a page whose
     paragraphs or boxes were reordered is the same page). ``simhash64_blocks([t]) ==
     simhash64(t)``. A block shorter than a shingle adds nothing, unless all are."""
-    norms = [normalise(block) for block in blocks]
-    norms = [norm for norm in norms if norm]
-    if len(norms) < 2:
-        return _simhash_normalised(norms[0] if norms else "")
-    bounds = np.cumsum([0] + [len(norm) + 1 for norm in norms[:-1]])
-    return _simhash_normalised(" ".join(norms), bounds=bounds)
+    if len(blocks) < 2:
+        return simhash64(blocks[0] if blocks else "")
+    # One normalisation of the blocks joined by NUL (no page text holds one: XML cannot),
+    # which separates tokens like a space and marks where each block ends.
+    return _simhash_normalised(normalise(BLOCK_SEPARATOR.join(blocks)), blocks=True)
 
 
-def fingerprints(text: str, *, collapsed: bool = False) -> tuple[str, int]:
-    """``(content_hash(text), simhash64(text))``, normalising the text once.
+BLOCK_SEPARATOR = "\0"
+"""What :func:`simhash64_blocks` joins blocks with; a text holding it is cut there."""
 
-    ``collapsed=True`` promises that the text's whitespace is already collapsed (as the
-    text of cycles.fetch.parse is), which saves checking it.
+
+def fingerprints(text: str, *, collapsed: bool = False, blocks: list[str] | None = None) -> tuple[str, int]:
+    """``(content_hash(text), simhash64(text))``, normalising the text once; with
+    ``blocks``, ``(content_hash(text), simhash64_blocks(blocks))``.
+
+    ``collapsed=True`` promises that the text's (and the blocks') whitespace is already
+    collapsed (as the text of cycles.fetch.parse is), which saves checking it.
     """
+    if blocks is not None:
+        if not collapsed or len(blocks) < 2:
+            return content_hash(text), simhash64_blocks(blocks)
+        return _content_hash_collapsed(text), _simhash_collapsed(BLOCK_SEPARATOR.join(blocks), blocks=True)
     if collapsed:
         try:
             # Most texts are Latin-1: lowered as bytes, and those bytes feed the SimHash
@@ -452,13 +480,15 @@ def _bit_counts(features: np.ndarray) -> np.ndarray:
     return total
 
 
-def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS,
-                        bounds: np.ndarray | None = None) -> int:
+def _simhash_normalised(norm: str, width: int = SIMHASH_SHINGLE_TOKENS, blocks: bool = False) -> int:
+    """``blocks``: NUL characters end blocks (see simhash64_blocks)."""
     text = norm[:SIMHASH_MAX_CHARS]
     try:  # most pages are Latin-1: one byte a character, and the byte is the code point
         latin1 = text.encode("latin-1")
     except UnicodeEncodeError:
-        return _simhash_code_points(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), width, bounds)
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+        return _simhash_code_points(cps, width, np.flatnonzero(cps == 0) if blocks else None)
+    bounds = np.flatnonzero(np.frombuffer(latin1, dtype=np.uint8) == 0) if blocks else None
     return _simhash_latin1(latin1, width, bounds)
 
 
@@ -485,10 +515,10 @@ def _simhash_code_points(cps: np.ndarray, width: int = SIMHASH_SHINGLE_TOKENS, b
 
 
 def _block_numbers(starts: np.ndarray, bounds: np.ndarray | None) -> np.ndarray | None:
-    """The block each token (starting at ``starts``) lies in; ``bounds``: where blocks start."""
-    if bounds is None or len(bounds) < 2:
+    """The block each token (starting at ``starts``) lies in; ``bounds``: where blocks end."""
+    if bounds is None or len(bounds) == 0:
         return None
-    return np.searchsorted(bounds, starts, side="right")
+    return np.searchsorted(bounds, starts)
 
 
 def _distinct(features: np.ndarray) -> np.ndarray:
