@@ -7,7 +7,14 @@ Two runs, both real crawls (generate -> fetch -> update) of the test web on loop
    and recall against the web's labels, exact-duplicate groups and mirrors found, trap URLs
    requested against the budget, and what the outlink Bloom filter would save (its measured
    false-positive rate on the real outlinks).
-2. **freshness** — the host whose pages change at known rates, recrawled over simulated
+2. **near-duplicate set** — no crawl: the labelled pairs of ``testweb.neardup_set`` (560
+   pairs, 10 kinds of copies, 4 kinds of different pages) parsed as fetch parses them, the
+   SimHash before issue #13 section 3 (``cycles/fingerprint.py`` and ``cycles/fetch/parse.py``
+   at ``--before``, loaded from git: whole visible text, each shingle occurrence counted)
+   against the current one (main content in paragraphs, distinct shingles). Prints recall
+   by kind, precision and recall at k = 3..8, the same for MinHash (datasketch) on the
+   whole text, and CPU per page (parse_html in all, and the fingerprints alone).
+3. **freshness** — the host whose pages change at known rates, recrawled over simulated
    days (the crawler's clock and the web's virtual clock shifted in step). Prints the
    freshness of our copies (time-weighted share of pages whose stored version is the live
    one) against a uniform schedule with the same number of fetches, how often each change
@@ -15,6 +22,7 @@ Two runs, both real crawls (generate -> fetch -> update) of the test web on loop
 
     .venv/bin/python scripts/bench_update.py            # both, ~5 minutes
     .venv/bin/python scripts/bench_update.py --only freshness --days 4
+    .venv/bin/python scripts/bench_update.py --only neardup-set   # ~30 s, no test web
 """
 
 from __future__ import annotations
@@ -151,12 +159,13 @@ def compare_neardup_methods(store: Store, web, config: Config) -> None:
 
     from cycles.fingerprint import hamming, simhash64
 
-    texts = {}
+    texts, fetched_simhash = {}, {}
     for segment in store.segments():
-        table = pq.read_table(store.segment_dir(segment) / "fetched", columns=["url", "outcome", "text"])
+        table = pq.read_table(store.segment_dir(segment) / "fetched", columns=["url", "outcome", "text", "simhash"])
         for row in table.to_pylist():
             if row["outcome"] == "ok" and row["text"]:
                 texts[row["url"]] = row["text"]
+                fetched_simhash[row["url"]] = row["simhash"]
     pairs = [(a, b, label) for a, b, label, _ in web.neardup_pairs() if a in texts and b in texts]
     urls = sorted({u for a, b, _ in pairs for u in (a, b)})
 
@@ -171,6 +180,8 @@ def compare_neardup_methods(store: Store, web, config: Config) -> None:
     sim_ms = (time.process_time() - started) * 1000 / max(1, len(urls))
     k = config.update.simhash_max_distance
     sim_p, sim_r = score(lambda a, b: hamming(sims[a], sims[b]) <= k)
+    # What update compares: the SimHash fetch took of the main content (parse._main_blocks).
+    main_p, main_r = score(lambda a, b: hamming(fetched_simhash[a], fetched_simhash[b]) <= k)
 
     def shingles(text: str) -> set[bytes]:
         words = text.lower().split()
@@ -190,7 +201,8 @@ def compare_neardup_methods(store: Store, web, config: Config) -> None:
         ms = (time.process_time() - started) * 1000 / max(1, len(urls))
         results.append((threshold, *score(lambda a, b: b in near[a]), ms))
     print(f"\nnear-duplicate method on {len(pairs)} labelled pairs of fetched pages:")
-    print(f"  SimHash 64-bit, k={k}:                precision {sim_p:.3f}  recall {sim_r:.3f}  {sim_ms:.2f} CPU-ms/page")
+    print(f"  SimHash 64-bit, k={k}, main content (fetch's, what update uses): precision {main_p:.3f}  recall {main_r:.3f}")
+    print(f"  SimHash 64-bit, k={k}, whole text:    precision {sim_p:.3f}  recall {sim_r:.3f}  {sim_ms:.2f} CPU-ms/page")
     for threshold, p_, r_, ms in results:
         print(f"  MinHash LSH 128 perm, J>={threshold}:      precision {p_:.3f}  recall {r_:.3f}  {ms:.2f} CPU-ms/page")
 
@@ -238,7 +250,154 @@ def report_bloom(store: Store) -> None:
           f"false positives {fp} of {seen_exact} distinct = {100 * fp / max(1, seen_exact):.3f}%")
 
 
-# --- 2. freshness --------------------------------------------------------------------------
+# --- 2. near-duplicate set -----------------------------------------------------------------
+BEFORE_REV = "4f259af"
+"""The last commit before issue #13 section 3 changed the fingerprint features."""
+
+
+def load_before(rev: str):
+    """``(fingerprint, parse)`` modules as they were at ``rev`` (read with git show), the old
+    parse importing the old fingerprint."""
+    import importlib.util
+    import subprocess
+    import types
+
+    def source(path: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+
+    modules = []
+    for name, path, patch in (("_before_fingerprint", "cycles/fingerprint.py", None),
+                              ("_before_parse", "cycles/fetch/parse.py", ("from cycles.fingerprint import", "from _before_fingerprint import"))):
+        text = source(path)
+        if patch:
+            text = text.replace(*patch)
+        module = types.ModuleType(name)
+        module.__file__ = f"{rev}:{path}"
+        sys.modules[name] = module
+        exec(compile(text, module.__file__, "exec"), module.__dict__)
+        modules.append(module)
+    del importlib
+    return tuple(modules)
+
+
+def run_neardup_set(args) -> None:
+    from cycles.fetch.parse import _main_blocks, _parser, _scan, _visible_text, _clear, parse_html
+    from cycles.fingerprint import content_hash, hamming, simhash64_blocks
+    from testweb.neardup_set import NEGATIVE_KINDS, POSITIVE_KINDS, labelled_pairs
+
+    print("== near-duplicate set ==")
+    old_fp, old_parse = load_before(args.before)
+    config = Config()
+    k = config.update.simhash_max_distance
+    block = config.fetch.simhash_block_min_bytes
+    pairs = labelled_pairs()
+    pages = {}
+    for pair in pairs:
+        pages[pair.a_url + "#" + str(id(pair.a))] = (pair.a, pair.a_url)
+        pages[pair.b_url + "#" + str(id(pair.b))] = (pair.b, pair.b_url)
+    distinct_pages = list({(body, url) for body, url in pages.values()})
+
+    def cpu_ms(fn, items, repeat=5) -> float:
+        """Mean over the items of each item's best of ``repeat`` CPU times: the machine is
+        shared, and the best of a few runs is the least disturbed by other processes."""
+        total = 0.0
+        for item in items:
+            best = float("inf")
+            for _ in range(repeat):
+                started = time.thread_time()
+                fn(*item)
+                best = min(best, time.thread_time() - started)
+            total += best
+        return total * 1000 / len(items)
+
+    old_parse.parse_html(*distinct_pages[0])
+    parse_html(*distinct_pages[0])
+    before_ms = cpu_ms(old_parse.parse_html, distinct_pages)
+    after_ms = cpu_ms(lambda body, url: parse_html(body, url, block_min_bytes=block), distinct_pages)
+    texts = [old_parse.parse_html(body, url).text for body, url in distinct_pages]
+    fp_before = cpu_ms(lambda text: old_fp.fingerprints(text, collapsed=True), [(t,) for t in texts])
+
+    def blocks_of(body, url):
+        root = old_parse._tree(body, *old_parse._decode(body, None))
+        scan = _scan(root, "crawlbot")
+        _clear(scan.hidden)
+        _clear(scan.noscripts)
+        text = _visible_text(root)
+        return root, text
+
+    trees = [blocks_of(body, url) for body, url in distinct_pages]
+    main_ms = cpu_ms(lambda root, text: _main_blocks(root, text, block), trees, repeat=1)  # it edits the tree
+    blocks = [_main_blocks(*blocks_of(body, url), block) for body, url in distinct_pages]
+    fp_after = cpu_ms(lambda text, bl: (content_hash(text), simhash64_blocks(bl)),
+                      [(text, bl) for (_, text), bl in zip(trees, blocks)])
+
+    before, after = {}, {}
+    for pair in pairs:
+        for result, parse in ((before, old_parse.parse_html),
+                              (after, lambda body, url: parse_html(body, url, block_min_bytes=block))):
+            a, b = parse(pair.a, pair.a_url), parse(pair.b, pair.b_url)
+            result[id(pair)] = hamming(a.simhash, b.simhash)
+    print(f"  {len(pairs)} labelled pairs ({sum(p.label for p in pairs)} copies), {len(distinct_pages)} pages; "
+          f"before = {args.before}, k = {k}, fetch.simhash_block_min_bytes = {block}")
+    print(f"  {'kind':<22}{'label':>6}{'pairs':>6}{'found before':>14}{'found after':>13}")
+    for kind in POSITIVE_KINDS + NEGATIVE_KINDS:
+        mine = [p for p in pairs if p.kind == kind]
+        hit_before = sum(before[id(p)] <= k for p in mine) / len(mine)
+        hit_after = sum(after[id(p)] <= k for p in mine) / len(mine)
+        print(f"  {kind:<22}{str(mine[0].label):>6}{len(mine):>6}{hit_before:>14.2f}{hit_after:>13.2f}")
+
+    def precision_recall(distances: dict, within) -> tuple[float, float]:
+        tp = sum(1 for p in pairs if p.label and within(distances[id(p)]))
+        fp = sum(1 for p in pairs if not p.label and within(distances[id(p)]))
+        fn = sum(1 for p in pairs if p.label and not within(distances[id(p)]))
+        return tp / max(1, tp + fp), tp / max(1, tp + fn)
+
+    print("  SimHash 64-bit, precision / recall by distance k:")
+    for kk in range(3, 9):
+        pb, rb = precision_recall(before, lambda d: d <= kk)
+        pa, ra = precision_recall(after, lambda d: d <= kk)
+        mark = "  <- update.simhash_max_distance" if kk == k else ""
+        print(f"    k={kk}: before P {pb:.3f} R {rb:.3f}   after P {pa:.3f} R {ra:.3f}{mark}")
+    print(f"  CPU per page: parse_html {before_ms:.3f} ms before, {after_ms:.3f} ms after; "
+          f"fingerprints alone {fp_before:.3f} ms before, {fp_after:.3f} ms after "
+          f"(+ main-content blocks {main_ms:.3f} ms)")
+    report_minhash_on_set(pairs, {id(p): (old_parse.parse_html(p.a, p.a_url).text, old_parse.parse_html(p.b, p.b_url).text)
+                                  for p in pairs})
+
+
+def report_minhash_on_set(pairs, texts) -> None:
+    """MinHash (datasketch, 128 permutations) of whole-text word 3-shingles: the estimated
+    Jaccard similarity of each pair against thresholds, and its CPU per page."""
+    try:
+        from datasketch import MinHash
+    except ImportError:
+        print("  (MinHash skipped: datasketch is in the bench extra)")
+        return
+
+    def shingles(text: str) -> list[bytes]:
+        words = text.lower().split()
+        return list({" ".join(words[i:i + 3]).encode() for i in range(max(1, len(words) - 2))})
+
+    cache = {}
+    started = time.process_time()
+    for p in pairs:
+        for text in texts[id(p)]:
+            if text not in cache:
+                m = MinHash(num_perm=128)
+                m.update_batch(shingles(text))
+                cache[text] = m
+    ms = (time.process_time() - started) * 1000 / len(cache)
+    sims = {id(p): cache[texts[id(p)][0]].jaccard(cache[texts[id(p)][1]]) for p in pairs}
+    for threshold in (0.5, 0.7, 0.8, 0.9):
+        tp = sum(1 for p in pairs if p.label and sims[id(p)] >= threshold)
+        fp = sum(1 for p in pairs if not p.label and sims[id(p)] >= threshold)
+        fn = sum(1 for p in pairs if p.label and sims[id(p)] < threshold)
+        print(f"  MinHash 128 perm, whole text, J >= {threshold}: P {tp / max(1, tp + fp):.3f} "
+              f"R {tp / max(1, tp + fn):.3f}  {ms:.2f} CPU-ms/page")
+
+
+# --- 3. freshness --------------------------------------------------------------------------
 def run_freshness(args) -> None:
     print("== freshness ==")
     step_s = args.step_hours * 3600
@@ -326,7 +485,8 @@ def uniform_freshness(web, pages: list[str], budget: int, start: float, end: flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=["dedup", "freshness"])
+    parser.add_argument("--only", choices=["dedup", "neardup-set", "freshness"])
+    parser.add_argument("--before", default=BEFORE_REV, help="git revision of the 'before' fingerprints")
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--pattern-per-cycle", type=int, default=10)
@@ -336,6 +496,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.only in (None, "dedup"):
         run_dedup_traps(args)
+    if args.only in (None, "neardup-set"):
+        run_neardup_set(args)
     if args.only in (None, "freshness"):
         run_freshness(args)
 

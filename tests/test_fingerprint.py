@@ -113,16 +113,22 @@ def test_simhash_of_numbers_only_still_depends_on_them():
 
 
 def test_near_duplicates_are_within_3_bits():
-    # Expected distance for d changed features of N is about 64/pi * sqrt(2d/N): ~1 bit
-    # here. Each case is one fixed text, so the test is deterministic.
+    # Expected distance for d changed features of N distinct ones is about
+    # 64/pi * sqrt(2d/N): ~1-1.5 bits here, so a few cases reach 4. Each case is one fixed
+    # text, so the test is deterministic; it fails when more than 5 of the 30 miss. (With
+    # each occurrence of a shingle counted, all 30 were within 3 bits, but different
+    # Japanese and Thai pages were too: tests/test_fingerprint_scripts.py.)
+    distances = []
     for seed in range(10):
         text = english(seed)
-        assert hamming(simhash64(with_date(text, "12 March 2024")),
-                       simhash64(with_date(text, "3 April 2025"))) <= 3
+        distances.append(hamming(simhash64(with_date(text, "12 March 2024")),
+                                 simhash64(with_date(text, "3 April 2025"))))
         words = text.split()
         words[len(words) // 2] = "changed"
-        assert hamming(simhash64(text), simhash64(" ".join(words))) <= 3
-        assert hamming(simhash64(text), simhash64(text + " One more sentence at the end.")) <= 3
+        distances.append(hamming(simhash64(text), simhash64(" ".join(words))))
+        distances.append(hamming(simhash64(text), simhash64(text + " One more sentence at the end.")))
+    assert sum(1 for d in distances if d <= 3) >= 25, distances
+    assert max(distances) <= 5, distances
 
 
 def test_different_texts_are_far_apart():

@@ -16,6 +16,9 @@ import it through pytest's ``pythonpath = ["."]``, scripts through the repositor
   :mod:`testweb.hostile`: optional kinds of hosts (crawler traps, labelled near-duplicates,
   pages that change on a virtual clock, hostile servers), off unless asked for
   (``traps=True``...).
+- :mod:`testweb.neardup_set`: a labelled set of near-duplicate page pairs, served by no
+  host (scored on the bodies); :mod:`testweb.languages`: filler text in Japanese, Chinese,
+  Thai, Korean and Arabic.
 - :mod:`testweb.respond`: server glue (rendering a page, conditional requests, HTTP dates);
   :mod:`testweb.server`: the asyncio HTTP/1.1 server and its JSON-lines request log.
 - :mod:`testweb.harness`: :class:`TestWeb`, which runs the server in a subprocess.

@@ -13,7 +13,11 @@ WARC write. ``scripts/bench_parse.py`` times every step; on the 2-vCPU developme
 page with 133 links takes about 0.88 ms of CPU, of which lxml's parse is ~0.18 ms, the walks
 over the tree ~0.14 ms, the links ~0.24 ms, the text ~0.1 ms and the fingerprints ~0.13 ms;
 a page of the test web bench_fetch.py crawls (29 KB, 5,000 words, 7 links) ~0.57 ms,
-of which ~0.23 ms are the fingerprints of its long text.
+of which ~0.23 ms are the fingerprints of its long text. The SimHash of the main content
+(:func:`_main_blocks`, GitHub issue #13 section 3) added ~0.3 ms a page on the pages of
+testweb.neardup_set (0.47 -> 0.77 ms, best of 5 per page on a machine loaded ~5x over its
+2 cores: ``scripts/bench_update.py --only neardup-set``), about a third of it marking and
+cutting the paragraphs, the rest sorting the shingles to count each once.
 So the tree is walked with lxml's C iterators filtered by tag (each element a walk yields
 costs a Python proxy), the text is collected by one XPath ``normalize-space()`` call, links
 are resolved by string concatenation (cycles.urls.link_resolver; ``urljoin`` is 5-10 times slower), and the fingerprints
@@ -50,6 +54,9 @@ from lxml import etree
 
 from cycles.fingerprint import collapse_other_whitespace, collapse_whitespace, fingerprints
 from cycles.urls import link_resolver, split_url
+
+SIMHASH_BLOCK_MIN_BYTES = 200
+"""Default of ``fetch.simhash_block_min_bytes`` (cycles.config), for callers without a config."""
 
 ANCHOR_MAX_CHARS = 200
 """Anchor texts are cut to this many characters (after collapsing whitespace)."""
@@ -119,7 +126,8 @@ class ParsedPage:
     """cycles.fingerprint.content_hash(text)."""
 
     simhash: int = 0
-    """cycles.fingerprint.simhash64(text), unsigned 64-bit."""
+    """cycles.fingerprint.simhash64 of the page's main text (``_main_text``: the text less
+    its boilerplate), unsigned 64-bit."""
 
     encoding: str = "utf-8"
     """WHATWG name (lower case) of the encoding the body was decoded with."""
@@ -341,12 +349,13 @@ def _text_of(element: etree._Element) -> str:
 
 
 def parse_html(body: bytes, url: str, content_type: str | None = None,
-               agent: str = "crawlbot") -> ParsedPage:
+               agent: str = "crawlbot", block_min_bytes: int = SIMHASH_BLOCK_MIN_BYTES) -> ParsedPage:
     """Parse one HTML body fetched from ``url`` (an absolute http(s) URL).
 
     ``content_type`` is the response's Content-Type header (for its charset); ``agent`` is
     our robots.txt product token (``fetch.robots_agent``): ``<meta name=crawlbot>`` counts
-    like ``<meta name=robots>``. Never raises on page content (see the module doc).
+    like ``<meta name=robots>``; ``block_min_bytes`` is ``fetch.simhash_block_min_bytes``
+    (see :func:`_main_text`). Never raises on page content (see the module doc).
     """
     text, encoding = _decode(body, content_type)
     root = _tree(body, text, encoding)
@@ -357,7 +366,7 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
     links, canonical = _links(scan, url)
     _clear(scan.noscripts)
     text = _visible_text(root)
-    content_hash, simhash = fingerprints(text, collapsed=True)
+    content_hash, simhash = fingerprints(text, collapsed=True, blocks=_main_blocks(root, text, block_min_bytes))
     return ParsedPage(title=scan.title, text=text, links=links, canonical=canonical,
                       noindex=scan.noindex, nofollow=scan.nofollow, content_hash=content_hash,
                       simhash=simhash, encoding=encoding)
@@ -576,6 +585,81 @@ def _links(scan: _Scan, url: str) -> tuple[list[Link], str | None]:
         append(Link(target, anchor, nofollow))
     canonical = resolve(scan.canonical_href) if scan.canonical_href is not None else None
     return links, canonical
+
+
+_BOILERPLATE_TAGS = ("header", "nav", "footer", "aside")
+"""HTML5 sectioning elements around a page's content. (Not form: ASP.NET pages wrap the
+whole body in one.)"""
+_MAIN_TAGS = ("main", "article")
+_BLOCK_START, _BLOCK_END = "\ue000", "\ue001"
+"""Mark a paragraph's start and end in the tree (private-use characters: no page means
+anything by them)."""
+_BLOCKS = ("p", "pre", "blockquote", "dd")
+"""Elements whose text is one block of prose (containers such as div, td and li are not:
+their text is everything inside, boilerplate included)."""
+
+
+def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[str]:
+    """The text the SimHash is taken of, in blocks: the page's content without what
+    surrounds it. (Blocks, because shingles do not cross from one to the next:
+    :func:`cycles.fingerprint.simhash64_blocks`.)
+
+    Near-duplicates differ mostly around the content: another site's header and footer
+    (syndication), another advertisement, a session line, a print view without any of it
+    (GitHub issue #13, section 3; measured on testweb.neardup_set by
+    scripts/bench_update.py). So, on the already-parsed tree (the full text is taken):
+
+    1. header, nav, footer and aside elements are emptied;
+    2. the first ``<main>`` or ``<article>`` is the content, if there is one;
+    3. of its paragraphs (p, pre, blockquote, dd), those of fewer than ``block_min_bytes``
+       UTF-8 bytes (menus, taglines, advertisements, footers, date and session lines of
+       unmarked pages, short comments) are left out.
+
+    Each step that would leave too little falls back to the text before it: blocks under
+    a third of the content's text, or a content under ``block_min_bytes``, is a page this
+    reading does not fit (a list of links, a page of short lines), and the whole text
+    fingerprints it better than a fragment. The exact-duplicate content hash is always
+    taken of the whole text.
+
+    Measured, not kept: emptying elements whose id or class names boilerplate (``ad-box``,
+    ``sidebar``, ``footer``) and ARIA roles (navigation, banner ...) found no more pairs of
+    the set than the paragraph length rule alone, and finding them (an XPath over every
+    element with an id or class) cost ~0.25 ms on bench_parse.py's 30 KB pages, as much as
+    the rest of this function.
+    """
+    body = root.find("body")
+    if body is None or not text:
+        return [text]
+    for element in list(body.iter(*_BOILERPLATE_TAGS)):
+        element.clear(keep_tail=True)
+    main = next(body.iter(*_MAIN_TAGS), body)
+    # Each paragraph's start and end are marked in the tree, and one normalize-space() of
+    # the content is cut at the marks: an XPath call per paragraph cost twice as much.
+    for element in main.iter(*_BLOCKS):
+        _mark(element)
+    pieces = collapse_other_whitespace(_text_of(main)).split(_BLOCK_END)
+    content = sum(len(piece) for piece in pieces) - len(_BLOCK_START) * (len(pieces) - 1)
+    if content < block_min_bytes:
+        return [text]
+    # A piece is the loose text since the last paragraph (headings, a div's own text, link
+    # lists), then the paragraph: only what follows the last start mark is the paragraph.
+    # UTF-8 bytes measure a paragraph's information across scripts better than characters:
+    # a CJK character (3 bytes) says about as much as a few Latin letters.
+    blocks = [block for block in (piece.rpartition(_BLOCK_START)[2] for piece in pieces[:-1])
+              if len(block.encode()) >= block_min_bytes]
+    kept = sum(len(block) for block in blocks)
+    return blocks if 3 * kept >= content else ["".join(pieces).replace(_BLOCK_START, "")]
+
+
+def _mark(element: etree._Element) -> None:
+    """Put _BLOCK_START before the element's content and _BLOCK_END after it."""
+    inner, tail = element.text, element.tail
+    try:
+        element.text = _BLOCK_START + inner if inner else _BLOCK_START
+        element.tail = _BLOCK_END + tail if tail else _BLOCK_END
+    except ValueError:  # control characters libxml2 kept (see _scan)
+        element.text = _BLOCK_START + _XML_INCOMPATIBLE.sub(" ", inner or "")
+        element.tail = _BLOCK_END + _XML_INCOMPATIBLE.sub(" ", tail or "")
 
 
 def _visible_text(root: etree._Element) -> str:

@@ -360,7 +360,8 @@ class PartitionFetcher:
             self._fetched(transfer, O.TOO_LARGE, [], error="body does not inflate within the size cap", **common)
             return
         try:
-            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent)
+            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent,
+                              self.fc.simhash_block_min_bytes)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
             self._fetched(transfer, O.PARSE_ERROR, [], error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
