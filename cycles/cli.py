@@ -63,8 +63,14 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def one_line(text: str) -> str:
+    """The message on one line, at most MAX_MESSAGE_CHARS: a long one loses its middle, not its
+    end, because messages end with the fix (a deep store path once pushed `crawl abandon
+    SEGMENT` out of a corrupt fetch list's message)."""
     line = " ".join(str(text).split())
-    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 1] + "\u2026"
+    if len(line) <= MAX_MESSAGE_CHARS:
+        return line
+    head = MAX_MESSAGE_CHARS * 3 // 5
+    return line[:head] + "\u2026" + line[len(line) - (MAX_MESSAGE_CHARS - head - 1):]
 
 
 def _chain(exc: BaseException):

@@ -290,3 +290,13 @@ def test_a_full_disk_in_a_real_process(tmp_path):
     Path(re.search(r"traceback in (\S+)\)", result.stderr).group(1)).unlink()
     assert Store(tmp_path / "data").manifest() is None  # nothing installed
     assert not [p for p in (tmp_path / "data" / "crawldb").rglob("*") if p.suffix in (".parquet", ".tmp")]
+
+
+def test_a_long_message_keeps_its_start_and_its_fix():
+    """Messages end with the fix: shortening one to MAX_MESSAGE_CHARS drops its middle."""
+    from cycles.cli import MAX_MESSAGE_CHARS, one_line
+
+    text = "fetch: /very/deep/store/path " + "detail\n" * 500 + "; give it up with `crawl abandon SEG`"
+    line = one_line(text)
+    assert len(line) == MAX_MESSAGE_CHARS and "\n" not in line
+    assert line.startswith("fetch: /very/deep/store/path") and line.endswith("`crawl abandon SEG`")

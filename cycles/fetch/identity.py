@@ -16,6 +16,7 @@ from typing import Iterable
 
 from cycles import segment as seg
 from cycles.config import Config, FetchConfig
+from cycles.errors import StoreError
 from cycles.store import Store
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,11 @@ def warn_if_placeholder_agent(store: Store, config: Config, segment: str) -> Non
     global _warned
     if _warned or config.fetch.user_agent != PLACEHOLDER_USER_AGENT:
         return
-    message = placeholder_agent_warning(config, fetch_list_hosts(store, segment))
+    try:
+        hosts = fetch_list_hosts(store, segment)
+    except StoreError:
+        return  # a damaged fetch list: the partition that reads it stops with the fix (crawl abandon)
+    message = placeholder_agent_warning(config, hosts)
     if message is not None:
         _warned = True
         log.warning(message)
