@@ -77,10 +77,9 @@ def warn_if_placeholder_agent(store: Store, config: Config, segment: str) -> Non
     if _warned or config.fetch.user_agent != PLACEHOLDER_USER_AGENT:
         return
     try:
-        hosts = fetch_list_hosts(store, segment)
+        message = placeholder_agent_warning(config, fetch_list_hosts(store, segment))
     except StoreError:
         return  # a damaged fetch list: the partition that reads it stops with the fix (crawl abandon)
-    message = placeholder_agent_warning(config, hosts)
     if message is not None:
         _warned = True
         log.warning(message)
