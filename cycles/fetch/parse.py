@@ -349,13 +349,14 @@ def _text_of(element: etree._Element) -> str:
 
 
 def parse_html(body: bytes, url: str, content_type: str | None = None,
-               agent: str = "crawlbot", block_min_bytes: int = SIMHASH_BLOCK_MIN_BYTES) -> ParsedPage:
+               agent: str = "crawlbot", block_min_bytes: int | None = None) -> ParsedPage:
     """Parse one HTML body fetched from ``url`` (an absolute http(s) URL).
 
     ``content_type`` is the response's Content-Type header (for its charset); ``agent`` is
     our robots.txt product token (``fetch.robots_agent``): ``<meta name=crawlbot>`` counts
     like ``<meta name=robots>``; ``block_min_bytes`` is ``fetch.simhash_block_min_bytes``
-    (see :func:`_main_text`). Never raises on page content (see the module doc).
+    (see :func:`_main_blocks`), or None for a SimHash of the whole text
+    (``fetch.simhash_main_content = false``). Never raises on page content (see the module doc).
     """
     text, encoding = _decode(body, content_type)
     root = _tree(body, text, encoding)
@@ -366,7 +367,8 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
     links, canonical = _links(scan, url)
     _clear(scan.noscripts)
     text = _visible_text(root)
-    content_hash, simhash = fingerprints(text, collapsed=True, blocks=_main_blocks(root, text, block_min_bytes))
+    blocks = _main_blocks(root, text, block_min_bytes) if block_min_bytes is not None else None
+    content_hash, simhash = fingerprints(text, collapsed=True, blocks=blocks)
     return ParsedPage(title=scan.title, text=text, links=links, canonical=canonical,
                       noindex=scan.noindex, nofollow=scan.nofollow, content_hash=content_hash,
                       simhash=simhash, encoding=encoding)

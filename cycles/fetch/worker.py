@@ -361,7 +361,7 @@ class PartitionFetcher:
             return
         try:
             page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent,
-                              self.fc.simhash_block_min_bytes)
+                              self.fc.simhash_block_min_bytes if self.fc.simhash_main_content else None)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
             self._fetched(transfer, O.PARSE_ERROR, [], error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],

@@ -6,7 +6,12 @@ SimHash leaves out what surrounds the content (issue #13, section 3).
 
 from __future__ import annotations
 
-from cycles.fetch.parse import parse_html
+import functools
+
+from cycles.fetch.parse import SIMHASH_BLOCK_MIN_BYTES, parse_html as parse_whole
+
+# fetch.simhash_main_content = true: the SimHash of the main content's paragraphs.
+parse_html = functools.partial(parse_whole, block_min_bytes=SIMHASH_BLOCK_MIN_BYTES)
 from cycles.fingerprint import content_hash, hamming, simhash64, simhash64_blocks
 from testweb.model import paragraphs
 
@@ -90,3 +95,12 @@ def test_simhash64_blocks_ignores_block_order_and_equals_simhash64_for_one_block
     assert simhash64_blocks(PARAS) == simhash64_blocks(PARAS[::-1]) == simhash64_blocks(["", *PARAS, " "])
     assert hamming(simhash64(" ".join(PARAS)), simhash64(" ".join(PARAS[::-1]))) > 0
     assert simhash64_blocks(["日本語の文章です。" * 20, "ภาษาไทย" * 20]) == simhash64_blocks(["ภาษาไทย" * 20, "日本語の文章です。" * 20])
+
+
+def test_without_main_content_the_simhash_is_of_the_whole_text():
+    """fetch.simhash_main_content = false (the default): parse_html's SimHash is the whole
+    text's, header and footer included."""
+    body = page("<header>" + "site header words " * 20 + "</header>", prose(PARAS[:6]))
+    whole = parse_whole(body, URL)
+    assert whole.simhash == simhash64(whole.text)
+    assert parse_html(body, URL).simhash != whole.simhash
