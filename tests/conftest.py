@@ -111,6 +111,10 @@ def _tmp_parent() -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The fast tier draws fewer random examples per property (tests/examples.py); the
+    # decision is made before test modules are imported, the same way in xdist workers.
+    if (config.option.markexpr or "").replace(" ", "") == "notweb":
+        os.environ["CRAWL_TEST_FAST"] = "1"
     # xdist workers arrive with the controller's basetemp already set: only the first
     # process chooses, and only it removes the folder at the end.
     if config.option.basetemp is not None:

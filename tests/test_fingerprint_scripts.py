@@ -20,6 +20,7 @@ from cycles.config import Config
 from cycles.fingerprint import hamming, simhash64
 from testweb import languages
 from testweb.languages import DATE_LINES, LANGUAGES
+from tests.examples import examples
 
 K = Config().update.simhash_max_distance
 """Pages within this many bits are near-duplicates (update's default)."""
@@ -92,14 +93,14 @@ def test_one_changed_character_keeps_a_page_a_near_duplicate(language):
 
 # Properties over many seeds and sizes. Derandomised: a failure is a fact about the
 # fingerprint, reproducible in CI, not a flake.
-@settings(max_examples=30, derandomize=True, deadline=None)
+@settings(max_examples=examples(30), derandomize=True, deadline=None)
 @given(language=st.sampled_from(LANGUAGES), seed=st.integers(0, 10**6), other=st.integers(1, 10**6),
        count=st.integers(40, 400))
 def test_property_different_texts_are_apart(language, seed, other, count):
     assert distance(languages.text(language, seed, count), languages.text(language, seed + other, count)) >= APART
 
 
-@settings(max_examples=30, derandomize=True, deadline=None)
+@settings(max_examples=examples(30), derandomize=True, deadline=None)
 @given(language=st.sampled_from(LANGUAGES), seed=st.integers(0, 10**6), count=st.integers(20, 300),
        inserts=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(["2024", "12:30", "、", "，", " - ", "!", "(3)", "\u00a0"])),
                         min_size=1, max_size=10))

@@ -23,6 +23,7 @@ from cycles.hostdb import MERGE_SQL, hostdb_files, load_host_state, merge_hostdb
 from cycles.status import open_views
 from cycles.store import Manifest, Store, new_id, utcnow
 from cycles.urls import host_hash
+from tests.examples import examples
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -279,7 +280,7 @@ def _table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema.HOSTS)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(rows=st.lists(host_row(), max_size=12), cuts=st.lists(st.integers(0, 12), max_size=3), seed=st.integers(0, 99))
 def test_both_merges_follow_one_rule_in_any_order_and_grouping(rows, cuts, seed):
     """Fetch merges host DB rows with unmerged segments' rows (merge_host_rows); update merges

@@ -27,6 +27,7 @@ from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_support import fast_config, make_segment
+from tests.examples import examples
 
 text = st.text(max_size=20)
 
@@ -40,7 +41,7 @@ text = st.text(max_size=20)
                       "outlinks_rows": st.integers(0, 10**6), "warc_bytes": st.none() | st.integers(0, 10**9)}),
                      max_size=5)),
        st.builds(seg.Abandoned, segment=text, reason=text))
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_every_marker_survives_its_json(generated, fetched, abandoned):
     for marker in (generated, fetched, abandoned):
         assert type(marker).from_json(marker.to_json()) == marker

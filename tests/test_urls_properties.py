@@ -18,6 +18,7 @@ from cycles.config import UrlConfig
 from cycles.urls import (Normalizer, UrlFilter, canonical_mask, link_resolver, rejection_reason, remove_dot_segments,
                          resolve_location, url_authority)
 from tests.rfc3986 import resolve_reference
+from tests.examples import examples
 
 NORMALIZER = Normalizer(UrlConfig())
 FILTER = UrlFilter(UrlConfig())
@@ -80,7 +81,7 @@ def test_huge_port_is_unparseable():
     assert FILTER.reason(None) == "unparseable"
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(TEXT, BASES)
 @example("http://a:" + "9" * 5000, None)
 @example("x", "http://a:" + "9" * 5000)
@@ -88,7 +89,7 @@ def test_normalize_is_total_and_canonical(url, base):
     check_canonical(NORMALIZER.normalize(url, base))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(TEXT)
 def test_filter_and_rejection_reason_are_total(url):
     out = NORMALIZER.normalize(url)
@@ -101,7 +102,7 @@ def test_filter_and_rejection_reason_are_total(url):
         assert len(out) <= FILTER.max_length
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(TEXT, TEXT)
 def test_resolve_reference_is_total(ref, base):
     assert isinstance(resolve_reference(ref, base), str)
@@ -110,7 +111,7 @@ def test_resolve_reference_is_total(ref, base):
 LATIN1 = st.text(st.characters(max_codepoint=0xFF), max_size=40)  # a Location header, decoded as Latin-1
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.one_of(TEXT, HTTPISH), st.one_of(TEXT, HTTPISH, LATIN1))
 @example("http://a.example/p", "http://[a/")
 @example("http://a.example/p", "http://a\uff03b/")
@@ -129,7 +130,7 @@ def test_resolve_location_and_url_authority_are_total(base, location):
 PLAIN_PATH = st.text(st.sampled_from("ab/.?=&%-_~"), max_size=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(["http://a.example/b/c/d;p?q", "https://a.example/", "http://a.example/x/y/", "http://a.example"]),
        PLAIN_PATH)
 def test_the_link_resolver_agrees_with_rfc_3986(base, ref):
@@ -147,7 +148,7 @@ def test_the_link_resolver_agrees_with_rfc_3986(base, ref):
     assert link_resolver(base)(ref) == expected
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(TEXT, st.builds(lambda u: NORMALIZER.normalize(u) or u, HTTPISH)), max_size=30))
 def test_canonical_mask_only_skips_canonical_urls(urls):
     """outlinks.prepare_chunk skips the normaliser where canonical_mask says True: that is
@@ -159,7 +160,7 @@ def test_canonical_mask_only_skips_canonical_urls(urls):
             assert NORMALIZER.normalize(url) == url, url
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(TEXT, HTTPISH), max_size=30))
 def test_filter_reasons_column_agrees_with_reason(urls):
     """UrlFilter.reasons (Arrow kernels) gives UrlFilter.reason of every normalised URL."""
@@ -168,7 +169,7 @@ def test_filter_reasons_column_agrees_with_reason(urls):
     assert column == [FILTER.reason(u) for u in normalised]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(TEXT, HTTPISH, st.builds(lambda u: NORMALIZER.normalize(u) or u, HTTPISH)), max_size=30))
 def test_prepare_chunk_agrees_with_normalizer_and_filter(urls):
     """update's outlink preparation (canonical_mask skip + Arrow filter kernels) keeps and
@@ -210,7 +211,7 @@ def test_poison_base_href_falls_back_to_the_page_url(base_href):
     assert urls[0] in ("http://page.example/dir/x", base_href.rsplit("/", 1)[0] + "/x")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.none(), TEXT, HTTPISH), st.lists(st.one_of(TEXT, HTTPISH), max_size=5))
 @example("http://[a/", ["x"])
 def test_parse_html_link_resolution_is_total(base_href, hrefs):
@@ -252,7 +253,7 @@ def test_update_outlinks_count_poison_links():
 SEGMENT = st.sampled_from(["", ".", "..", "a", "b", "..a", ".b", "...", "%2e", "a.b"])
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(st.lists(SEGMENT, max_size=8))
 def test_remove_dot_segments_fast_path_agrees_with_rfc_steps(segments):
     """An absolute path takes remove_dot_segments' split-based path (the link resolver's);

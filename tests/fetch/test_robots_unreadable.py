@@ -21,6 +21,7 @@ from cycles.fetch.transfer import Request, Transfer
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.fetch.test_fetch_support import fast_config, fetch, paths, results
+from tests.examples import examples
 
 AGENT = "crawlbot"
 DISALLOW_ALL = b"User-agent: *\nDisallow: /\n"
@@ -158,7 +159,7 @@ def decisions(rules: RobotsRules) -> list[bool]:
     return [rules.allowed("https://example.com" + p) for p in PATHS]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(junk=st.binary(max_size=400))
 def test_junk_after_a_disallow_all_never_opens_the_site(junk):
     """Whatever follows ``Disallow: /`` — bytes that are not UTF-8, controls, NULs, a BOM, a
@@ -171,7 +172,7 @@ def test_junk_after_a_disallow_all_never_opens_the_site(junk):
     assert not any(decisions(rules))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(body=st.binary(max_size=300))
 def test_an_unreadable_answer_denies_everything_and_nothing_raises(body):
     rules = decide(body)
@@ -181,7 +182,7 @@ def test_an_unreadable_answer_denies_everything_and_nothing_raises(body):
         assert rules.allowed("https://example.com/robots.txt")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(lines=st.lists(LINES, max_size=25), cap=st.integers(min_value=1, max_value=400),
        newline=st.sampled_from(["\n", "\r\n", "\r"]))
 def test_a_capped_file_is_read_as_its_complete_lines_within_the_cap(lines, cap, newline):
@@ -194,7 +195,7 @@ def test_a_capped_file_is_read_as_its_complete_lines_within_the_cap(lines, cap, 
     assert decisions(decide(body, max_bytes=cap)) == decisions(decide(kept, max_bytes=cap))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(lines=st.lists(LINES, max_size=25), cap=st.integers(min_value=1, max_value=400),
        cuts=st.lists(st.integers(min_value=1, max_value=50), max_size=6))
 def test_stopping_the_download_at_the_cap_decides_as_the_whole_file_would(lines, cap, cuts):

@@ -24,6 +24,7 @@ from cycles.crawldb import current_bucket_files, pattern_hash_sql, replace_crawl
 from cycles.store import Store, new_id
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
+from tests.examples import examples
 
 BASE = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 HOSTS = ["a.example", "b.example", "c.example"]
@@ -119,7 +120,7 @@ def scenarios(draw):
 
 # 10 examples a run (each is a whole update, ~1 s): the fast tier stays fast, and every run
 # draws new ones, so the search goes on across runs.
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_update_keeps_one_row_per_url_and_never_goes_back_in_time(scenario):
     stored, listed, results, links = scenario
