@@ -46,24 +46,12 @@ from dataclasses import dataclass
 
 from testweb import languages
 from testweb.model import WORDS, mix, paragraphs
+from testweb.neardups import ADS, MONTH_NAMES  # the crawled web's ads and dates, reused
 
 POSITIVE_KINDS = ("date", "counter", "ad", "session", "boilerplate", "reordered", "print", "comment",
                   "edit", "update")
 NEGATIVE_KINDS = ("same-template", "same-template-short", "other-site", "shared-paragraphs")
 TEMPLATES = ("semantic", "divs", "table", "bare")
-
-ADS = (
-    "Fresh coffee beans roasted this morning and delivered to your door every week.",
-    "Learn a new language in ten minutes a day with our friendly teachers.",
-    "Cheap flights to sunny places this winter, book before the end of the month.",
-    "Comfortable running shoes for every road, now with free returns.",
-    "Fast and secure hosting for your small business website, first year free.",
-    "Handmade wooden furniture built to last a lifetime, visit our showroom.",
-    "Your garden deserves better tools, see the spring collection today.",
-)
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
-
 
 @dataclass(frozen=True)
 class Site:
@@ -126,7 +114,7 @@ class Dress:
 
 
 def _date(h: int) -> str:
-    return (f"{1 + (h >> 8) % 28} {MONTHS[h % 12]} {2020 + (h >> 16) % 5}, "
+    return (f"{1 + (h >> 8) % 28} {MONTH_NAMES[h % 12]} {2020 + (h >> 16) % 5}, "
             f"{(h >> 24) % 24:02d}:{(h >> 32) % 60:02d}")
 
 
