@@ -663,7 +663,8 @@ def export(segment: str = typer.Argument(..., help="Segment id (fetched or updat
            only: Optional[list[str]] = typer.Option(None, "--only", help="Write only this part: cdxj, index or "
                                                     "wet (repeatable; default all three)."),
            crawl: Optional[str] = typer.Option(None, "--crawl", help="The URL index's `crawl` column "
-                                               "(default: warc.file_prefix).")) -> None:
+                                               "(default: warc.file_prefix)."),
+           as_json: bool = JSON_OPTION) -> None:
     """Write a segment's CDXJ index (pywb), cc-index URL index (Parquet) and WET text into
     segments/<id>/archive/ (cycles/archive/export.py).
 
@@ -671,12 +672,17 @@ def export(segment: str = typer.Argument(..., help="Segment id (fetched or updat
     """
     from cycles.archive.export import PARTS, export_segment
 
+    started = start_command("export", as_json)
     result = run(export_segment, state.store, segment, state.config, tuple(only or PARTS), crawl)
+    if as_json:
+        return emit_json("done", started, segment=segment, records=result.records, cdxj_lines=result.cdxj_lines,
+                         index_rows=result.index_rows, wet_records=result.wet_records, files=result.files)
     typer.echo(f"export {segment}: {result.records} WARC records; {result.cdxj_lines} CDXJ lines, "
                f"{result.index_rows} index rows, {result.wet_records} WET records")
     for part, files in result.files.items():
         for name in files:
             typer.echo(f"  {part}: {name}")
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -314,3 +314,22 @@ def test_pywb_replays_the_304_revisited_page_with_the_earlier_body(crawl, pywb):
     status, _, body = replay(f"{pywb}/{capture_time(revisit)}id_/{url}")
     first = record_at(crawl["store"].segment_dir(crawl["first"]) / original["warc_file"], original["warc_offset"])
     assert status == 200 and body == first.body and body
+
+
+def test_export_prints_one_json_line_for_a_scheduler(crawl):
+    """`crawl export --json`: the scheduler contract of every stage (one JSON line on stdout)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cycles.cli import app
+
+    done = CliRunner().invoke(app, ["--data", str(crawl["store"].root), "export", crawl["second"], "--only", "cdxj",
+                                    "--json"])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert line["status"] == "done" and line["stage"] == "export" and line["segment"] == crawl["second"]
+    assert line["cdxj_lines"] == crawl["exports"][crawl["second"]].cdxj_lines > 0
+    assert list(line["files"]) == ["cdxj"]
