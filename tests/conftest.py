@@ -162,3 +162,24 @@ def two_cycles(tmp_path_factory):
         requests = web.requests()
     return {"store": store, "config": config, "log": log, "requests": requests, "writes": writes,
             "segments": store.segments(), "tmp": tmp}
+
+
+@pytest.fixture(scope="session")
+def small_crawl(tmp_path_factory) -> Store:
+    """Two cycles of a 2-host test web, shared by tests/test_views.py and tests/test_api.py
+    (they only read it): two crawl DB versions kept, two feed batches."""
+    from cycles.cycle import run_cycles
+    from cycles.inject import inject
+    from cycles.pages import batches
+
+    tmp = tmp_path_factory.mktemp("small-crawl")
+    with TestWeb(hosts=2, pages=3, page_bytes=2000, max_seconds=120) as web:
+        store = Store(tmp / "data")
+        config = config_for(web)
+        config.generate.max_urls_per_host = 2  # a short cycle: two requests a host, 1 s apart
+        config.fetch.processes = 1  # in-process: no pool to start for a few pages
+        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
+        log = list(run_cycles(store, config, cycles=2))
+    assert any("updated" in line for line in log), log
+    assert len(batches(store)) >= 2  # two feed batches: the cursor has somewhere to stop between
+    return store

@@ -11,28 +11,17 @@ import pytest
 import cycles
 from cycles import schema
 from cycles.config import Config
-from cycles.cycle import run_cycles
 from cycles.errors import CrawlError, LockedError
 from cycles.inject import inject
 from cycles.pages import batches, consumer_lock, read_cursor
 from cycles.status import crawl_status, open_views
 from cycles.store import Store
-from testweb.harness import TestWeb
-from tests.conftest import config_for, write_seeds
+from tests.conftest import write_seeds
 
 
 @pytest.fixture(scope="module")
-def crawled(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("api")
-    with TestWeb(hosts=2, pages=3, page_bytes=2000, max_seconds=120) as web:
-        store = Store(tmp / "data")
-        config = config_for(web)
-        config.generate.max_urls_per_host = 2  # a short cycle: two requests a host, 1 s apart
-        config.fetch.processes = 1  # in-process: no pool to start for a few pages
-        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
-        list(run_cycles(store, config, cycles=2))
-    assert len(batches(store)) >= 2  # two feed batches: the cursor has somewhere to stop between
-    return store
+def crawled(small_crawl):
+    return small_crawl
 
 
 @pytest.mark.web

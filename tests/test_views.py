@@ -1,7 +1,7 @@
 """The analysts' views (cycles/views.py): ``crawl sql``, ``crawl sql --views``, ``crawl schema``.
 
-One small crawl of the test web (one cycle, so the store keeps two crawl DB versions: the
-injected one and the updated one) is shared by the module; the printed views are run in a
+One small crawl of the test web (tests/conftest.py ``small_crawl``: two cycles, so the store
+keeps two crawl DB versions) is shared with tests/test_api.py; the printed views are run in a
 fresh DuckDB connection, as plain ``duckdb`` would run ``.read views.sql``. The S3 views
 run against the moto server of tests/test_s3.py.
 """
@@ -20,12 +20,10 @@ from typer.testing import CliRunner
 from cycles import schema
 from cycles.cli import app
 from cycles.config import Config
-from cycles.cycle import run_cycles
 from cycles.inject import inject
 from cycles.store import Store
 from cycles.views import output_format, schema_text, views_script
-from testweb.harness import TestWeb
-from tests.conftest import config_for, write_seeds
+from tests.conftest import write_seeds
 
 runner = CliRunner()
 
@@ -33,17 +31,8 @@ COUNT_BY_STATUS = "SELECT status, count(*)::BIGINT AS n, min(url) AS first_url F
 
 
 @pytest.fixture(scope="module")
-def crawled(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("views")
-    with TestWeb(hosts=2, pages=3, page_bytes=2000, max_seconds=120) as web:
-        store = Store(tmp / "data")
-        config = config_for(web)
-        config.generate.max_urls_per_host = 2  # a short cycle: two requests a host, 1 s apart
-        config.fetch.processes = 1  # in-process: no pool to start for a few pages
-        inject(store, config, write_seeds(tmp / "seeds.txt", web.seeds()))
-        log = list(run_cycles(store, config, cycles=1))
-    assert any("updated" in line for line in log), log
-    return store
+def crawled(small_crawl):
+    return small_crawl
 
 
 def crawl(store: Store, *args: str):
