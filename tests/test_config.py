@@ -140,6 +140,11 @@ def test_relations_between_settings():
         config_from_dict({"update": {"min_interval_s": 100, "max_interval_s": 10}})
     with pytest.raises(ConfigError, match="simhash_max_distance = 5 must be below update.simhash_blocks = 5"):
         config_from_dict({"update": {"simhash_max_distance": 5, "simhash_blocks": 5}})
+    # An S3 lock renewed less often than a third of its lease could run out after one failed renewal.
+    with pytest.raises(ConfigError, match="db.s3_lock_renew_s = 50.0 must be at most a third of db.s3_lock_lease_s = 120.0"):
+        config_from_dict({"db": {"s3_lock_renew_s": 50}})
+    with pytest.raises(ConfigError, match="s3_lock_lease_s"):
+        config_from_dict({"db": {"s3_lock_lease_s": 1}})  # below the rule's 5 s: renewals could not keep up
 
 
 def test_shapes_of_the_file():
