@@ -51,7 +51,8 @@ def plain_connection(**settings) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def connect(store: Store | None, config: Config, workers: int = 1) -> duckdb.DuckDBPyConnection:
+def connect(store: Store | None, config: Config, workers: int = 1, *,
+            own_database: bool = False) -> duckdb.DuckDBPyConnection:
     """The one way to open DuckDB: the configured memory limit and threads, UTC, a progress
     bar only on a terminal (:func:`progress_bar_wanted`).
 
@@ -65,19 +66,54 @@ def connect(store: Store | None, config: Config, workers: int = 1) -> duckdb.Duc
 
     ``workers``: how many processes run such connections at once; they split the memory
     limit and the threads.
+
+    The connection is a cursor on a database this process keeps for these settings
+    (:func:`shared_database`): opening a DuckDB database starts its thread pool, ~35 ms,
+    and a cycle opened nine. A cursor's temporary tables and registered Arrow tables are its
+    own, so stages cannot see each other's. ``own_database``: a database of its own instead,
+    for callers that create persistent objects (``crawl sql``'s views), which would
+    otherwise outlive the call in the shared one.
     """
-    con = plain_connection()
-    if store is not None:
-        spill = store.scratch_dir()
+    memory_limit = share_of_memory(config.db.duckdb_memory_limit, workers)
+    threads = max(1, int(config.db.duckdb_threads) // max(1, workers))
+    spill = str(store.scratch_dir() if store is not None
+                else Path(tempfile.gettempdir()) / f"crawl-duckdb-{os.getpid()}.duckdb-tmp")
+    keep_order = store is None
+    if own_database:
+        con = plain_connection()
+        con.execute(f"SET temp_directory = '{spill}'")
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
     else:
-        spill = Path(tempfile.gettempdir()) / f"crawl-duckdb-{os.getpid()}.duckdb-tmp"
-    con.execute(f"SET memory_limit = '{share_of_memory(config.db.duckdb_memory_limit, workers)}'")
-    con.execute(f"SET threads = {max(1, int(config.db.duckdb_threads) // max(1, workers))}")
-    con.execute(f"SET temp_directory = '{spill}'")
-    con.execute("SET TimeZone = 'UTC'")
-    if store is not None:
-        con.execute("SET preserve_insertion_order = false")
+        con = shared_database(spill, keep_order).cursor()
+        # A session setting: each cursor starts from DuckDB's default.
+        con.execute(f"SET enable_progress_bar = {str(progress_bar_wanted()).lower()}")
+    # The database's limits, set for this caller: a process runs one stage's work at a time.
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute(f"SET threads = {threads}")
     return con
+
+
+SHARED_DATABASES: dict[tuple[str, bool], duckdb.DuckDBPyConnection] = {}
+SHARED_DATABASES_KEPT = 4
+"""Spill folders (in practice: stores) with a database kept open per process; the least
+recently used is dropped first (its cursors keep it alive until they close)."""
+
+
+def shared_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
+    """This process's in-memory database spilling into ``spill``, opened on first use."""
+    key = (spill, keep_order)
+    if key in SHARED_DATABASES:
+        SHARED_DATABASES[key] = SHARED_DATABASES.pop(key)  # most recently used last
+        return SHARED_DATABASES[key]
+    while len(SHARED_DATABASES) >= SHARED_DATABASES_KEPT:
+        SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))
+    root = duckdb.connect()
+    root.execute(f"SET temp_directory = '{spill}'")
+    root.execute("SET TimeZone = 'UTC'")
+    root.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+    SHARED_DATABASES[key] = root
+    return root
 
 
 def bucket_of(host_hash_sql: str, buckets: int) -> str:

@@ -197,8 +197,9 @@ def open_views(store: Store, config: Config, verify: bool = True) -> duckdb.Duck
     """A DuckDB connection with the views over the current crawl. ``verify``: check every
     page of the crawl DB first (:func:`crawl_files`)."""
     # store=None: spills under the system temp folder, so that a read-only store works and
-    # stays byte-identical.
-    con = connect(None, config)
+    # stays byte-identical. A database of its own: the views must not outlive this
+    # connection in the process's shared one, nor meet another store's views there.
+    con = connect(None, config, own_database=True)
     files = crawl_files(store, verify=verify)
     for statement in view_statements(store, files, con):
         con.execute(statement)
