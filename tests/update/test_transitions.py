@@ -77,7 +77,7 @@ def seconds_until(row) -> float:
     return (row["next_fetch"] - row["_fetched_at"]).total_seconds()
 
 
-@pytest.mark.parametrize("outcome, extra, status, next_in_s", [
+OUTCOMES = [
     ("ok", {"http_status": 200, "content_hash": "a" * 32, "simhash": 5}, "fetched", 14 * DAY),
     ("not_modified", {"http_status": 304}, "not_modified", 14 * DAY),
     ("redirect", {"http_status": 301, "redirect_to": "http://h.example/new"}, "redirected", 14 * DAY),
@@ -88,9 +88,33 @@ def seconds_until(row) -> float:
     ("server_error", {"http_status": 503}, "error", 1 * DAY),
     ("network_error", {}, "error", 1 * DAY),
     ("parse_error", {"http_status": 200}, "error", 1 * DAY),
-])
-def test_outcome_sets_status_and_next_fetch(store, config, tmp_path, outcome, extra, status, next_in_s):
-    row = cycle_once(store, config, tmp_path, {"outcome": outcome, **extra})
+]
+
+
+@pytest.fixture(scope="module")
+def every_outcome_once(tmp_path_factory) -> dict[str, dict]:
+    """One segment holding a URL per outcome, fetched and updated once: each outcome's row
+    is computed from its own old row and result, so one generate → update serves every case
+    (a cycle each took ~1 s)."""
+    tmp = tmp_path_factory.mktemp("outcomes")
+    store, config = Store(tmp / "data"), Config()
+    config.db.buckets = 2
+    urls = {outcome: f"http://h.example/{outcome}" for outcome, *_ in OUTCOMES}
+    (tmp / "seeds.txt").write_text("\n".join(urls.values()) + "\n")
+    inject(store, config, tmp / "seeds.txt")
+    generated = generate(store, config)
+    assert generated.urls == len(urls)
+    fetched_at = utcnow()
+    fetch_result(store, generated.segment, [{"url": urls[outcome], "fetched_at": fetched_at, "outcome": outcome,
+                                              **extra} for outcome, extra, *_ in OUTCOMES])
+    update_segment(store, config, generated.segment)
+    table = rows(store)
+    return {outcome: {**table[url], "_fetched_at": fetched_at} for outcome, url in urls.items()}
+
+
+@pytest.mark.parametrize("outcome, extra, status, next_in_s", OUTCOMES, ids=[case[0] for case in OUTCOMES])
+def test_outcome_sets_status_and_next_fetch(every_outcome_once, outcome, extra, status, next_in_s):
+    row = every_outcome_once[outcome]
     assert row["status"] == status
     assert seconds_until(row) == pytest.approx(next_in_s, abs=5)
 
