@@ -2,7 +2,7 @@
 
 Switched on with ``Web(..., sitemaps=True)`` (``serve --sitemaps``, ``TestWeb(sitemaps=True)``);
 the hosts live on ``127.0.61.x`` (:data:`~testweb.model.KIND_IP_PREFIX`). Each has ``/``
-linking ``/p/0.html`` (and that page back home), and:
+(on ``sm-good`` linking ``/p/0.html``), and:
 
 - ``sm-good``: robots.txt disallows ``/private/`` and names ``/index.xml`` (an index of
   ``/s1.xml.gz``, a gzipped urlset, and ``/s2.txt``, a text sitemap), ``/private/sitemap.xml``
@@ -13,7 +13,8 @@ linking ``/p/0.html`` (and that page back home), and:
   ``/fresh.html`` finds it changed since.
 - ``sm-bomb``: names ``/bomb.xml.gz``, a gzip file that inflates to :data:`BOMB_MIB` MiB.
 - ``sm-huge``: names ``/huge.xml``, a urlset of :data:`HUGE_ENTRIES` (10 million) entries
-  made as they are sent (chunked), so the server never holds them.
+  made as they are sent (chunked), so the server never holds them; they are images
+  (``/img/N.jpg``), which update's URL filters drop, so the test crawl stays small.
 - ``sm-bad``: names ``/loop-a.xml`` and ``/loop-b.xml`` (indexes listing themselves and each
   other), ``/cross.xml`` (its own URLs and other hosts', and another scheme) and
   ``/broken.xml`` (two entries, then malformed XML).
@@ -88,7 +89,8 @@ class SitemapHost(SmallHost):
         self.robots = Robots(groups={"*": disallowed}, text=text)
 
     def build(self) -> dict[str, Page]:
-        pages = self.tree(1, [])
+        # Only sm-good's home links a page: the others' URLs come from their sitemaps alone.
+        pages = self.tree(1 if self.short == "sm-good" else 0, [])
         for target in (*LISTED, "/fresh.html", "/stale.html", "/text-only.html", *CROSS_OWN):
             pages[target] = self.article(target, target, [self.link("/")])
         return pages
@@ -151,7 +153,7 @@ class SitemapHost(SmallHost):
         yield _chunk(b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">')
         origin = self.origin.encode()
         for start in range(0, HUGE_ENTRIES, 1000):
-            yield _chunk(b"".join(b"<url><loc>%s/item?id=%d</loc></url>" % (origin, i)
+            yield _chunk(b"".join(b"<url><loc>%s/img/%d.jpg</loc></url>" % (origin, i)
                                   for i in range(start, start + 1000)))
         yield _chunk(b"</urlset>")
         yield b"0\r\n\r\n"
