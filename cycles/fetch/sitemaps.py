@@ -44,7 +44,7 @@ import re
 import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 from urllib.parse import urljoin, urlsplit
 
 from lxml import etree
@@ -74,9 +74,8 @@ FUTURE_SLACK = dt.timedelta(days=1)
 would make the URL due at every re-read."""
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One <url> of a urlset (or a line of a text sitemap)."""
+class Entry(NamedTuple):
+    """One <url> of a urlset (or a line of a text sitemap). A tuple: 50,000 a file are made."""
 
     url: str
     lastmod: dt.datetime | None = None
@@ -307,42 +306,36 @@ def _read_xml(chunks: Iterator[bytes], reader: _Reader) -> None:
     result = reader.result
     # No entities resolved, no network, no huge-tree mode: a hostile file cannot make
     # libxml2 expand or fetch anything, and its text nodes stay under libxml2's limits.
-    parser = etree.XMLPullParser(events=("start", "end"), resolve_entities=False, no_network=True,
+    # End events only (half the events of start+end): a child of the root is known by its
+    # parent having no parent, and the root's name is read from the first one.
+    parser = etree.XMLPullParser(events=("end",), resolve_entities=False, no_network=True,
                                  huge_tree=False, remove_comments=True, remove_pis=True)
-    depth = 0
     root = None
     try:
         for chunk in chunks:
             parser.feed(chunk)
-            for event, elem in parser.read_events():
-                if event == "start":
-                    depth += 1
-                    if depth == 1:
-                        root = _local(elem.tag)
-                        if root == "urlset":
-                            result.kind = "urlset"
-                        elif root == "sitemapindex":
-                            result.kind = "index"
-                        else:
-                            result.kind = "malformed"
-                            result.counters["sitemap/not_a_sitemap"] += 1
-                            return
-                    continue
-                depth -= 1
-                if depth != 1:
-                    continue
+            for _, elem in parser.read_events():
+                parent = elem.getparent()
+                if parent is None or parent.getparent() is not None:
+                    continue  # the root's own end, or inside an entry (read with it)
+                if root is None:
+                    root = _local(parent.tag)
+                    result.kind = {"urlset": "urlset", "sitemapindex": "index"}.get(root, "malformed")
+                    if result.kind == "malformed":
+                        result.counters["sitemap/not_a_sitemap"] += 1
+                        return
                 name = _local(elem.tag)
                 values = {_local(child.tag): child.text for child in elem}
                 elem.clear()
-                parent = elem.getparent()
-                if parent is not None:
-                    parent.remove(elem)  # drop what was read: memory stays one entry deep
-                if root == "urlset" and name == "url":
+                parent.remove(elem)  # drop what was read: memory stays one entry deep
+                if name == "url" and root == "urlset":
                     reader.entry(values.get("loc"), values.get("lastmod"), values.get("changefreq"),
                                  values.get("priority"))
-                elif root == "sitemapindex" and name == "sitemap":
+                elif name == "sitemap" and root == "sitemapindex":
                     reader.child(values.get("loc"))
-        parser.close()
+        top = parser.close()
+        if root is None and top is not None:  # a root without entries
+            result.kind = {"urlset": "urlset", "sitemapindex": "index"}.get(_local(top.tag), "malformed")
     except etree.XMLSyntaxError:
         result.counters["sitemap/malformed"] += 1
         if root is None:
