@@ -490,6 +490,32 @@ class FetchConfig:
     §2.3.1.4 lets a crawler stop assuming complete disallow: the last good copy (a 2xx or
     4xx answer, kept in the host DB) is obeyed, or, if there is none, everything is allowed."""
 
+    sitemaps: Annotated[bool, Flag()] = True
+    """Read the sitemaps a host's robots.txt names (``Sitemap:`` lines), as requests on the
+    host's slot before its pages, whenever its robots.txt is downloaded or revalidated (so
+    at most once per ``robots_cache_s``: that is how often a host's sitemaps are re-read).
+    Their URLs become new URLs and their ``lastmod`` makes known ones due
+    (cycles/fetch/sitemaps.py, cycles/update/sitemaps.py)."""
+
+    sitemap_max_bytes: Annotated[int, Int(1024, 1 << 30)] = 50 * 1024 * 1024
+    """Bytes of one sitemap file read, downloaded and after decompression each (the protocol's
+    50 MB): a longer file is read up to here, a gzip bomb stops here (``sitemap/bytes_cap``)."""
+
+    sitemap_max_urls_per_host: Annotated[int, Int(0)] = 50_000
+    """URLs taken from one host's sitemaps per cycle (the budget that keeps one site from
+    flooding the crawl DB; ``sitemap/budget_cap``). One file gives at most 50,000 (the
+    protocol's limit; ``sitemap/file_cap``). ``update.max_urls_per_host_total`` still caps the
+    host in the crawl DB."""
+
+    sitemap_max_files_per_host: Annotated[int, Int(0, 50_000)] = 10
+    """Sitemap files requested from one host per cycle, index children included
+    (``sitemap/files_cap``): each is a request at the host's delay before its pages."""
+
+    sitemap_max_depth: Annotated[int, Int(0, 8)] = 2
+    """How deep sitemap indexes are followed: the robots.txt-listed files are depth 0, the
+    files an index there lists depth 1, ... (``sitemap/too_deep``). A file already read this
+    cycle is not read again, so an index listing itself ends at once (``sitemap/repeated``)."""
+
     progress_s: Annotated[float, Float(0)] = 1.0
     """How often (seconds) fetch workers publish their counters under
     ``segments/<id>/stats/progress/`` and, on a terminal, the one-line progress display

@@ -11,6 +11,8 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - fetch list   ``segments/<id>/fetchlist/part-NNNNN.parquet`` written by generate
 - fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
 - outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
+- sitemap URLs ``segments/<id>/sitemaps/part-NNNNN-*.parquet`` URLs the hosts' sitemaps list
+  (only chunks that found some have a file)
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
 - URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
@@ -149,6 +151,17 @@ OUTLINKS = _schema("outlinks", [
     _field("anchor", pa.string(), "Anchor text, truncated"),
     _field("nofollow", pa.bool_(), "rel=nofollow or meta robots nofollow", False),
     _field("depth", pa.int16(), "Depth of the target (source depth + 1)", False),
+])
+
+SITEMAP_URLS = _schema("sitemap_urls", [
+    _field("sitemap_url", pa.string(), "Sitemap file that listed the URL (cycles/fetch/sitemaps.py)", False),
+    _field("url", pa.string(), "<loc> as listed, on the sitemap's own scheme, host and port (normalised by "
+           "update and merged like an outlink)", False),
+    _field("lastmod", TS, "<lastmod>, UTC; null if absent or unreadable. Newer than the URL's last fetch: "
+           "the URL is due now"),
+    _field("changefreq", pa.string(), "<changefreq> (always, hourly, daily, weekly, monthly, yearly, never); "
+           "a new URL's first refetch interval"),
+    _field("priority", pa.float32(), "<priority> in [0, 1]; a new URL's score is multiplied by 0.5 + priority"),
 ])
 
 HOSTS = _schema("hosts", [

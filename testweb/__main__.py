@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                        "links into an internal service on 127.0.0.1:--internal-port)")
     serve.add_argument("--internal-port", type=int, default=0,
                        help="port of the internal service the hostile hosts point at (default 0)")
+    serve.add_argument("--sitemaps", action="store_true",
+                       help="add the sitemap hosts (robots.txt Sitemap: lines; a gzip bomb, 10 million "
+                       "entries, cross-host URLs, malformed XML, an index loop)")
     serve.add_argument("--clock-start", type=float, default=None,
                        help="virtual clock at start, Unix seconds (default 1704067200, 2024-01-01)")
     serve.add_argument("--clock-rate", type=float, default=0.0,
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                          max_seconds=args.max_seconds, loop=args.loop, traps=args.traps,
                          neardups=args.neardups, changing=args.changing,
                          clock_start=args.clock_start, clock_rate=args.clock_rate,
-                         hostile=args.hostile, internal_port=args.internal_port)
+                         hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -79,7 +79,7 @@ class TestWeb:
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
       to Python code per request, not to the loop;
-    - ``traps``, ``neardups``, ``changing``, ``hostile``: add those kinds of hosts (all off by
+    - ``traps``, ``neardups``, ``changing``, ``hostile``, ``sitemaps``: add those kinds of hosts (all off by
       default); ``internal_port``: the port of the hostile hosts' internal service
       (:class:`~testweb.hostile.InternalService`);
     - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
@@ -94,10 +94,11 @@ class TestWeb:
                  workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
-                 clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0):
+                 clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
+                 sitemaps: bool = False):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
-                           hostile=hostile, internal_port=internal_port)
+                           hostile=hostile, internal_port=internal_port, sitemaps=sitemaps)
         self.clock_start = clock_start
         self.clock_rate = clock_rate
         # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
@@ -136,7 +137,7 @@ class TestWeb:
                "--loop", self.loop]
         if not p["special"]:
             cmd.append("--no-special")
-        cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing", "hostile") if p[kind]]
+        cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing", "hostile", "sitemaps") if p[kind]]
         if p["internal_port"]:
             cmd += ["--internal-port", str(p["internal_port"])]
         if self.clock_start is not None:

@@ -61,6 +61,9 @@ Shape of the web
     the virtual time the version began), so a conditional request gets 304 until the next
     change, and the host's ``Date`` header is the virtual time.
 
+  * **Sitemaps** (``sitemaps.py``, ``127.0.61.x``, ``sitemaps=True``): robots.txt ``Sitemap:``
+    lines, a sitemap index, gzip and text sitemaps with lastmod, and hostile ones (a gzip
+    bomb, 10 million entries made lazily, cross-host URLs, malformed XML, an index loop).
   * **Hostile** (``hostile.py``, ``127.0.60.x``, ``hostile=True, internal_port=P``): robots.txt
     files that must not grant access (oversized, UTF-16 mark on 8-bit text, gzip that is
     not), a 429 host, an endless chunked body, header floods, a drip, and links and a
@@ -103,6 +106,7 @@ from urllib.parse import urlsplit
 from testweb.changing import changing_hosts
 from testweb.host import HostProfile
 from testweb.hostile import extra_resolve, hostile_hosts
+from testweb.sitemaps import sitemap_hosts
 from testweb.model import (CLOCK_START, DOMAIN, KIND_IP_PREFIX, KINDS, ROBOTS_AGENT, SPECIAL_HOSTS,
                            Page, canonical_target, paragraphs, special_name)
 from testweb.neardups import exact_duplicate_groups, neardup_hosts, neardup_pairs
@@ -163,11 +167,11 @@ class Web:
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 80, traps: bool = False,
                  neardups: bool = False, changing: bool = False, hostile: bool = False,
-                 internal_port: int = 0):
+                 internal_port: int = 0, sitemaps: bool = False):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
-        if hosts == 0 and not (special or traps or neardups or changing or hostile):
+        if hosts == 0 and not (special or traps or neardups or changing or hostile or sitemaps):
             raise ValueError("a web with no regular hosts needs special=True (or another kind)")
         self.hosts = hosts
         self.pages = pages
@@ -175,7 +179,7 @@ class Web:
         self.special = special
         self.seed = seed
         self.port = port
-        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing, hostile)) if on)
+        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing, hostile, sitemaps)) if on)
         self.internal_port = internal_port
         """Port of the hostile hosts' internal service on 127.0.0.1 (hostile.py)."""
         self._extra_resolve: dict[str, str] = {}
@@ -204,6 +208,8 @@ class Web:
         if "hostile" in self.kinds:
             self._add_kind(hostile_hosts(self, KIND_IP_PREFIX["hostile"]))
             self._extra_resolve.update(extra_resolve())
+        if "sitemaps" in self.kinds:
+            self._add_kind(sitemap_hosts(self, KIND_IP_PREFIX["sitemaps"]))
 
     def _add_kind(self, profiles: list[HostProfile]) -> None:
         for p in profiles:

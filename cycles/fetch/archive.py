@@ -124,6 +124,14 @@ class Archive:
             self._exchange(transfer, ip, request_line, request_headers, date, "robots", error,
                            transfer.status_code())
 
+    def sitemap(self, transfer: Transfer, ip: str | None, request_line: str,
+                request_headers: list[tuple[str, str]], date: str, error: str | None) -> None:
+        """Archive a sitemap exchange: a 2xx always (it is content, as a page is), anything
+        else with ``warc.archive = "all"``."""
+        status = transfer.status_code()
+        if self.all or (status is not None and 200 <= status < 300):
+            self._exchange(transfer, ip, request_line, request_headers, date, "sitemap", error, status)
+
     # --- records ----------------------------------------------------------------------
     def _exchange(self, transfer: Transfer, ip: str | None, request_line: str,
                   request_headers: list[tuple[str, str]], date: str, outcome: str, error: str | None,

@@ -226,6 +226,8 @@ class PartitionOutput:
         self.user_agent = user_agent
         self.rows: list[dict] = []
         self.links: list[dict] = []
+        self.sitemap_rows: list[dict] = []
+        """URLs the hosts' sitemaps listed (schema.SITEMAP_URLS), committed with the chunk."""
         self.flush_bytes = flush_bytes
         self.buffered_bytes = 0
         """Approximate size of rows and links (see FLUSH_BYTES)."""
@@ -316,6 +318,11 @@ class PartitionOutput:
         self.links.extend(links)
         self.buffered_bytes += ROW_BYTES + len(row.get("text") or "") + LINK_BYTES * len(links)
 
+    def add_sitemap_urls(self, rows: list[dict]) -> None:
+        """URLs a sitemap listed: written with the next chunk (``sitemaps/<chunk>.parquet``)."""
+        self.sitemap_rows.extend(rows)
+        self.buffered_bytes += LINK_BYTES * len(rows)
+
     def due(self, flush_s: float, flush_pages: int) -> bool:
         return bool(self.rows) and (len(self.rows) >= flush_pages or self.buffered_bytes >= self.flush_bytes
                                     or time.monotonic() - self.last_flush >= flush_s)
@@ -344,6 +351,10 @@ class PartitionOutput:
             links = [link for link, new in zip(links, keep) if new]
         self.store.write_table(self.dir / seg.OUTLINKS / f"{name}.parquet",
                                columns_to_table(links, schema.OUTLINKS), schema.OUTLINKS)
+        if self.sitemap_rows:  # before the fetched rows: a chunk's fetched file is its commit
+            self.store.write_table(self.dir / seg.SITEMAPS / f"{name}.parquet",
+                                   columns_to_table(self.sitemap_rows, schema.SITEMAP_URLS), schema.SITEMAP_URLS)
+            self.sitemap_rows = []
         self.store.write_table(self.dir / seg.FETCHED / f"{name}.parquet",
                                columns_to_table(self.rows, schema.FETCHED), schema.FETCHED)
         committed = len(self.rows)

@@ -45,7 +45,7 @@ request records list them too: cycles/fetch/worker.py)."""
 class Request:
     url: str
     host: str
-    kind: str  # "robots" or "page"
+    kind: str  # "robots", "sitemap" or "page"
     item: dict | None = None  # the fetch list row of a page request
     headers: list[str] = field(default_factory=list)
 
@@ -57,7 +57,7 @@ class Transfer:
         self.request = request
         self.max_bytes = max_bytes
         self.html_only = config.html_only and request.kind == "page"
-        self.keep_prefix = request.kind == "robots"
+        self.keep_prefix = request.kind in ("robots", "sitemap")
         """Keep the first bytes of a body over the cap instead of aborting with nothing."""
         self.status_line = b""
         self.header_lines: list[bytes] = []

@@ -7,6 +7,7 @@ partition's stats:
 - cycles/fetch/frontier.py: the host slots and the heap of next-allowed times;
 - cycles/fetch/politeness.py: spacing, back-off, failures, set-aside windows on a slot;
 - cycles/fetch/robots_state.py: a host's robots.txt (cache, revalidation, fallback, rules);
+- cycles/fetch/sitemaps.py: the sitemaps its robots.txt names (requested before its pages);
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
 - cycles/fetch/transfer.py: one request's libcurl options, limits and body;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
@@ -58,7 +59,8 @@ from cycles.fetch.parse import parse_html
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
-from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, FIXED_HEADERS, Request, Transfer, configure,
+from cycles.fetch.sitemaps import SitemapSteps
+from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, FIXED_HEADERS, Request, Transfer, configure,
                                    decoded_body, resolve_entries)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
@@ -91,6 +93,7 @@ class PartitionFetcher:
         self.stats: Counter = Counter()
         self.robots = RobotsSteps(self.fc, self.stats, clock.offset_s(), self.floor_s)
         self.redirects = Redirects(store, config, partition, self.stats)
+        self.sitemaps = SitemapSteps(self.fc, self.stats)
         self.frontier = Frontier()
         self.seg_dir = store.segment_dir(segment)
         self.multi = pycurl.CurlMulti()
@@ -203,6 +206,35 @@ class PartitionFetcher:
                             f"curl {error[0]}: {error[1]}" if error is not None else None)
         if self.robots.read_response(slot.robots, transfer, error):
             self._settle_robots(slot)
+            self._start_sitemaps(slot)
+
+    def _start_sitemaps(self, slot: HostSlot) -> None:
+        """robots.txt was just read: queue the sitemaps it names (cycles/fetch/sitemaps.py)."""
+        rules = slot.robots.rules
+        if slot.set_aside is None and rules is not None and slot.queue and rules.sitemaps():
+            self.sitemaps.start(slot.host, robots_url(slot.queue[0]["url"]), rules.sitemaps())
+
+    def _finish_sitemap(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
+        """A sitemap response: archived, then read; failures count against the host as a page's do."""
+        if error is not None and transfer.blocked_address:
+            self.stats["fetch/blocked_address"] += 1
+            return
+        message = f"curl {error[0]}: {error[1]}" if error is not None else None
+        self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer.request.url),
+                             self._request_headers(transfer), started_iso(transfer), message)
+        status = transfer.status_code()
+        if error is not None and transfer.abort != ABORT_TRUNCATED:  # truncated at the cap: read its start
+            self._set_aside_if(slot, politeness.count_failure(slot, self.fc))
+            status = None
+        elif status is not None:
+            politeness.answered(slot, status)
+            if status == 429 or status >= 500:
+                self._set_aside_if(slot, politeness.back_off(slot, transfer, status, time.time(), self.fc, self.stats))
+        rows = self.sitemaps.read(slot.host, transfer.request.url, transfer.request.item["sitemap_depth"], status,
+                                  transfer.body() if status is not None else b"",
+                                  transfer.header("content-encoding"),
+                                  _wall(transfer.started_wall + clock.offset_s()))
+        self.output.add_sitemap_urls(rows)
 
     def _robots_blocked(self, slot: HostSlot, transfer: Transfer) -> None:
         """The host's address is not public (SSRF guard): not one packet was sent to it.
@@ -250,6 +282,9 @@ class PartitionFetcher:
     def _next_request(self, slot: HostSlot) -> Request | None:
         if slot.robots.url:
             return Request(slot.robots.url, slot.host, "robots", None, self.robots.validators(slot.robots))
+        sitemap = self.sitemaps.next_url(slot.host, slot.robots.rules.allowed) if slot.queue else None
+        if sitemap is not None:
+            return Request(sitemap[0], slot.host, "sitemap", {"sitemap_depth": sitemap[1]})
         while slot.queue:
             item = slot.queue.popleft()
             if not slot.robots.rules.allowed(item["url"]):
@@ -393,7 +428,8 @@ class PartitionFetcher:
 
     def _start(self, slot: HostSlot, request: Request) -> None:
         curl = self.free.pop() if self.free else self._new_handle()
-        max_bytes = self.fc.max_robots_bytes if request.kind == "robots" else self.fc.max_page_bytes
+        max_bytes = {"robots": self.fc.max_robots_bytes,
+                     "sitemap": self.fc.sitemap_max_bytes}.get(request.kind, self.fc.max_page_bytes)
         transfer = Transfer(request, self.fc, max_bytes)
         configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
         # A host's address is looked up once a cycle, not every minute (libcurl's default).
@@ -416,6 +452,8 @@ class PartitionFetcher:
         slot.last_request_end_wall = ended_wall
         if transfer.request.kind == "robots":
             self._finish_robots(slot, transfer, error)
+        elif transfer.request.kind == "sitemap":
+            self._finish_sitemap(slot, transfer, error)
         else:
             self._finish_page(slot, transfer, error, curl)
         # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and

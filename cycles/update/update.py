@@ -46,6 +46,7 @@ from cycles.hostdb import merge_hostdb
 from cycles.progress import StepProgress
 from cycles.update.outlinks import prepare_outlinks
 from cycles.update.schedule import schedule_for
+from cycles.update.sitemaps import hinted_sql, lastmod_due_count, sitemap_hints, sitemap_links
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 
 
@@ -348,11 +349,17 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
+    hints_file = store.bucket_file(inputs / "sitemaps", task.bucket)
+    lastmod_due = 0
+    if store.exists(hints_file):  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
+        con.execute(f"CREATE TEMP TABLE sitemap_hints AS SELECT * FROM {store.duckdb_source(con, [hints_file])}")
+        lastmod_due = lastmod_due_count(con, old, "sitemap_hints", "fetched_all", task.now)
+        sql = hinted_sql(sql, "sitemap_hints", config)
     rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now,
                         bucket=task.bucket, buckets=task.buckets)
     con.close()
     return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
-            "update/stale_result": stale}
+            "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due}
 
 
 def update_segment(store: Store, config: Config, segment: str | None = None,
@@ -401,6 +408,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         del pages
         # Outlinks of an exact copy were already followed from its canonical page.
         followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
+        # The URLs the hosts' sitemaps listed are merged as followed links (cycles/update/sitemaps.py).
+        followed = pa.concat_tables([followed, sitemap_links(con, store, seg_dir, counters).cast(followed.schema)])
+        hints = sitemap_hints(con, store, seg_dir, config)
         links = prepare_outlinks(followed, config, counters, con=con)
         links_rows = links.num_rows
         inputs = seg_dir / seg.UPDATE_INPUTS
@@ -409,6 +419,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         con.register("links_all", links)
         write_routed(store, con, "links_all", inputs / "links", manifest.buckets)
         con.unregister("links_all")
+        if hints.num_rows:
+            con.register("sitemap_hints", hints)
+            write_routed(store, con, "sitemap_hints", inputs / "sitemaps", manifest.buckets)
+            con.unregister("sitemap_hints")
+        del hints
         # The bucket tasks get the memory now: nothing of the segment-wide steps but the
         # feed's candidate list is kept while they run.
         con.close()
