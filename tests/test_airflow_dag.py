@@ -70,6 +70,7 @@ print(json.dumps({
 
 
 @needs_airflow
+@pytest.mark.web  # starts an interpreter that imports Airflow (~6 s)
 def test_dagbag_loads_the_dag_without_errors(tmp_path):
     found = run_python(LOAD, airflow_env(tmp_path), tmp_path, timeout=180)
     assert found["errors"] == {} and found["dags"] == ["crawl"]

@@ -110,6 +110,7 @@ def _die(_task) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.web  # starts pool processes (spawned interpreters, ~1 s each)
 def test_the_process_pool_runs_tasks_in_other_processes_that_know_their_parent():
     from cycles.executor import ProcessPool
 
@@ -118,6 +119,7 @@ def test_the_process_pool_runs_tasks_in_other_processes_that_know_their_parent()
     assert all(pid != os.getpid() and parent == os.getpid() for pid, parent in results)
 
 
+@pytest.mark.web  # starts pool processes (spawned interpreters, ~1 s each)
 def test_a_dead_pool_worker_is_the_pools_one_line_stage_error():
     from cycles.errors import StageError
     from cycles.executor import ProcessPool
