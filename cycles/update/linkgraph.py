@@ -36,6 +36,7 @@ import time
 from collections import Counter
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from cycles import schema
@@ -82,16 +83,24 @@ def segment_links(con: duckdb.DuckDBPyConnection, store: Store, seg_dir, marks: 
     return con.execute("SELECT count(*) FROM seg_links").fetchall()[0][0]
 
 
+IN_MEMORY_EDGES = 4_000_000
+"""A host graph with at most this many edges is ranked in NumPy (about 16 bytes an edge and
+24 a host: 64 MB at most), larger ones in DuckDB. The same iteration either way; DuckDB's
+per-statement cost (~10 ms for each of an iteration's queries on a busy machine, 40 ms an
+iteration) would otherwise make every small update pay 2 s for 50 iterations."""
+
+
 def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, damping: float,
-                  iterations: int, tolerance: float) -> tuple[str, int]:
-    """PageRank of a host graph in DuckDB; returns the temp table (host, rank) and the
-    iterations run.
+                  iterations: int, tolerance: float, in_memory_edges: int = IN_MEMORY_EDGES) -> tuple[str, int]:
+    """PageRank of a host graph; returns the temp table (host, rank) and the iterations run.
 
     ``nodes``: SQL source of the hosts (column ``host``, distinct); ``edges``: of the edges
     (``from_host``, ``to_host``, distinct, both in ``nodes``, no self-links). Each iteration is
-    one join of the edges with the ranks and one group-by, linear in edges + hosts:
+    one pass over the edges, linear in edges + hosts:
     rank'(v) = (1 - d)/N + d × (dangling rank / N + Σ_{u→v} rank(u) / outdegree(u)).
     Stops after ``iterations`` or once Σ|rank' - rank| < N × ``tolerance`` (networkx's rule).
+    Up to ``in_memory_edges`` edges in NumPy, beyond in DuckDB (a join and a group-by per
+    iteration, spilled to the scratch folder past the memory limit).
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_nodes AS
         SELECT host, (row_number() OVER (ORDER BY host) - 1)::INTEGER AS id FROM {nodes}""")
@@ -100,6 +109,42 @@ def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, dampin
     con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_edges AS
         SELECT s.id AS src, t.id AS dst, 1.0::DOUBLE / count(*) OVER (PARTITION BY s.id) AS w FROM {edges} e
         JOIN pr_nodes s ON e.from_host = s.host JOIN pr_nodes t ON e.to_host = t.host""")
+    if con.execute("SELECT count(*) FROM pr_edges").fetchall()[0][0] <= in_memory_edges:
+        done = pagerank_in_memory(con, n, damping, iterations, tolerance)
+    else:
+        done = pagerank_in_duckdb(con, n, damping, iterations, tolerance)
+    con.execute("""CREATE OR REPLACE TEMP TABLE pagerank AS
+        SELECT n.host, r.rank FROM pr_nodes n JOIN pr_rank r USING (id)""")
+    for table in ("pr_nodes", "pr_edges", "pr_rank"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+    return "pagerank", done
+
+
+def pagerank_in_memory(con: duckdb.DuckDBPyConnection, n: int, damping: float, iterations: int,
+                       tolerance: float) -> int:
+    """:func:`host_pagerank`'s iteration in NumPy over ``pr_edges``; leaves ``pr_rank`` (id, rank)."""
+    edges = con.sql("SELECT src, dst, w FROM pr_edges").fetchnumpy()
+    src, dst, w = (np.asarray(edges[c]) for c in ("src", "dst", "w"))
+    dangling = np.ones(n, dtype=bool)
+    dangling[src] = False
+    rank = np.full(n, 1.0 / max(n, 1))
+    done = 0
+    for done in range(1, int(iterations) + 1) if n else ():
+        flow = np.bincount(dst, weights=rank[src] * w, minlength=n)
+        new = (1.0 - damping) / n + damping * (rank[dangling].sum() / n + flow)
+        change = np.abs(new - rank).sum()
+        rank = new
+        if change < n * tolerance:
+            break
+    con.register("pr_rank_in", pa.table({"id": pa.array(np.arange(n, dtype=np.int32)), "rank": pa.array(rank)}))
+    con.execute("CREATE OR REPLACE TEMP TABLE pr_rank AS SELECT * FROM pr_rank_in")
+    con.unregister("pr_rank_in")
+    return done
+
+
+def pagerank_in_duckdb(con: duckdb.DuckDBPyConnection, n: int, damping: float, iterations: int,
+                       tolerance: float) -> int:
+    """:func:`host_pagerank`'s iteration in DuckDB over ``pr_edges``; leaves ``pr_rank`` (id, rank)."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_rank AS
         SELECT id, 1.0::DOUBLE / greatest({n}, 1) AS rank,
                id NOT IN (SELECT src FROM pr_edges) AS dangling FROM pr_nodes""")
@@ -119,11 +164,7 @@ def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, dampin
         con.execute("ALTER TABLE pr_next RENAME TO pr_rank")
         if change < n * tolerance:
             break
-    con.execute("""CREATE OR REPLACE TEMP TABLE pagerank AS
-        SELECT n.host, r.rank FROM pr_nodes n JOIN pr_rank r USING (id)""")
-    for table in ("pr_nodes", "pr_edges", "pr_rank"):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
-    return "pagerank", done
+    return done
 
 
 def old_source(con: duckdb.DuckDBPyConnection, store: Store, files: list[StorePath], table_schema: pa.Schema,
@@ -216,7 +257,11 @@ def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, 
     from cycles.update.update import write_routed  # update imports this module
 
     started = time.monotonic()
-    counters["linkgraph/links"] += segment_links(con, store, seg_dir, marks)
+    links = segment_links(con, store, seg_dir, marks)
+    counters["linkgraph/links"] += links
+    if not links:  # nothing to fold in: the link DB stays as it is (no rewrite, no version)
+        con.execute("DROP TABLE seg_links")
+        return
     con.execute("""CREATE OR REPLACE TEMP TABLE seg_inlinks AS
         SELECT url, host_hash, from_host FROM seg_links WHERE from_host <> host""")
     routed = inputs / "inlinks"
