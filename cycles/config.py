@@ -732,8 +732,9 @@ class UpdateConfig:
     shrinks by ``link_damping`` per iteration, so 50 leave at most 0.85^50 ≈ 3e-4 of it."""
 
     link_tolerance: Annotated[float, Float(0, 1)] = 1e-6
-    """PageRank stops early once the ranks moved by less than this per host in one iteration
-    (summed over the hosts: networkx's rule), so a stable graph costs few iterations."""
+    """PageRank stops early once the ranks (which sum to 1) moved by less than this in all,
+    summed over the hosts, in one iteration. Each cycle starts from the last one's ranks, so a
+    graph that changed little costs few iterations."""
 
 
 @dataclass

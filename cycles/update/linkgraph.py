@@ -24,7 +24,8 @@ so the ranks stay a distribution; ``importance`` = rank × hosts puts 1 at the a
 Same-host links are not edges, and nofollow links and the links of exact copies are left
 out, as they are for discovery (cycles/update/update.py followed_outlinks). The cost of a
 cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
-``update.link_iterations`` passes over the host edges.
+``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
+last cycle's ranks).
 
 The link DB grows with every link ever seen: a link that disappears from a page is never
 removed (no expiry yet).
@@ -91,20 +92,32 @@ iteration) would otherwise make every small update pay 2 s for 50 iterations."""
 
 
 def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, damping: float,
-                  iterations: int, tolerance: float, in_memory_edges: int = IN_MEMORY_EDGES) -> tuple[str, int]:
+                  iterations: int, tolerance: float, in_memory_edges: int = IN_MEMORY_EDGES,
+                  start: str | None = None) -> tuple[str, int]:
     """PageRank of a host graph; returns the temp table (host, rank) and the iterations run.
 
     ``nodes``: SQL source of the hosts (column ``host``, distinct); ``edges``: of the edges
     (``from_host``, ``to_host``, distinct, both in ``nodes``, no self-links). Each iteration is
     one pass over the edges, linear in edges + hosts:
     rank'(v) = (1 - d)/N + d × (dangling rank / N + Σ_{u→v} rank(u) / outdegree(u)).
-    Stops after ``iterations`` or once Σ|rank' - rank| < N × ``tolerance`` (networkx's rule).
+    Stops after ``iterations`` or once Σ|rank' - rank| < ``tolerance`` (the ranks sum to 1;
+    networkx's N × tol would let a million-host graph stop after one iteration).
     Up to ``in_memory_edges`` edges in NumPy, beyond in DuckDB (a join and a group-by per
     iteration, spilled to the scratch folder past the memory limit).
+
+    ``start``: SQL source of earlier ranks (host, rank) to start from (the last cycle's: the
+    graph changed little, so few iterations reach the tolerance); new hosts start at 1/N and
+    the whole is scaled to sum 1. The fixed point is the same from any start.
     """
+    started = f"LEFT JOIN (SELECT host, rank FROM {start}) s ON s.host = n.host" if start else ""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_nodes AS
-        SELECT host, (row_number() OVER (ORDER BY host) - 1)::INTEGER AS id FROM {nodes}""")
+        SELECT n.host, (row_number() OVER (ORDER BY n.host) - 1)::INTEGER AS id,
+               {"s.rank" if start else "NULL::DOUBLE"} AS rank0
+        FROM {nodes} n {started}""")
     n = con.execute("SELECT count(*) FROM pr_nodes").fetchall()[0][0]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_nodes AS
+        SELECT host, id, coalesce(rank0, 1.0 / {max(n, 1)}) / sum(coalesce(rank0, 1.0 / {max(n, 1)})) OVER () AS rank0
+        FROM pr_nodes""")
     # Each edge carries 1/outdegree of its source, computed once, not per iteration.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_edges AS
         SELECT s.id AS src, t.id AS dst, 1.0::DOUBLE / count(*) OVER (PARTITION BY s.id) AS w FROM {edges} e
@@ -127,14 +140,14 @@ def pagerank_in_memory(con: duckdb.DuckDBPyConnection, n: int, damping: float, i
     src, dst, w = (np.asarray(edges[c]) for c in ("src", "dst", "w"))
     dangling = np.ones(n, dtype=bool)
     dangling[src] = False
-    rank = np.full(n, 1.0 / max(n, 1))
+    rank = np.asarray(con.sql("SELECT rank0 FROM pr_nodes ORDER BY id").fetchnumpy()["rank0"], dtype=np.float64)
     done = 0
     for done in range(1, int(iterations) + 1) if n else ():
         flow = np.bincount(dst, weights=rank[src] * w, minlength=n)
         new = (1.0 - damping) / n + damping * (rank[dangling].sum() / n + flow)
         change = np.abs(new - rank).sum()
         rank = new
-        if change < n * tolerance:
+        if change < tolerance:
             break
     con.register("pr_rank_in", pa.table({"id": pa.array(np.arange(n, dtype=np.int32)), "rank": pa.array(rank)}))
     con.execute("CREATE OR REPLACE TEMP TABLE pr_rank AS SELECT * FROM pr_rank_in")
@@ -145,9 +158,8 @@ def pagerank_in_memory(con: duckdb.DuckDBPyConnection, n: int, damping: float, i
 def pagerank_in_duckdb(con: duckdb.DuckDBPyConnection, n: int, damping: float, iterations: int,
                        tolerance: float) -> int:
     """:func:`host_pagerank`'s iteration in DuckDB over ``pr_edges``; leaves ``pr_rank`` (id, rank)."""
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_rank AS
-        SELECT id, 1.0::DOUBLE / greatest({n}, 1) AS rank,
-               id NOT IN (SELECT src FROM pr_edges) AS dangling FROM pr_nodes""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE pr_rank AS
+        SELECT id, rank0 AS rank, id NOT IN (SELECT src FROM pr_edges) AS dangling FROM pr_nodes""")
     done = 0
     d = float(damping)
     for done in range(1, int(iterations) + 1) if n else ():
@@ -162,7 +174,7 @@ def pagerank_in_duckdb(con: duckdb.DuckDBPyConnection, n: int, damping: float, i
                              ).fetchall()[0][0] or 0.0
         con.execute("DROP TABLE pr_rank")
         con.execute("ALTER TABLE pr_next RENAME TO pr_rank")
-        if change < n * tolerance:
+        if change < tolerance:
             break
     return done
 
@@ -231,7 +243,7 @@ def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old
                                    UNION ALL SELECT from_host AS host FROM seg_links)""")
     u = config.update
     ranks, iterations = host_pagerank(con, "link_hosts", "link_host_edges", u.link_damping,
-                                      u.link_iterations, u.link_tolerance)
+                                      u.link_iterations, u.link_tolerance, start=hosts_before if old else None)
     edges = write_query(store, con, "SELECT * FROM link_host_edges ORDER BY from_host, to_host",
                         folder / "host_edges.parquet", schema.LINK_HOST_EDGES)
     hosts = write_query(store, con, f"""
