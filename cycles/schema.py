@@ -14,7 +14,7 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
 - link DB      ``linkdb/<version>/``  the link graph update accumulates (cycles/update/linkgraph.py):
-  ``inlinks/bucket-NNNNN.parquet`` (LINK_INLINKS), ``urls/bucket-NNNNN.parquet`` (LINK_URLS),
+  ``inlinks-NNNNN.parquet`` (LINK_INLINKS), ``urls-NNNNN.parquet`` (LINK_URLS), by host-hash bucket,
   ``host_edges.parquet`` (LINK_HOST_EDGES), ``hosts.parquet`` (LINK_HOSTS)
 - URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
   cc-index columns, one row per WARC response or revisit record (``crawl export``)

@@ -451,8 +451,6 @@ def build_linkdb(store: Store, hosts: pa.Table, counts: np.ndarray, buckets: int
                host_hash, host_of(from_hid) AS from_host, bucket FROM pairs""")
     con.unregister("pairs")
     version, folder = store.new_version_dir(linkgraph.LINKDB)
-    for sub in ("inlinks", "urls"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
     rows = 0
     for bucket in range(buckets):
         rows += write_reader(linkgraph.inlinks_file(folder, bucket, store), con.sql(

@@ -56,12 +56,13 @@ RAW_MAP = "outlinks_raw_map"
 HOST_OF_URL = r"^[a-z]+://(\[[^\]]*\]|[^:/?#]*)"
 
 
-def inlinks_file(folder: StorePath, bucket: int, store: Store) -> StorePath:
-    return store.bucket_file(folder / "inlinks", bucket)
+# Every file at the version's top level: the seal (_COMPLETE) and `crawl recover` see only those.
+def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
+    return folder / f"inlinks-{bucket:05d}.parquet"
 
 
-def urls_file(folder: StorePath, bucket: int, store: Store) -> StorePath:
-    return store.bucket_file(folder / "urls", bucket)
+def urls_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
+    return folder / f"urls-{bucket:05d}.parquet"
 
 
 def segment_links(con: duckdb.DuckDBPyConnection, store: Store, seg_dir, marks: pa.Table) -> int:
@@ -188,15 +189,15 @@ def old_source(con: duckdb.DuckDBPyConnection, store: Store, files: list[StorePa
     return name
 
 
-def old_bucket_files(store: Store, old: Manifest | None, kind: str, bucket: int, buckets: int) -> tuple[list, str]:
+def old_bucket_files(store: Store, old: Manifest | None, bucket: int, buckets: int) -> tuple[list, str]:
     """The old link DB's files holding ``bucket``'s rows, and a WHERE clause keeping only those:
     its own file when the bucket counts agree, else every file (after `crawl rebucket`)."""
     if old is None:
         return [], "true"
-    folder = store.path(LINKDB, old.version) / kind
+    folder = store.path(LINKDB, old.version)
     if old.buckets == buckets:
-        return [store.bucket_file(folder, bucket)], "true"
-    return [store.bucket_file(folder, b) for b in range(old.buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
+        return [inlinks_file(folder, bucket)], "true"
+    return [inlinks_file(folder, b) for b in range(old.buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
 
 
 def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, table_schema: pa.Schema) -> int:
@@ -209,7 +210,7 @@ def merge_inlinks(store: Store, con: duckdb.DuckDBPyConnection, old: Manifest | 
     distinct, and their per-URL counts. One bucket at a time: memory bounded by a bucket."""
     total = 0
     for bucket in range(buckets):
-        files, where = old_bucket_files(store, old, "inlinks", bucket, buckets)
+        files, where = old_bucket_files(store, old, bucket, buckets)
         before = old_source(con, store, files, schema.LINK_INLINKS, "linkdb_no_inlinks")
         new = store.duckdb_source(con, [store.bucket_file(routed, bucket)])
         con.execute(f"""CREATE OR REPLACE TEMP TABLE link_bucket AS

@@ -162,7 +162,7 @@ def link_rows(store, kind):
     folder = store.path(LINKDB, store.manifest(LINKDB).version)
     if kind == "hosts":
         return {r["host"]: r for r in pq.read_table(folder / "hosts.parquet").to_pylist()}
-    return {r["url"]: r for r in pq.read_table(folder / kind).to_pylist()}
+    return {r["url"]: r for f in sorted(folder.glob(f"{kind}-*.parquet")) for r in pq.read_table(f).to_pylist()}
 
 
 def test_update_counts_distinct_linking_hosts(linked_store):
@@ -170,7 +170,8 @@ def test_update_counts_distinct_linking_hosts(linked_store):
     urls = link_rows(store, "urls")
     assert urls[DEEP]["inlink_hosts"] == 5  # not hub5 (nofollow), not t.example (same host), hub0 once
     assert all(u not in urls for u in SHALLOW)  # linked from their own host only
-    inlinks = pq.read_table(store.path(LINKDB, store.manifest(LINKDB).version) / "inlinks").to_pylist()
+    folder = store.path(LINKDB, store.manifest(LINKDB).version)
+    inlinks = [r for f in folder.glob("inlinks-*.parquet") for r in pq.read_table(f).to_pylist()]
     assert sorted(r["from_host"] for r in inlinks if r["url"] == DEEP) == sorted(h.split("/")[2] for h in HUBS)
     hosts = link_rows(store, "hosts")
     assert hosts["t.example"]["inlink_hosts"] == 5
@@ -232,3 +233,19 @@ def test_link_graph_off_leaves_no_link_db(store, tmp_path):
     update_segment(store, config, segment)
     assert store.manifest(LINKDB) is None
     assert generate(store, config).urls == 2  # a (no result: due again) and b, ranked without a link DB
+
+
+def test_recover_reinstates_a_lost_link_db(linked_store):
+    """The link DB is versioned like the crawl DB: every file sealed, `crawl recover` puts
+    back a lost CURRENT (until then generate and update stop and say so)."""
+    from cycles.errors import StoreError
+    from cycles.recover import recover
+
+    store, config, _ = linked_store
+    manifest = store.manifest(LINKDB)
+    store.path(LINKDB, "CURRENT").unlink()
+    with pytest.raises(StoreError, match="crawl recover"):
+        generate(store, config)
+    results = {r.table: r for r in recover(store)}
+    assert results[LINKDB].action == "reinstated" and store.manifest(LINKDB) == manifest
+    assert chosen(store, config, top_n=1) == [DEEP]
