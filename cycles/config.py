@@ -369,6 +369,40 @@ class GenerateConfig:
     """The unit "how overdue" is measured in is the URL's refetch interval, but at least this
     many seconds, so that a page refetched every few minutes does not reach the cap at once."""
 
+    ranking: Annotated[str, Choice(("links", "depth"))] = "links"
+    """What a URL's importance (the score the overdue boost multiplies) is. ``links``: from the
+    link DB update builds (cycles/update/linkgraph.py): ``link_host_weight`` × ln(1 + its host's
+    importance) + ``link_inlink_weight`` × ln(1 + distinct other hosts linking to it) +
+    ``link_depth_weight`` / (depth + 1), times the crawl DB score's own factor, score × (depth + 1)
+    (update's demotions of duplicate-heavy and mirror hosts); and each host's budget follows its importance (``host_budget_min_factor``).
+    ``depth``: the crawl DB's score, 1 / (depth + 1) with those demotions, and the same budget
+    ``max_urls_per_host`` for every host (the ranking before the link DB, kept for comparison)."""
+
+    link_host_weight: Annotated[float, Float(0, 1000)] = 1.0
+    """``ranking = 'links'``: weight of ln(1 + host importance); importance is the host's
+    PageRank × the number of hosts (dimensionless, 1 for an average host, 1 - update.link_damping
+    for a host nobody links to, and for hosts not in the link DB yet)."""
+
+    link_inlink_weight: Annotated[float, Float(0, 1000)] = 1.0
+    """``ranking = 'links'``: weight of ln(1 + distinct other hosts linking to the URL). With
+    the defaults, 8 linking hosts add 2.2: more than the whole depth term (at most 0.5) and
+    than being on a host three times as important as the average (ln 4 = 1.4 against ln 2)."""
+
+    link_depth_weight: Annotated[float, Float(0, 1000)] = 0.5
+    """``ranking = 'links'``: weight of 1 / (depth + 1); orders the pages of a host that no
+    other host links to (most of them) as the depth ranking would."""
+
+    host_budget_min_factor: Annotated[float, Float(0, 1000)] = 1.0
+    """``ranking = 'links'``: a host's share of one fetch list is ``max_urls_per_host`` ×
+    its importance, within [this, ``host_budget_max_factor``] × ``max_urls_per_host`` (and at
+    least 1 URL). 1.0 keeps ``max_urls_per_host`` as every host's floor; below 1 lesser hosts
+    get less."""
+
+    host_budget_max_factor: Annotated[float, Float(0, 1000)] = 4.0
+    """``ranking = 'links'``: the most important hosts get at most this many times
+    ``max_urls_per_host`` URLs in one fetch list (politeness still spaces their requests, so a
+    larger budget only helps while the cycle has time for it)."""
+
 
 @dataclass
 class FetchConfig:
@@ -709,6 +743,24 @@ class UpdateConfig:
     ``http://h/cal/N/N?d=``) already has this many URLs on its host are dropped
     (``trap/pattern_cap``): an endless calendar or ID sequence is throttled by pattern,
     while the rest of the host keeps growing."""
+
+    link_graph: Annotated[bool, Flag()] = True
+    """Build the link DB (cycles/update/linkgraph.py) from each segment's followed outlinks:
+    distinct linking hosts per URL and the host graph's PageRank, which ``generate.ranking =
+    'links'`` ranks by. Off: the link DB stays as it is (generate then ranks every host alike)."""
+
+    link_damping: Annotated[float, Float(0, below=1)] = 0.85
+    """PageRank damping of the host graph: the chance of following a link rather than jumping
+    to a random host (0.85 as Brin & Page, and networkx's default)."""
+
+    link_iterations: Annotated[int, Int(1, 1000)] = 50
+    """At most this many PageRank iterations (each one pass over the host edges); the error
+    shrinks by ``link_damping`` per iteration, so 50 leave at most 0.85^50 ≈ 3e-4 of it."""
+
+    link_tolerance: Annotated[float, Float(0, 1)] = 1e-6
+    """PageRank stops early once the ranks (which sum to 1) moved by less than this in all,
+    summed over the hosts, in one iteration. Each cycle starts from the last one's ranks, so a
+    graph that changed little costs few iterations."""
 
 
 @dataclass

@@ -29,7 +29,7 @@ from cycles.crawldb import replace_crawldb
 from cycles.errors import StageError, StoreError
 from cycles.store import Manifest, Store, verify_parquet_file
 
-TABLES = ("crawldb", "hostdb")
+TABLES = ("crawldb", "hostdb", "linkdb")  # linkdb: cycles/update/linkgraph.py
 
 
 @dataclass

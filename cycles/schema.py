@@ -15,6 +15,9 @@ Tables and where they live (see ``cycles/store.py`` for paths):
   (only chunks that found some have a file)
 - hosts        ``segments/<id>/hosts/part-NNNNN.parquet`` and ``hostdb/`` per-host state
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
+- link DB      ``linkdb/<version>/``  the link graph update accumulates (cycles/update/linkgraph.py):
+  ``inlinks-NNNNN.parquet`` (LINK_INLINKS), ``urls-NNNNN.parquet`` (LINK_URLS), by host-hash bucket,
+  ``host_edges.parquet`` (LINK_HOST_EDGES), ``hosts.parquet`` (LINK_HOSTS)
 - URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
   cc-index columns, one row per WARC response or revisit record (``crawl export``)
 """
@@ -206,6 +209,37 @@ PAGES = _schema("pages", [
     _field("segment", pa.string(), "Segment that fetched the page", False),
 ])
 
+
+# --- Link DB (cycles/update/linkgraph.py) ---------------------------------------------------
+# A table of its own beside the crawl DB and the host DB (``linkdb/<version>/``, versioned and
+# swapped like them), not crawl DB columns: update rewrites it from the old version plus the
+# segment's links, and generate joins it to the crawl DB rows it ranks. Links are counted once
+# per (target URL, linking host): a site linking a page from every one of its pages counts once.
+LINK_INLINKS = _schema("link-inlinks", [
+    _field("url", pa.string(), "Link target (normalised), a URL of the crawl DB or about to be", False),
+    _field("host_hash", pa.uint64(), "host_hash of url's host; bucket = host_hash % the link DB's buckets", False),
+    _field("from_host", pa.string(), "A host with a followed link to url (never url's own host); "
+           "one row per (url, from_host), accumulated over every updated segment", False),
+])
+
+LINK_URLS = _schema("link-urls", [
+    _field("url", pa.string(), "Link target (normalised)", False),
+    _field("host_hash", pa.uint64(), "host_hash of url's host; bucket = host_hash % the link DB's buckets", False),
+    _field("inlink_hosts", pa.int32(), "Distinct other hosts linking to url (rows of LINK_INLINKS)", False),
+])
+
+LINK_HOST_EDGES = _schema("link-host-edges", [
+    _field("from_host", pa.string(), "Host with at least one followed link to to_host", False),
+    _field("to_host", pa.string(), "Linked host; never from_host (self-links are not edges)", False),
+])
+
+LINK_HOSTS = _schema("link-hosts", [
+    _field("host", pa.string(), "A host of the link graph: it links, or is linked to", False),
+    _field("rank", pa.float64(), "PageRank of the host graph (update.link_damping): sums to 1 over the hosts", False),
+    _field("importance", pa.float64(), "rank × number of hosts: 1 is an average host; what generate "
+           "ranks and budgets by (generate.ranking = 'links')", False),
+    _field("inlink_hosts", pa.int32(), "Distinct other hosts linking to this host", False),
+])
 
 # --- Views for analysts (cycles/views.py) --------------------------------------------------
 # What `crawl sql`, `crawl sql --views`, `crawl schema` and `cycles.open()` show: one view

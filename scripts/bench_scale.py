@@ -24,6 +24,12 @@ For each size it
    the ``_FETCHED`` marker;
 4. runs ``update`` of that segment in a fresh subprocess;
 
+With ``--linkdb-links-per-url F`` (default 1) step 1 also writes a link DB as earlier cycles
+would have left it (cycles/update/linkgraph.py): F × size (URL, linking host) pairs on
+existing URLs, their per-URL counts, the host graph and ranks, so that generate ranks by links
+over it and update's link-graph step (phase ``update_linkdb``, column ``link s``) merges the
+segment into a graph that grows with the crawl (0: no prior link DB);
+
 and prints seconds, peak RSS (the child's own VmHWM: ``ru_maxrss`` from ``os.wait4`` would
 include the parent's high-water mark, which a child inherits through fork + exec), seconds per
 million URLs and the per-URL time ratio of the largest size to the smallest. Each child
@@ -418,6 +424,59 @@ NOISY_LINK_COLUMNS = """
 upper-case host in the proportions real pages have (scripts/bench_outlinks.py uses it too)."""
 
 
+def build_linkdb(store: Store, hosts: pa.Table, counts: np.ndarray, buckets: int, per_url: float, con,
+                 seed: int = 3) -> dict:
+    """A link DB as earlier cycles would have left it: ``per_url`` × size (url, from_host)
+    pairs, each target an existing URL drawn uniformly, each linking host another host drawn
+    like link sources (big hosts more often); per-URL counts, the host graph and ranks."""
+    from cycles.update import linkgraph
+
+    started = time.monotonic()
+    rng = np.random.default_rng(seed)
+    size, n_hosts = int(counts.sum()), len(counts)
+    n = int(size * per_url)
+    offsets = np.cumsum(counts) - counts
+    g = rng.integers(0, size, n)
+    hid = np.searchsorted(offsets, g, side="right") - 1
+    from_hid = np.searchsorted(offsets, rng.integers(0, size, n), side="right") - 1
+    from_hid = np.where(from_hid == hid, (from_hid + 1) % n_hosts, from_hid)  # never its own host
+    hh = hosts["host_hash"].to_numpy()
+    pairs = pa.table({"hid": pa.array(hid.astype(np.int64)), "j": pa.array((g - offsets[hid]).astype(np.int64)),
+                      "from_hid": pa.array(from_hid.astype(np.int64)),
+                      "host_hash": pa.array(hh[hid], pa.uint64()),
+                      "bucket": pa.array((hh[hid] % np.uint64(buckets)).astype(np.int64))})
+    con.register("pairs", pairs)
+    con.execute("""CREATE OR REPLACE TEMP TABLE link_pairs AS
+        SELECT DISTINCT scheme_of(hid) || host_of(hid) || path_of(hid, j) AS url, host_of(hid) AS host,
+               host_hash, host_of(from_hid) AS from_host, bucket FROM pairs""")
+    con.unregister("pairs")
+    version, folder = store.new_version_dir(linkgraph.LINKDB)
+    rows = 0
+    for bucket in range(buckets):
+        rows += write_reader(linkgraph.inlinks_file(folder, bucket, store), con.sql(
+            f"SELECT url, host_hash, from_host FROM link_pairs WHERE bucket = {bucket} ORDER BY url, from_host"
+        ).to_arrow_reader(64 * 1024), schema.LINK_INLINKS)
+        write_reader(linkgraph.urls_file(folder, bucket, store), con.sql(
+            f"""SELECT url, any_value(host_hash) AS host_hash, count(*)::INTEGER AS inlink_hosts FROM link_pairs
+                WHERE bucket = {bucket} GROUP BY url ORDER BY url""").to_arrow_reader(64 * 1024), schema.LINK_URLS)
+    con.execute("CREATE OR REPLACE TEMP TABLE link_edges AS SELECT DISTINCT from_host, host AS to_host FROM link_pairs")
+    con.execute("DROP TABLE link_pairs")
+    edges = write_reader(folder / "host_edges.parquet", con.sql("SELECT * FROM link_edges ORDER BY ALL")
+                         .to_arrow_reader(64 * 1024), schema.LINK_HOST_EDGES)
+    # Ranks are recomputed by update from the edges; these only give generate something to join.
+    write_reader(folder / "hosts.parquet", con.sql("""
+        SELECT host, 1.0 / count(*) OVER () AS rank, 1.0::DOUBLE AS importance, inlink_hosts FROM (
+            SELECT host, max(inlink_hosts)::INTEGER AS inlink_hosts FROM (
+                SELECT to_host AS host, count(*) OVER (PARTITION BY to_host) AS inlink_hosts FROM link_edges
+                UNION ALL SELECT from_host AS host, 0 AS inlink_hosts FROM link_edges) GROUP BY host)
+        ORDER BY host""").to_arrow_reader(64 * 1024), schema.LINK_HOSTS)
+    con.execute("DROP TABLE link_edges")
+    store.install(linkgraph.LINKDB, Manifest(version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+                                             written_at=utcnow().isoformat(), written_by="bench_scale"), keep=2)
+    return {"linkdb_s": round(time.monotonic() - started, 1), "linkdb_inlinks": rows, "linkdb_host_edges": edges,
+            "linkdb_bytes": du(folder)}
+
+
 def link_targets(rng: np.random.Generator, counts: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray]:
     """(hid, j) of ``n_links`` outlink targets over hosts of ``counts`` URLs each: half known
     URLs (uniformly random existing ones, j < count), half new ones — 70 % new pages of
@@ -655,7 +714,7 @@ def run_stage(args) -> None:
         from cycles.update import update as upd
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
                      "current_bucket_files", "stored_pages", "find_duplicates", "feed_candidates",
-                     "write_feed_batch", "load_fetch_results"):
+                     "write_feed_batch", "load_fetch_results", "update_linkdb"):
             if hasattr(upd, name):
                 phases.wrap(upd, name)
         original_replace = getattr(upd, "replace_crawldb", None)
@@ -816,6 +875,8 @@ def bench_size(args, size: int) -> dict:
         print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets", flush=True)
         facts = build_db(store, size, n_hosts, buckets, con)
         hosts, counts = facts.pop("_hosts"), facts.pop("_counts")
+        if args.linkdb_links_per_url > 0:
+            facts.update(build_linkdb(store, hosts, counts, buckets, args.linkdb_links_per_url, con))
         print(f"[{human(size)}]   {json.dumps(facts)}", flush=True)
     base = [sys.executable, str(Path(__file__).resolve()), "--src", _src_dir(), "--store", str(root), "--memory-limit", args.memory_limit,
             "--threads", str(args.threads), "--cap", str(args.cap), "--partitions", str(args.partitions)]
@@ -864,10 +925,16 @@ def bench_size(args, size: int) -> dict:
     return row
 
 
+def link_seconds(row: dict) -> float:
+    """Update's link-graph step (cycles/update/linkgraph.py), from its phase timer."""
+    return float(row.get("update_phases", {}).get("update_linkdb", 0.0))
+
+
 def print_table(rows: list[dict]) -> None:
     """Wall seconds, peak RSS, seconds per million URLs; CPU seconds (user+sys) beside."""
     head = (f"{'size':>6} {'bkts':>4} {'selected':>10} {'generate s':>10} {'(CPU s)':>8} {'gen RSS GiB':>11} {'gen s/M':>8} "
-            f"{'update s':>9} {'(CPU s)':>8} {'upd RSS GiB':>11} {'upd s/M':>8} {'total s':>8} {'DB GB':>6}")
+            f"{'update s':>9} {'(CPU s)':>8} {'upd RSS GiB':>11} {'upd s/M':>8} {'total s':>8} {'DB GB':>6} "
+            f"{'link s':>7} {'link s/M':>8}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -875,7 +942,7 @@ def print_table(rows: list[dict]) -> None:
         print(f"{human(r['size']):>6} {r['buckets']:>4} {r['selected']:>10,} {r['generate_s']:>10.1f} "
               f"{r['generate_cpu']:>8.1f} {r['generate_rss'] / 2**30:>11.2f} {r['generate_s'] / m:>8.2f} {r['update_s']:>9.1f} "
               f"{r['update_cpu']:>8.1f} {r['update_rss'] / 2**30:>11.2f} {r['update_s'] / m:>8.2f} {r['generate_s'] + r['update_s']:>8.1f} "
-              f"{r['db_bytes'] / 1e9:>6.2f}")
+              f"{r['db_bytes'] / 1e9:>6.2f} {link_seconds(r):>7.1f} {link_seconds(r) / m:>8.2f}")
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         ma, mb = a["size"] / 1e6, b["size"] / 1e6
@@ -884,7 +951,8 @@ def print_table(rows: list[dict]) -> None:
               f"{(b['update_s'] / mb) / (a['update_s'] / ma):.2f}x, together "
               f"{((b['generate_s'] + b['update_s']) / mb) / ((a['generate_s'] + a['update_s']) / ma):.2f}x; "
               f"CPU time: generate {(b['generate_cpu'] / mb) / (a['generate_cpu'] / ma):.2f}x, update "
-              f"{(b['update_cpu'] / mb) / (a['update_cpu'] / ma):.2f}x")
+              f"{(b['update_cpu'] / mb) / (a['update_cpu'] / ma):.2f}x"
+              + (f"; link-graph step {(link_seconds(b) / mb) / (link_seconds(a) / ma):.2f}x" if link_seconds(a) else ""))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -908,6 +976,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-temp", default="", help="cap DuckDB's spill (max_temp_directory_size) in the stages, e.g. 25GB")
     p.add_argument("--fine", action="store_true", help="also time each Normalizer.normalize call (adds overhead)")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
+                   help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
     # child mode
     p.add_argument("--stage", choices=("generate", "update"), help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)

@@ -1,9 +1,12 @@
 """``crawl generate``: choose the due URLs, lease them, write a partitioned fetch list.
 
 A URL is due when its ``next_fetch`` has passed and no live lease holds it. Among due URLs
-the highest priority comes first (score raised by how overdue the URL is), at most
-``generate.max_urls_per_pattern`` per URL pattern of a host (traps), at most
-``generate.max_urls_per_host`` per host and ``generate.top_n`` in all. While a consumer
+the highest priority comes first (importance raised by how overdue the URL is; importance
+from links — its host's PageRank and the distinct hosts linking to it, the link DB update
+builds — or, with ``generate.ranking = 'depth'``, 1/(depth+1)), at most
+``generate.max_urls_per_pattern`` per URL pattern of a host (traps), at most a budget per
+host (``generate.max_urls_per_host``, scaled by the host's importance) and
+``generate.top_n`` in all. While a consumer
 of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
 written to ``segments/<id>/fetchlist/part-NNNNN.parquet`` with partition
 ``host_hash % generate.partitions`` — so every host is in exactly one partition and is
@@ -30,6 +33,7 @@ from cycles.executor import Executor
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
+from cycles.update.linkgraph import current_link_files
 
 
 @dataclass
@@ -51,18 +55,62 @@ def priority_sql(config: Config) -> str:
             f"greatest(fetch_interval_s, {int(g.overdue_min_interval_s)})))")
 
 
+def link_score_sql(config: Config) -> str:
+    """A URL's importance by links (``generate.ranking = 'links'``), over the crawl DB row
+    (db), its LINK_URLS row (u) and its host's LINK_HOSTS row (h), both possibly missing.
+
+    ln(1 + host importance) and ln(1 + distinct linking hosts), so that a host a thousand
+    times as linked as another does not bury every other host; 1/(depth + 1) orders the
+    pages nobody else links to. The crawl DB's score is 1/(depth + 1) times what else set
+    it (update's demotions of duplicate-heavy and mirror hosts, an operator's change), so
+    it enters as the factor score × (depth + 1): 1 for a plain row."""
+    g = config.generate
+    unknown = 1.0 - config.update.link_damping  # a host nobody links to (yet)
+    return (f"(({g.link_host_weight!r} * ln(1 + coalesce(h.importance, {unknown!r}))"
+            f" + {g.link_inlink_weight!r} * ln(1 + coalesce(u.inlink_hosts, 0))"
+            f" + {g.link_depth_weight!r} / (db.depth + 1))"
+            f" * db.score * (db.depth + 1))::FLOAT")
+
+
+def host_importance_sql(config: Config) -> str:
+    """A host's importance (LINK_HOSTS h, possibly missing) for its fetch-list budget."""
+    return f"coalesce(h.importance, {1.0 - config.update.link_damping!r})"
+
+
+def ranked_by_links_sql(source: str, url_source: str, host_source: str, config: Config) -> str:
+    """``source`` (crawl DB rows) with ``score`` replaced by :func:`link_score_sql` and the
+    host's importance added as ``host_importance``."""
+    return f"""(SELECT db.* REPLACE ({link_score_sql(config)} AS score),
+                       {host_importance_sql(config)} AS host_importance
+                FROM {source} db LEFT JOIN {url_source} u ON u.url = db.url
+                LEFT JOIN {host_source} h ON h.host = db.host)"""
+
+
+def host_budget_sql(config: Config) -> str:
+    """How many URLs of a host one fetch list may hold: ``max_urls_per_host``, or with
+    ``ranking = 'links'`` that × the host's importance within [host_budget_min_factor,
+    host_budget_max_factor] (at least 1). The source must then carry ``host_importance``."""
+    g = config.generate
+    if g.ranking != "links":
+        return str(int(g.max_urls_per_host))
+    return (f"greatest(1, round({int(g.max_urls_per_host)} * least({g.host_budget_max_factor!r}, "
+            f"greatest({g.host_budget_min_factor!r}, host_importance))))")
+
+
 def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
-    """SQL of the due URLs to fetch next, best first, capped per host and pattern and in
-    total, with their priority and due time; ``$now`` is left to bind. ``leased``: SQL
-    source of the URLs leased to live segments (cycles/leases.py)."""
+    """SQL of the due URLs to fetch next, best first, capped per host (:func:`host_budget_sql`)
+    and pattern and in total, with their priority and due time; ``$now`` is left to bind.
+    ``leased``: SQL source of the URLs leased to live segments (cycles/leases.py). With
+    ``generate.ranking = 'links'`` ``source`` is :func:`ranked_by_links_sql`'s."""
     priority = priority_sql(config)
+    importance = ", host_importance" if config.generate.ranking == "links" else ""
     return f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified, priority, next_fetch
         FROM (
             SELECT *, row_number() OVER (PARTITION BY host ORDER BY priority DESC, next_fetch, url) AS host_rank
             FROM (
                 -- Only the columns needed: the windows would otherwise carry whole rows.
-                SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch,
+                SELECT url, host, host_hash, score, depth, etag, last_modified, next_fetch{importance},
                        {priority} AS priority,
                        row_number() OVER (PARTITION BY host, pattern_hash
                                           ORDER BY {priority} DESC, next_fetch, url) AS pattern_rank
@@ -71,7 +119,7 @@ def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
             )
             WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
         )
-        WHERE host_rank <= {int(config.generate.max_urls_per_host)}
+        WHERE host_rank <= {host_budget_sql(config)}
         ORDER BY priority DESC, next_fetch, url
         LIMIT {int(top_n)}"""
 
@@ -90,6 +138,10 @@ class GenerateBucketTask:
     top_n: int
     out: StorePath
     workers: int = 1
+    link_urls: tuple = ()
+    """The link DB's LINK_URLS files holding this bucket's URLs (cycles/update/linkgraph.py)."""
+    link_hosts: StorePath | None = None
+    """The link DB's LINK_HOSTS file; None: no link DB yet (every host ranks alike)."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> int:
@@ -101,12 +153,25 @@ def select_bucket_due(task: GenerateBucketTask) -> int:
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    if task.config.generate.ranking == "links":
+        source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
+                                     link_source(store, con, (task.link_hosts,) if task.link_hosts else (),
+                                                 schema.LINK_HOSTS), task.config)
     leased = leased_urls_sql(store, con, list(task.lease_files))
     reader = con.sql(due_sql(source, leased, task.config, task.top_n),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)
     rows = store.write_batches(task.out, reader, reader.schema)
     con.close()
     return rows
+
+
+def link_source(store: Store, con, files: tuple, table_schema) -> str:
+    """SQL source over link DB files, or an empty table of their schema when there are none."""
+    if files:
+        return store.duckdb_source(con, list(files))
+    name = f"no_{table_schema.metadata[b'crawl.schema'].decode().replace('-', '_')}"
+    con.register(name, table_schema.empty_table())
+    return name
 
 
 def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[int, str]:
@@ -167,7 +232,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
-                                    top_n, store.bucket_file(candidates, bucket), executor.workers)
+                                    top_n, store.bucket_file(candidates, bucket), executor.workers,
+                                    *current_link_files(store, bucket, len(files)))
                  for bucket, file in enumerate(files)]
         try:
             executor.map(select_bucket_due, tasks)

@@ -46,7 +46,9 @@ MIN_POOL_ROWS = 2 * CHUNK_ROWS
 ~0.3 s (interpreter, pyarrow, idna), the time of ~60 K URLs."""
 
 KEPT = pa.schema([("url", pa.string()), ("host", pa.string()), ("host_hash", pa.uint64()),
-                  ("depth", pa.int16())])
+                  ("depth", pa.int16()), ("raw", pa.string())])
+"""A kept link: normalised url, host, host_hash, depth, and the raw spelling it came from
+(the link graph maps each outlink row to its normalised target by it)."""
 
 # A canonical URL has no userinfo: its host runs from "://" to ":", "/" (or "]" for IPv6).
 _HOST_RE = r"^[a-z]+://(?P<host>\[[^\]]*\]|[^:/?#]*)"
@@ -103,7 +105,8 @@ def prepare_chunk(chunk, url_config: UrlConfig) -> tuple[pa.Buffer, dict[str, in
     keep = pc.is_null(reasons)
     urls = urls.filter(keep)
     hosts = pc.struct_field(pc.extract_regex(urls, _HOST_RE), "host")
-    kept = pa.table([urls, hosts, host_hashes(hosts), table.column("depth").filter(keep)], schema=KEPT)
+    kept = pa.table([urls, hosts, host_hashes(hosts), table.column("depth").filter(keep), column.filter(keep)],
+                    schema=KEPT)
     return _to_ipc(kept), dict(dropped)
 
 
@@ -141,14 +144,16 @@ def _run_chunks(distinct: pa.Table, url_config: UrlConfig, pool: ProcessPool | N
 
 def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
                      processes: int | None = None, chunk_rows: int | None = None,
-                     con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+                     con: duckdb.DuckDBPyConnection | None = None, keep_raw_map: bool = False) -> pa.Table:
     """Normalise, filter and deduplicate outlinks: (url, host, host_hash, score, depth).
 
     ``links`` has the columns url, nofollow and depth (schema.OUTLINKS). ``processes``
     (default :func:`pool_size`) and ``chunk_rows`` (default :data:`CHUNK_ROWS`) size the
     pool; with fewer than :data:`MIN_POOL_ROWS` followed links it runs in-process unless
     ``processes`` is given. ``con``: a DuckDB connection to use (update's, with its memory
-    limit and spill folder); without it one is opened from ``config.db``.
+    limit and spill folder); without it one is opened from ``config.db``. ``keep_raw_map``:
+    leave the temp table ``outlinks_raw_map`` (raw, url, host, host_hash) on ``con`` for
+    the link graph (cycles/update/linkgraph.py), which the caller drops.
     """
     counters["outlinks/found"] += links.num_rows
     follow = links.select(["url", "nofollow", "depth"]).filter(pc.invert(links["nofollow"]))
@@ -179,6 +184,8 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
     kept = pa.concat_tables(parts) if parts else KEPT.empty_table()
     del parts
     con.register("outlinks_kept", kept)
+    if keep_raw_map:
+        con.execute("CREATE OR REPLACE TEMP TABLE outlinks_raw_map AS SELECT raw, url, host, host_hash FROM outlinks_kept")
     max_depth = int(config.update.max_depth)
     con.execute("""CREATE OR REPLACE TEMP TABLE outlinks_merged AS
         SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, min(depth) AS depth

@@ -14,7 +14,9 @@ atomically (see cycles/crawldb.py). The rules:
   marker lists must be there (cycles/segment.py);
 - a fetch result for a URL the crawl DB does not hold yet (a redirect target followed
   inline) adds that URL, with the result applied;
-- the segment's host state (last request time, robots.txt) is merged into the host DB.
+- the segment's host state (last request time, robots.txt) is merged into the host DB;
+- the segment's followed links are folded into the link DB (distinct linking hosts per URL,
+  the host graph and its PageRank: cycles/update/linkgraph.py), which generate ranks by.
 
 Update is idempotent: the manifest lists the segments already applied, and applying one
 again changes nothing.
@@ -44,6 +46,7 @@ from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import merge_hostdb
 from cycles.progress import StepProgress
+from cycles.update.linkgraph import update_linkdb
 from cycles.update.outlinks import prepare_outlinks
 from cycles.update.schedule import schedule_for
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count, sitemap_hints, sitemap_links
@@ -411,7 +414,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # The URLs the hosts' sitemaps listed are merged as followed links (cycles/update/sitemaps.py).
         followed = pa.concat_tables([followed, sitemap_links(con, store, seg_dir, counters).cast(followed.schema)])
         hints = sitemap_hints(con, store, seg_dir, config)
-        links = prepare_outlinks(followed, config, counters, con=con)
+        links = prepare_outlinks(followed, config, counters, con=con, keep_raw_map=config.update.link_graph)
         links_rows = links.num_rows
         inputs = seg_dir / seg.UPDATE_INPUTS
         # Route every input to its bucket: each bucket is then a task reading only its files.
@@ -424,6 +427,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             write_routed(store, con, "sitemap_hints", inputs / "sitemaps", manifest.buckets)
             con.unregister("sitemap_hints")
         del hints
+        if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
+            update_linkdb(store, config, con, seg_dir, dedup.marks, inputs, manifest.buckets, segment, counters)
+            con.execute("DROP TABLE outlinks_raw_map")
         # The bucket tasks get the memory now: nothing of the segment-wide steps but the
         # feed's candidate list is kept while they run.
         con.close()

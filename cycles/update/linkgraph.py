@@ -1,0 +1,314 @@
+"""Update's link-graph step: the link DB, from which generate ranks URLs and budgets hosts.
+
+Depth says how far a page is from a seed, not how much the web cares about it. Search
+engines rank the frontier by links instead (Nutch's OPIC and LinkRank; Common Crawl budgets
+domains by host-level centrality and ranks URLs by in-links). Each update folds the
+segment's followed outlinks into the link DB (``linkdb/<version>/``, schema.LINK_*):
+
+- **per URL, the distinct other hosts linking to it** (LINK_INLINKS: one row per
+  (url, from_host), accumulated over every segment; LINK_URLS: their count). A site that
+  links a page from each of its 10,000 pages counts once; a link from the page's own host
+  does not count (a site cannot vote for itself);
+- **the host graph** (LINK_HOST_EDGES: host → host, self-links excluded) and each host's
+  **PageRank** on it (LINK_HOSTS).
+
+Why PageRank and not harmonic centrality (Common Crawl's choice): exact harmonic centrality
+needs a breadth-first search from every host, O(hosts × edges) per cycle; Common Crawl
+approximates it with HyperBall, a separate system of probabilistic counters. PageRank is
+one pass over the edges per iteration (a join and a group-by DuckDB spills to the store's
+scratch folder, so memory stays bounded), converges geometrically (error × damping per
+iteration), and rewards the same thing: being linked from many hosts that are themselves
+linked. Dangling hosts (no out-links) spread their rank over every host, as networkx does,
+so the ranks stay a distribution; ``importance`` = rank × hosts puts 1 at the average.
+
+Same-host links are not edges, and nofollow links and the links of exact copies are left
+out, as they are for discovery (cycles/update/update.py followed_outlinks). The cost of a
+cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
+``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
+last cycle's ranks).
+
+The link DB grows with every link ever seen: a link that disappears from a page is never
+removed (no expiry yet).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from cycles import schema
+from cycles import segment as seg
+from cycles.config import Config
+from cycles.store import Manifest, Store, StorePath, utcnow
+
+LINKDB = "linkdb"
+"""The store table (``linkdb/CURRENT`` and its version folders)."""
+
+RAW_MAP = "outlinks_raw_map"
+"""The temp table prepare_outlinks leaves on update's connection when asked
+(``keep_raw_map``): each raw outlink spelling → its normalised url, host, host_hash."""
+
+# A canonical URL has no userinfo: its host runs from "://" to ":", "/" (or "]" for IPv6).
+HOST_OF_URL = r"^[a-z]+://(\[[^\]]*\]|[^:/?#]*)"
+
+
+# Every file at the version's top level: the seal (_COMPLETE) and `crawl recover` see only those.
+def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
+    return folder / f"inlinks-{bucket:05d}.parquet"
+
+
+def urls_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
+    return folder / f"urls-{bucket:05d}.parquet"
+
+
+def segment_links(con: duckdb.DuckDBPyConnection, store: Store, seg_dir, marks: pa.Table) -> int:
+    """Temp table ``seg_links`` (url, host, host_hash, from_host): the segment's followed links
+    as distinct (target, linking host) pairs, targets normalised (by the raw map prepare_outlinks
+    left, RAW_MAP). Same-host pairs are kept here (they make a host a node of the graph)."""
+    files = seg.output_files(store, seg_dir, seg.OUTLINKS)
+    if not files:
+        con.execute("CREATE OR REPLACE TEMP TABLE seg_links (url VARCHAR, host VARCHAR, host_hash UBIGINT, "
+                    "from_host VARCHAR)")
+        return 0
+    con.register("linkgraph_marks", marks)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE seg_links AS
+        SELECT DISTINCT m.url, m.host, m.host_hash, regexp_extract(o.from_url, '{HOST_OF_URL}', 1) AS from_host
+        FROM {store.duckdb_source(con, files)} o JOIN {RAW_MAP} m ON o.url = m.raw
+        WHERE NOT o.nofollow
+          AND o.from_url NOT IN (SELECT url FROM linkgraph_marks WHERE kind = 'duplicate')""")
+    con.unregister("linkgraph_marks")
+    con.execute("DELETE FROM seg_links WHERE from_host = '' OR host IS NULL OR host = ''")
+    return con.execute("SELECT count(*) FROM seg_links").fetchall()[0][0]
+
+
+IN_MEMORY_EDGES = 4_000_000
+"""A host graph with at most this many edges is ranked in NumPy (about 16 bytes an edge and
+24 a host: 64 MB at most), larger ones in DuckDB. The same iteration either way; DuckDB's
+per-statement cost (~10 ms for each of an iteration's queries on a busy machine, 40 ms an
+iteration) would otherwise make every small update pay 2 s for 50 iterations."""
+
+
+def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, damping: float,
+                  iterations: int, tolerance: float, in_memory_edges: int = IN_MEMORY_EDGES,
+                  start: str | None = None) -> tuple[str, int]:
+    """PageRank of a host graph; returns the temp table (host, rank) and the iterations run.
+
+    ``nodes``: SQL source of the hosts (column ``host``, distinct); ``edges``: of the edges
+    (``from_host``, ``to_host``, distinct, both in ``nodes``, no self-links). Each iteration is
+    one pass over the edges, linear in edges + hosts:
+    rank'(v) = (1 - d)/N + d × (dangling rank / N + Σ_{u→v} rank(u) / outdegree(u)).
+    Stops after ``iterations`` or once Σ|rank' - rank| < ``tolerance`` (the ranks sum to 1;
+    networkx's N × tol would let a million-host graph stop after one iteration).
+    Up to ``in_memory_edges`` edges in NumPy, beyond in DuckDB (a join and a group-by per
+    iteration, spilled to the scratch folder past the memory limit).
+
+    ``start``: SQL source of earlier ranks (host, rank) to start from (the last cycle's: the
+    graph changed little, so few iterations reach the tolerance); new hosts start at 1/N and
+    the whole is scaled to sum 1. The fixed point is the same from any start.
+    """
+    started = f"LEFT JOIN (SELECT host, rank FROM {start}) s ON s.host = n.host" if start else ""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_nodes AS
+        SELECT n.host, (row_number() OVER (ORDER BY n.host) - 1)::INTEGER AS id,
+               {"s.rank" if start else "NULL::DOUBLE"} AS rank0
+        FROM {nodes} n {started}""")
+    n = con.execute("SELECT count(*) FROM pr_nodes").fetchall()[0][0]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_nodes AS
+        SELECT host, id, coalesce(rank0, 1.0 / {max(n, 1)}) / sum(coalesce(rank0, 1.0 / {max(n, 1)})) OVER () AS rank0
+        FROM pr_nodes""")
+    # Each edge carries 1/outdegree of its source, computed once, not per iteration.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_edges AS
+        SELECT s.id AS src, t.id AS dst, 1.0::DOUBLE / count(*) OVER (PARTITION BY s.id) AS w FROM {edges} e
+        JOIN pr_nodes s ON e.from_host = s.host JOIN pr_nodes t ON e.to_host = t.host""")
+    if con.execute("SELECT count(*) FROM pr_edges").fetchall()[0][0] <= in_memory_edges:
+        done = pagerank_in_memory(con, n, damping, iterations, tolerance)
+    else:
+        done = pagerank_in_duckdb(con, n, damping, iterations, tolerance)
+    con.execute("""CREATE OR REPLACE TEMP TABLE pagerank AS
+        SELECT n.host, r.rank FROM pr_nodes n JOIN pr_rank r USING (id)""")
+    for table in ("pr_nodes", "pr_edges", "pr_rank"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+    return "pagerank", done
+
+
+def pagerank_in_memory(con: duckdb.DuckDBPyConnection, n: int, damping: float, iterations: int,
+                       tolerance: float) -> int:
+    """:func:`host_pagerank`'s iteration in NumPy over ``pr_edges``; leaves ``pr_rank`` (id, rank)."""
+    edges = con.sql("SELECT src, dst, w FROM pr_edges").fetchnumpy()
+    src, dst, w = (np.asarray(edges[c]) for c in ("src", "dst", "w"))
+    dangling = np.ones(n, dtype=bool)
+    dangling[src] = False
+    rank = np.asarray(con.sql("SELECT rank0 FROM pr_nodes ORDER BY id").fetchnumpy()["rank0"], dtype=np.float64)
+    done = 0
+    for done in range(1, int(iterations) + 1) if n else ():
+        flow = np.bincount(dst, weights=rank[src] * w, minlength=n)
+        new = (1.0 - damping) / n + damping * (rank[dangling].sum() / n + flow)
+        change = np.abs(new - rank).sum()
+        rank = new
+        if change < tolerance:
+            break
+    con.register("pr_rank_in", pa.table({"id": pa.array(np.arange(n, dtype=np.int32)), "rank": pa.array(rank)}))
+    con.execute("CREATE OR REPLACE TEMP TABLE pr_rank AS SELECT * FROM pr_rank_in")
+    con.unregister("pr_rank_in")
+    return done
+
+
+def pagerank_in_duckdb(con: duckdb.DuckDBPyConnection, n: int, damping: float, iterations: int,
+                       tolerance: float) -> int:
+    """:func:`host_pagerank`'s iteration in DuckDB over ``pr_edges``; leaves ``pr_rank`` (id, rank)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE pr_rank AS
+        SELECT id, rank0 AS rank, id NOT IN (SELECT src FROM pr_edges) AS dangling FROM pr_nodes""")
+    done = 0
+    d = float(damping)
+    for done in range(1, int(iterations) + 1) if n else ():
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE pr_next AS
+            SELECT r.id, r.dangling,
+                   {(1.0 - d) / n!r} + {d!r} * ((SELECT coalesce(sum(rank), 0) FROM pr_rank WHERE dangling) / {n}
+                                              + coalesce(f.flow, 0)) AS rank
+            FROM pr_rank r LEFT JOIN (
+                SELECT e.dst AS id, sum(r.rank * e.w) AS flow FROM pr_edges e JOIN pr_rank r ON e.src = r.id
+                GROUP BY e.dst) f ON f.id = r.id""")
+        change = con.execute("SELECT sum(abs(a.rank - b.rank)) FROM pr_next a JOIN pr_rank b USING (id)"
+                             ).fetchall()[0][0] or 0.0
+        con.execute("DROP TABLE pr_rank")
+        con.execute("ALTER TABLE pr_next RENAME TO pr_rank")
+        if change < tolerance:
+            break
+    return done
+
+
+def old_source(con: duckdb.DuckDBPyConnection, store: Store, files: list[StorePath], table_schema: pa.Schema,
+               name: str) -> str:
+    """SQL source over the old link DB's ``files`` (an empty table of ``table_schema`` if none)."""
+    if files:
+        return store.duckdb_source(con, files)
+    con.register(name, table_schema.empty_table())
+    return name
+
+
+def old_bucket_files(store: Store, old: Manifest | None, bucket: int, buckets: int) -> tuple[list, str]:
+    """The old link DB's files holding ``bucket``'s rows, and a WHERE clause keeping only those:
+    its own file when the bucket counts agree, else every file (after `crawl rebucket`)."""
+    if old is None:
+        return [], "true"
+    folder = store.path(LINKDB, old.version)
+    if old.buckets == buckets:
+        return [inlinks_file(folder, bucket)], "true"
+    return [inlinks_file(folder, b) for b in range(old.buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
+
+
+def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, table_schema: pa.Schema) -> int:
+    return store.write_batches(path, con.sql(sql).to_arrow_reader(64 * 1024), table_schema)
+
+
+def merge_inlinks(store: Store, con: duckdb.DuckDBPyConnection, old: Manifest | None, routed: StorePath,
+                  folder: StorePath, buckets: int) -> int:
+    """Each bucket's inlinks: the old ones plus the segment's (routed to ``routed/bucket-N``),
+    distinct, and their per-URL counts. One bucket at a time: memory bounded by a bucket."""
+    total = 0
+    for bucket in range(buckets):
+        files, where = old_bucket_files(store, old, bucket, buckets)
+        before = old_source(con, store, files, schema.LINK_INLINKS, "linkdb_no_inlinks")
+        new = store.duckdb_source(con, [store.bucket_file(routed, bucket)])
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE link_bucket AS
+            SELECT DISTINCT url, host_hash, from_host FROM (
+                SELECT url, host_hash, from_host FROM {before} WHERE {where}
+                UNION ALL SELECT url, host_hash, from_host FROM {new})""")
+        total += write_query(store, con, "SELECT * FROM link_bucket ORDER BY url, from_host",
+                             inlinks_file(folder, bucket, store), schema.LINK_INLINKS)
+        write_query(store, con, """SELECT url, any_value(host_hash) AS host_hash, count(*)::INTEGER AS inlink_hosts
+                                   FROM link_bucket GROUP BY url ORDER BY url""",
+                    urls_file(folder, bucket, store), schema.LINK_URLS)
+        con.execute("DROP TABLE link_bucket")
+    return total
+
+
+def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old: Manifest | None,
+               folder: StorePath) -> tuple[int, int, int]:
+    """The new host graph (old edges and hosts plus the segment's) and its PageRank, written
+    to ``folder``; returns (hosts, host edges, iterations run)."""
+    old_folder = store.path(LINKDB, old.version) if old else None
+    edges_before = old_source(con, store, [old_folder / "host_edges.parquet"] if old else [],
+                              schema.LINK_HOST_EDGES, "linkdb_no_edges")
+    hosts_before = old_source(con, store, [old_folder / "hosts.parquet"] if old else [],
+                              schema.LINK_HOSTS, "linkdb_no_hosts")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE link_host_edges AS
+        SELECT DISTINCT from_host, to_host FROM (
+            SELECT from_host, to_host FROM {edges_before}
+            UNION ALL SELECT from_host, host AS to_host FROM seg_links WHERE from_host <> host)""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE link_hosts AS
+        SELECT DISTINCT host FROM (SELECT host FROM {hosts_before} UNION ALL SELECT host FROM seg_links
+                                   UNION ALL SELECT from_host AS host FROM seg_links)""")
+    u = config.update
+    ranks, iterations = host_pagerank(con, "link_hosts", "link_host_edges", u.link_damping,
+                                      u.link_iterations, u.link_tolerance, start=hosts_before if old else None)
+    edges = write_query(store, con, "SELECT * FROM link_host_edges ORDER BY from_host, to_host",
+                        folder / "host_edges.parquet", schema.LINK_HOST_EDGES)
+    hosts = write_query(store, con, f"""
+        SELECT p.host, p.rank, p.rank * (SELECT count(*) FROM {ranks}) AS importance,
+               coalesce(i.inlink_hosts, 0)::INTEGER AS inlink_hosts
+        FROM {ranks} p LEFT JOIN (SELECT to_host AS host, count(*) AS inlink_hosts FROM link_host_edges
+                                  GROUP BY to_host) i USING (host)
+        ORDER BY p.host""", folder / "hosts.parquet", schema.LINK_HOSTS)
+    for table in ("link_host_edges", "link_hosts", ranks):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+    return hosts, edges, iterations
+
+
+def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, seg_dir, marks: pa.Table,
+                  inputs: StorePath, buckets: int, segment: str, counters: Counter) -> None:
+    """Fold the segment's followed links into a new link DB version and install it.
+
+    Needs the RAW_MAP temp table on ``con`` (prepare_outlinks with ``keep_raw_map``). Called
+    by update under the crawl DB lock, before the crawl DB swap: a crash between the two
+    applies the segment again, and the link DB's rows are distinct pairs, so that changes
+    nothing. ``inputs``: update's scratch folder of the segment (the routed inlinks go there).
+    """
+    from cycles.update.update import write_routed  # update imports this module
+
+    started = time.monotonic()
+    links = segment_links(con, store, seg_dir, marks)
+    counters["linkgraph/links"] += links
+    if not links:  # nothing to fold in: the link DB stays as it is (no rewrite, no version)
+        con.execute("DROP TABLE seg_links")
+        return
+    con.execute("""CREATE OR REPLACE TEMP TABLE seg_inlinks AS
+        SELECT url, host_hash, from_host FROM seg_links WHERE from_host <> host""")
+    routed = inputs / "inlinks"
+    write_routed(store, con, "seg_inlinks", routed, buckets)
+    con.execute("DROP TABLE seg_inlinks")
+    old = store.manifest(LINKDB)
+    version, folder = store.new_version_dir(LINKDB)
+    try:
+        counters["linkgraph/inlinks"] = merge_inlinks(store, con, old, routed, folder, buckets)
+        hosts, edges, iterations = rank_hosts(store, config, con, old, folder)
+    except BaseException:
+        store.discard_version(LINKDB, version)
+        raise
+    applied = (tuple(old.applied_segments) if old else ()) + (segment,)
+    store.install(LINKDB, Manifest(version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+                                   written_at=utcnow().isoformat(), written_by="update",
+                                   applied_segments=applied[-config.db.applied_segments_kept:]),
+                  keep=config.db.keep_versions)
+    con.execute("DROP TABLE seg_links")
+    counters["linkgraph/hosts"] = hosts
+    counters["linkgraph/host_edges"] = edges
+    counters["linkgraph/iterations"] = iterations
+    counters["linkgraph/ms"] = int((time.monotonic() - started) * 1000)
+
+
+def current_link_files(store: Store, bucket: int, buckets: int) -> tuple[tuple, StorePath | None]:
+    """For generate: the link DB's LINK_URLS files holding ``bucket``'s URLs (of a crawl DB
+    with ``buckets`` buckets) and its LINK_HOSTS file; ((), None) when there is no link DB."""
+    manifest = store.manifest(LINKDB)
+    if manifest is None:
+        return (), None
+    folder = store.path(LINKDB, manifest.version)
+    if manifest.buckets == buckets:
+        files = (urls_file(folder, bucket, store),)
+    else:  # after `crawl rebucket`, until the next update: every file (the join keeps the bucket's URLs)
+        files = tuple(urls_file(folder, b, store) for b in range(manifest.buckets))
+    return files, folder / "hosts.parquet"
