@@ -17,7 +17,8 @@ Learning speed: for each change class, the first cycle from which every page's s
 interval stays within 2x of its true optimal interval (the optimum for the known rates at
 the run's budget, clamped to [min_interval_s, max_interval_s] as the schedule is).
 
-    .venv/bin/python scripts/bench_freshness.py                 # 7 days in 4 h steps, ~3 min
+    .venv/bin/python scripts/bench_freshness.py                 # 7 days in 4 h steps: two crawls, ~5 CPU-min
+                                                                # (30 min wall on a loaded 2-core machine)
     .venv/bin/python scripts/bench_freshness.py --days 14
 """
 
