@@ -33,7 +33,7 @@ def written_literals(expression: str) -> set[str]:
     return set(re.findall(r"\b(?:THEN|ELSE)\s+'([^']*)'", expression))
 
 
-@pytest.mark.parametrize("schedule", ["adaptive", "fixed"])
+@pytest.mark.parametrize("schedule", ["adaptive", "fixed", "optimal"])
 def test_transition_sql_writes_only_known_statuses(schedule):
     config = Config()
     config.update.schedule = schedule

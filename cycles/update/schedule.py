@@ -9,17 +9,26 @@ transition_sql.
 - ``adaptive`` (:class:`AdaptiveSchedule`, the default): the interval follows the page's
   observed change rate (Cho & Garcia-Molina);
 - ``fixed`` (:class:`FixedSchedule`): every page after ``update.default_interval_s``
-  (news-like pages after ``update.news_like_interval_s``).
+  (news-like pages after ``update.news_like_interval_s``);
+- ``optimal`` (:class:`OptimalSchedule`): the page's learned change rate and the crawl's fetch
+  budget give the interval of Cho & Garcia-Molina's optimal policy (:mod:`cycles.update.optimum`):
+  before the merge, :func:`refresh_multiplier` reads every page's learned rate from the crawl
+  DB and finds the marginal freshness per visit ``μ`` at which the intervals spend the budget;
+  a page never refetched yet starts from its host's mean learned rate (:func:`prepare_schedule`).
 
 A schedule's SQL reads the old row as ``db`` and the fetch result as ``f``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from cycles.config import Config, UpdateConfig
+from cycles.update import optimum
 
 
 class Schedule(Protocol):
@@ -93,10 +102,152 @@ class AdaptiveSchedule:
         ELSE db.fetch_interval_s END"""
 
 
-SCHEDULES = {"adaptive": AdaptiveSchedule, "fixed": FixedSchedule}
+RATE_STEP = 2 ** (1 / 8)
+"""The optimal schedule looks intervals up on a grid of change rates this far apart (9 %):
+a rate is rounded to the nearest, at most 4.5 % off, which moves freshness by far less
+(F is flat near the optimum)."""
+
+
+def rate_grid(u: UpdateConfig) -> np.ndarray:
+    """Change rates (1/s) of the lookup grid: from a hundredth of a change per
+    ``max_interval_s`` to a hundred changes per ``min_interval_s``."""
+    lo, hi = 0.01 / u.max_interval_s, 100 / u.min_interval_s
+    return lo * RATE_STEP ** np.arange(int(math.ceil(math.log(hi / lo) / math.log(RATE_STEP))) + 1)
+
+
+def grid_index_sql(u: UpdateConfig, rate: str) -> str:
+    """SQL: 1-based index of the grid rate nearest to ``rate`` (clamped to the grid)."""
+    lo, n = 0.01 / u.max_interval_s, len(rate_grid(u))
+    return (f"least({n}, greatest(1, round(ln(greatest({rate}, {lo!r}) / {lo!r}) / "
+            f"{math.log(RATE_STEP)!r})::BIGINT + 1))")
+
+
+def planned_cycles(u: UpdateConfig, rates, multiplier_s: float) -> np.ndarray:
+    """Refetch intervals (s) the optimal policy at ``μ = multiplier_s`` gives pages of these
+    rates, within [min_interval_s, max_interval_s], in whole cycles (``cycle_interval_s``):
+    generate only runs once a cycle, so an interval is in effect rounded up to the next
+    cycle, and the plan would spend less than its budget. A page not worth a visit (f = 0)
+    gets max_interval_s, so that a change of its rate is still noticed."""
+    freq = optimum.frequencies_at(rates, multiplier_s)
+    with np.errstate(divide="ignore"):
+        interval = np.where(freq > 0, 1 / np.maximum(freq, 1e-300), u.max_interval_s)
+    interval = np.clip(interval, u.min_interval_s, u.max_interval_s)
+    cycle = u.cycle_interval_s
+    return np.maximum(1, np.round(interval / cycle)) * cycle
+
+
+def planned_intervals(u: UpdateConfig, rates, multiplier_s: float) -> np.ndarray:
+    """The intervals (s) to store for :func:`planned_cycles`: half a cycle short of the
+    planned cycles, so that the page is due at that cycle's generate even when it was
+    fetched up to half a cycle after its own generate (a fetch list takes a while)."""
+    cycles = planned_cycles(u, rates, multiplier_s)
+    return np.clip(np.round(cycles - u.cycle_interval_s / 2), u.min_interval_s, u.max_interval_s).astype(np.int64)
+
+
+def learned_rate_sql(n: str, changes: str, span_s: str) -> str:
+    """SQL: Cho & Garcia-Molina's estimate (1/s) from ``changes`` seen in ``n`` refetches over
+    ``span_s`` seconds (see :func:`cycles.update.optimum.estimate_rate`)."""
+    return f"(-ln(({n} - {changes} + 0.5) / ({n} + 0.5)) / (greatest(1, {span_s}) / {n}))"
+
+
+STORED_RATE_SQL = learned_rate_sql("(db.fetch_count - 1)", "db.change_count",
+                                   "epoch(db.last_fetched - db.first_fetched)")
+"""A crawl DB row's learned rate, for rows refetched at least once (``db.fetch_count >= 2``)."""
+
+DEFAULT_MULTIPLIER_S = 86400.0
+"""μ of an optimal schedule built without a plan (SQL inspected, not run by update): pages
+changing more than once a day are left alone."""
+
+
+@dataclass(frozen=True)
+class OptimalSchedule:
+    """Cho & Garcia-Molina's optimal policy on learned rates (see the module doc).
+
+    First fetch: the interval the host's mean learned rate earns (``host_prior``, made by
+    :func:`prepare_schedule`), else the first interval (news-like or default); no change
+    seen yet: grows by ``interval_growth`` like the adaptive schedule (the estimate is 0,
+    which would mean "never again"); else the interval planned for the page's learned
+    rate at the multiplier ``multiplier_s``."""
+
+    u: UpdateConfig
+    multiplier_s: float = DEFAULT_MULTIPLIER_S
+
+    def interval_sql(self, seen: str, changed: str) -> str:
+        u = self.u
+        table = "[" + ", ".join(str(int(i)) for i in planned_intervals(u, rate_grid(u), self.multiplier_s)) + "]"
+        x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
+        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)")
+        prior = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
+        return f"""CASE
+        WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {prior} IS NOT NULL THEN
+            list_extract({table}, {grid_index_sql(u, prior)})
+        WHEN {seen} AND db.fetch_count = 0 THEN {first_interval_sql(u)}
+        WHEN {seen} AND {x} = 0 THEN least({u.max_interval_s}, floor(db.fetch_interval_s * {float(u.interval_growth)})::BIGINT)
+        WHEN {seen} THEN list_extract({table}, {grid_index_sql(u, rate)})
+        ELSE db.fetch_interval_s END"""
+
+
+def refresh_budget_per_s(config: Config) -> float:
+    """Fetches per second the optimal schedule plans for: the budget of a cycle
+    (``update.refresh_budget_per_cycle``, 0: ``generate.top_n``) over ``update.cycle_interval_s``."""
+    u = config.update
+    return (u.refresh_budget_per_cycle or config.generate.top_n) / u.cycle_interval_s
+
+
+def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: str, changed: str) -> float:
+    """μ (seconds) at which the optimal schedule's intervals spend the fetch budget.
+
+    Every page's learned rate as it will be after this segment (the crawl DB ``db_source``
+    joined to the segment's results ``fetched``, conditions ``seen`` and ``changed`` as
+    update's transition uses them: without this segment, the first cycle that learns
+    anything would be planned as if nothing were known). One aggregate, bounded whatever
+    the crawl's size: the pages with a learned rate counted per grid rate, and the visits
+    per second the other pages take (never refetched, or no change seen: their intervals
+    follow their own rules) — that share comes off the budget first.
+    """
+    u = config.update
+    after = f"""SELECT db.fetch_count - 1 + CASE WHEN {seen} THEN 1 ELSE 0 END AS n,
+               db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END AS x,
+               epoch(CASE WHEN {seen} THEN f.fetched_at ELSE db.last_fetched END
+                     - coalesce(db.first_fetched, f.fetched_at)) AS span_s,
+               db.fetch_interval_s
+        FROM {db_source} db LEFT JOIN (SELECT * FROM {fetched}
+            QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1) f
+        ON db.url = f.url"""
+    rate = learned_rate_sql("n", "x", "span_s")
+    bins = con.execute(f"""SELECT {grid_index_sql(u, rate)} AS i, count(*) FROM ({after})
+        WHERE n >= 1 AND x > 0 GROUP BY i""").fetchall()
+    fixed = con.execute(f"""SELECT coalesce(sum(1.0 / greatest(1, fetch_interval_s)), 0) FROM ({after})
+        WHERE n >= 0 AND NOT (n >= 1 AND x > 0)""").fetchall()[0][0]
+    grid = rate_grid(u)
+    rates = np.array([grid[i - 1] for i, _ in bins], float)
+    counts = np.array([c for _, c in bins], float)
+    if not len(rates):
+        return DEFAULT_MULTIPLIER_S
+    return optimum.solve_multiplier(
+        lambda m: float(np.sum(counts / planned_cycles(u, rates, m))), refresh_budget_per_s(config) - float(fixed))
+
+
+def prepare_schedule(con, config: Config, old: str) -> None:
+    """Tables the configured schedule's SQL reads, made from ``old`` (a crawl DB bucket):
+    for ``optimal``, ``host_prior`` (host, rate): the mean learned rate of the host's pages
+    refetched at least once, the prior of its pages not fetched yet (a host where no change
+    was seen yet gives no prior: its new pages start at the default interval). A host's pages share a
+    bucket, so the bucket holds all it needs."""
+    if config.update.schedule != "optimal":
+        return
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE host_prior AS
+        SELECT db.host, avg({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
+        HAVING avg({STORED_RATE_SQL}) > 0""")
+
+
+SCHEDULES = {"adaptive": AdaptiveSchedule, "fixed": FixedSchedule, "optimal": OptimalSchedule}
 """``update.schedule`` → its class (the config's Choice lists the same names)."""
 
 
-def schedule_for(config: Config) -> Schedule:
-    """The schedule ``update.schedule`` names."""
+def schedule_for(config: Config, multiplier_s: float | None = None) -> Schedule:
+    """The schedule ``update.schedule`` names; ``multiplier_s``: the optimal schedule's μ
+    (:func:`refresh_multiplier`), ignored by the others."""
+    if config.update.schedule == "optimal" and multiplier_s is not None:
+        return OptimalSchedule(config.update, multiplier_s)
     return SCHEDULES[config.update.schedule](config.update)

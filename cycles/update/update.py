@@ -48,7 +48,7 @@ from cycles.hostdb import merge_hostdb
 from cycles.progress import StepProgress
 from cycles.update.linkgraph import update_linkdb
 from cycles.update.outlinks import prepare_outlinks
-from cycles.update.schedule import schedule_for
+from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count, sitemap_hints, sitemap_links
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 
@@ -68,8 +68,17 @@ def read_segment_table(folder, table_schema: pa.Schema, columns: list[str] | Non
     return store.read_tables(store.list(folder, "part-*.parquet"), table_schema, columns)
 
 
-def transition_sql(config: Config) -> str:
+SEEN_SQL = "f.outcome IN ('ok', 'not_modified')"
+"""SQL condition on a fetch result ``f``: the page answered (2xx or 304)."""
+
+CHANGED_SQL = "(f.outcome = 'ok' AND db.content_hash IS NOT NULL AND f.content_hash IS DISTINCT FROM db.content_hash)"
+"""SQL condition on an old row ``db`` and its result ``f``: the content differs from the last fetch's."""
+
+
+def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
+
+    ``multiplier_s``: the optimal schedule's plan (schedule.refresh_multiplier), if any.
 
     The transitions (f.outcome → new status, next fetch):
       ok            → fetched; interval from the configured schedule (cycles/update/schedule.py;
@@ -90,9 +99,8 @@ def transition_sql(config: Config) -> str:
     u, S = config.update, schema.DbStatus
     fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
     ok = "f.outcome = 'ok'"
-    seen_ok = "f.outcome IN ('ok', 'not_modified')"
-    changed = f"({ok} AND db.content_hash IS NOT NULL AND f.content_hash IS DISTINCT FROM db.content_hash)"
-    interval = schedule_for(config).interval_sql(seen_ok, changed)
+    seen_ok, changed = SEEN_SQL, CHANGED_SQL
+    interval = schedule_for(config, multiplier_s).interval_sql(seen_ok, changed)
     retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
     # A result older than what the row already holds (a segment updated late, after a newer
     # one) changes nothing: applying it would move last_fetched, the validators and the
@@ -296,6 +304,8 @@ class UpdateBucketTask:
     """How many such tasks run at once on this machine (they share memory and threads)."""
     buckets: int = 1
     """The crawl DB's bucket count (every row written must be of ``bucket``)."""
+    refresh_multiplier_s: float | None = None
+    """The optimal schedule's μ for this update (schedule.refresh_multiplier); None: another schedule."""
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
@@ -323,6 +333,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     # A host both mirror and duplicate-heavy gets the smaller of its factors, once.
     con.execute(f"""CREATE TEMP TABLE demoted_hosts AS SELECT host, min(factor) AS factor FROM
         {store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])} GROUP BY host""")
+    prepare_schedule(con, config, old)
     con.execute(f"""CREATE TEMP TABLE candidates AS
         {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", old, config)}""")
     # Results for URLs the crawl DB does not hold (redirect targets followed inline)
@@ -343,7 +354,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
                  WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
             CASE WHEN h.factor IS NOT NULL AND n.status = '{schema.DbStatus.UNFETCHED}' THEN n.score * h.factor ELSE n.score END AS score)
         FROM (
-            SELECT {transition_sql(config)},
+            SELECT {transition_sql(config, task.refresh_multiplier_s)},
                    CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome END AS f_outcome
             FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
             LEFT JOIN fetched_all f ON db.url = f.url
@@ -406,6 +417,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         db_source = crawldb_source_sql(files, con, store, manifest.schema_version)
         dedup = find_duplicates(con, db_source, pages, config, counters)
         changed = feed_candidates(con, db_source, pages, dedup)
+        # The optimal schedule's plan needs every page's learned rate: one aggregate, here.
+        multiplier = (refresh_multiplier(con, db_source, config, "fetched_all", SEEN_SQL, CHANGED_SQL)
+                      if config.update.schedule == "optimal" else None)
         con.unregister("seg_pages")
         con.unregister("feed_pages")
         del pages
@@ -444,7 +458,8 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         executor = bucket_executor(store, config, files, executor)
         version, folder = store.new_version_dir("crawldb")
         tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
-                                  folder, now, executor.workers, manifest.buckets)
+                                  folder, now, executor.workers, manifest.buckets,
+                                  refresh_multiplier_s=multiplier)
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()

@@ -7,11 +7,15 @@ schedule end to end."""
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 import pytest
 
 from cycles.config import Config, config_from_dict
 from cycles.errors import ConfigError
-from cycles.update.schedule import AdaptiveSchedule, FixedSchedule, schedule_for
+from cycles.update import optimum
+from cycles.update.schedule import (AdaptiveSchedule, FixedSchedule, OptimalSchedule, planned_cycles,
+                                    prepare_schedule, rate_grid, refresh_budget_per_s, refresh_multiplier,
+                                    schedule_for)
 from cycles.update.update import transition_sql
 
 DAY = 86400
@@ -74,3 +78,140 @@ def test_transition_sql_uses_the_configured_schedule():
 def test_an_unknown_schedule_is_refused():
     with pytest.raises(ConfigError, match="update.schedule"):
         config_from_dict({"update": {"schedule": "weekly"}})
+
+
+# --- the optimal schedule (Cho & Garcia-Molina on learned rates, under the fetch budget) ---
+
+def optimal_config(**update) -> Config:
+    config = config_from_dict({"update": {"schedule": "optimal", "cycle_interval_s": 3600, **update}})
+    return config
+
+
+def optimal_interval(schedule, con=None, *, fetch_count: int, changes: int, host: str = "h.example") -> int:
+    """The optimal schedule's new interval for a page refetched ``fetch_count`` times over 60
+    days, ``changes`` of them (this fetch included) changes; ``con`` may hold a host_prior."""
+    con = con or duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE IF NOT EXISTS host_prior (host VARCHAR, rate DOUBLE)")
+    changed = changes > 0
+    con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT '{host}' AS host, 'http://{host}/' AS url,
+        {fetch_count} AS fetch_count, {max(0, changes - 1)} AS change_count, {DAY}::INTEGER AS fetch_interval_s,
+        'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched""")
+    con.execute(f"""CREATE OR REPLACE TABLE f AS SELECT 'ok' AS outcome, '{'b' if changed else 'a'}' AS content_hash,
+        TIMESTAMPTZ '2024-03-01 00:00:00+00' AS fetched_at""")
+    return con.execute(f"SELECT ({schedule.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
+
+
+def test_optimal_schedule_is_selectable_and_uses_its_plan():
+    config = optimal_config()
+    assert isinstance(schedule_for(config), OptimalSchedule)
+    assert schedule_for(config, 1234.0) == OptimalSchedule(config.update, 1234.0)
+    assert OptimalSchedule(config.update, 1234.0).interval_sql(SEEN, CHANGED) in transition_sql(config, 1234.0)
+
+
+def test_optimal_gives_faster_pages_shorter_intervals_until_the_optimum_says_stop():
+    """Ten refetches over 60 days with 1..10 changes: the learned rate rises; the interval
+    falls with it while a visit is worth its cost, then jumps to the longest (f = 0) once
+    the rate passes 1/μ — and each interval is the optimum's 1/f for the learned rate."""
+    config = optimal_config()
+    u, mu = config.update, 20 * DAY
+    s = OptimalSchedule(u, mu)
+    got = [optimal_interval(s, fetch_count=10, changes=x) for x in range(1, 11)]
+    rates = optimum.estimate_rate(10, 10 - np.arange(1, 11), 6 * DAY)
+    freq = optimum.frequencies_at(rates, mu)
+    visited = freq > 0
+    assert visited[0] and not visited[-1]
+    kept = [g for g, v in zip(got, visited) if v]
+    assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1]
+    # Within the grid's rounding (4.5 % in rate) and the cycle's (an hour) of 1/f.
+    for g, f in zip(kept, freq[visited]):
+        assert abs(g - 1 / f) <= 0.05 / f + u.cycle_interval_s
+    assert all(g >= u.max_interval_s - u.cycle_interval_s for g, v in zip(got, visited) if not v)
+
+
+def test_optimal_grows_an_unchanged_page_and_starts_new_ones_at_the_first_interval():
+    config = optimal_config()
+    s = OptimalSchedule(config.update, DAY)
+    assert optimal_interval(s, fetch_count=3, changes=0) == int(1.5 * DAY)
+    assert optimal_interval(s, fetch_count=0, changes=0) == config.update.default_interval_s
+
+
+def test_host_prior_applies_to_new_urls():
+    """A URL fetched for the first time starts at the interval its host's mean learned rate
+    earns; on a host with nothing learned (or no change seen) it starts at the default."""
+    config = optimal_config()
+    u = config.update
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("""CREATE TABLE old AS SELECT * FROM (VALUES
+        ('h.example', 5, 4), ('h.example', 5, 2), ('h.example', 1, 0), ('calm.example', 5, 0))
+        v(host, fetch_count, change_count)""")
+    con.execute("""CREATE OR REPLACE TABLE old AS SELECT *, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+        TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched FROM old""")
+    prepare_schedule(con, config, "old")
+    prior = con.execute("SELECT host, rate FROM host_prior").fetchall()
+    learned = optimum.estimate_rate(np.array([4, 4]), np.array([0, 2]), 2 * DAY).mean()
+    assert prior == [("h.example", pytest.approx(learned))]
+    mu = DAY  # μλ ≈ 0.7: the host's pages are worth visits
+    s = OptimalSchedule(u, mu)
+    new_on_h = optimal_interval(s, con, fetch_count=0, changes=0, host="h.example")
+    expected = 1 / optimum.frequencies_at([learned], mu)[0]
+    assert new_on_h < u.default_interval_s
+    assert abs(new_on_h - expected) <= 0.05 * expected + u.cycle_interval_s
+    assert optimal_interval(s, con, fetch_count=0, changes=0, host="calm.example") == u.default_interval_s
+    assert optimal_interval(s, con, fetch_count=0, changes=0, host="new.example") == u.default_interval_s
+    # A declared news-like host keeps its short first interval.
+    news = optimal_config(news_like_hosts=["h.example"])
+    assert optimal_interval(OptimalSchedule(news.update, mu), con, fetch_count=0, changes=0,
+                            host="h.example") == news.update.news_like_interval_s
+
+
+def test_refresh_multiplier_spends_the_budget():
+    """μ is chosen so that the planned visits of the pages with a learned rate, plus those
+    the other pages take, add up to the budget per second."""
+    config = optimal_config(refresh_budget_per_cycle=2)  # 2 fetches an hour
+    u = config.update
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    # 40 pages refetched 8 times over 8 days with 1..8 changes; 10 never refetched (1 day).
+    con.execute("""CREATE TABLE db AS
+        SELECT 'http://h/' || i AS url, 9 AS fetch_count, 1 + i % 8 AS change_count,
+               TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+               TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched, 86400 AS fetch_interval_s, 'a' AS content_hash
+        FROM range(40) t(i)
+        UNION ALL SELECT 'http://h/new' || i, 1, 0, TIMESTAMPTZ '2024-01-09 00:00:00+00',
+               TIMESTAMPTZ '2024-01-09 00:00:00+00', 86400, 'a' FROM range(10) t(i)""")
+    con.execute("""CREATE TABLE fetched AS SELECT 'x' AS url, 'ok' AS outcome, 'a' AS content_hash,
+        TIMESTAMPTZ '2024-01-10 00:00:00+00' AS fetched_at WHERE false""")
+    mu = refresh_multiplier(con, "db", config, "fetched", SEEN, CHANGED)
+    rates = optimum.estimate_rate(8, 8 - (1 + np.arange(40) % 8), DAY)
+    grid = rate_grid(u)
+    nearest = grid[np.abs(np.log(grid[None, :] / rates[:, None])).argmin(axis=1)]
+    spent = np.sum(1 / planned_cycles(u, nearest, mu)) + 10 / DAY
+    assert spent == pytest.approx(refresh_budget_per_s(config), rel=0.1)
+    # Half the budget: a larger μ (each visit must buy more), fewer visits planned.
+    config.update.refresh_budget_per_cycle = 1
+    assert refresh_multiplier(con, "db", config, "fetched", SEEN, CHANGED) > mu
+
+
+def test_update_plans_with_the_optimal_schedule(store, tmp_path):
+    """Through update_segment (the plan over the whole crawl DB, the host prior in each
+    bucket): a page that changed at its refetch six hours later is the only page with a
+    learned rate; a budget of a fetch an hour is more than it can take, so it is
+    planned at the shortest interval (not grown as an unchanged page would be)."""
+    import datetime as dt
+
+    from cycles.store import utcnow
+    from tests.update.test_transitions import cycle_once, due_now
+
+    config = optimal_config(refresh_budget_per_cycle=1)
+    config.db.buckets = 2
+    t0 = utcnow() - dt.timedelta(days=10)
+    intervals = []
+    for i in range(2):
+        row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": str(i) * 32,
+                                                    "fetched_at": t0 + dt.timedelta(hours=6 * i)},
+                         before=due_now if i else None)
+        intervals.append(row["fetch_interval_s"])
+    assert (row["fetch_count"], row["change_count"]) == (2, 1)
+    assert intervals == [config.update.default_interval_s, config.update.min_interval_s]
