@@ -112,10 +112,11 @@ def crawl_db(store: Store) -> dict[str, tuple]:
 def crawls(dask_cluster, tmp_path_factory):
     """The same crawl on this machine (in-process) and on the cluster, of one test web."""
     tmp = tmp_path_factory.mktemp("crawls")
-    with TestWeb(hosts=3, pages=4, page_bytes=2000, special=False, max_seconds=240) as web:
+    with TestWeb(hosts=2, pages=3, page_bytes=2000, special=False, max_seconds=240) as web:
         seeds = write_seeds(tmp / "seeds.txt", web.seeds())
         config = config_for(web, processes=1)
         config.generate.partitions = 2
+        config.db.buckets = 2
         local = Store(tmp / "local")
         inject(local, config, seeds)
         local_log = list(run_cycles(local, config, cycles=CYCLES))
@@ -131,9 +132,8 @@ def crawls(dask_cluster, tmp_path_factory):
 
 def test_cluster_crawl_gives_the_single_machine_crawl_db(crawls):
     local, remote = crawl_db(crawls["local"]), crawl_db(crawls["remote"])
-    assert len(local) > 10, crawls["local_log"]
     fetched = [url for url, (status, _) in local.items() if status == "fetched"]
-    assert len(fetched) > 10
+    assert len(fetched) >= 8, crawls["local_log"]
     assert remote == local, crawls["remote_log"]
 
 
@@ -148,7 +148,7 @@ def test_each_worker_was_killed_once_in_its_stage(crawls):
 
 
 def test_no_host_was_asked_twice_within_its_delay_across_the_kills(crawls):
-    assert assert_polite(crawls["requests"]) > 5
+    assert assert_polite(crawls["requests"]) >= 6
 
 
 def test_workers_wrote_only_to_the_store_and_their_own_folders(crawls):
