@@ -70,7 +70,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 @pytest.fixture(scope="module")
 def dask_cluster(s3_env, tmp_path_factory):  # noqa: F811
-    """A scheduler and two workers (with nannies), each in its own folder; yields the address and folders."""
+    """A scheduler and two workers (with nannies), each in its own folder; yields the address,
+    the folders and ``ready()``, which waits until both workers have joined."""
     from distributed import Client
 
     tmp = tmp_path_factory.mktemp("dask")
@@ -91,9 +92,13 @@ def dask_cluster(s3_env, tmp_path_factory):  # noqa: F811
                                 "--no-dashboard", "--local-directory", str(folder / "dask")],
                                folder, env, folder / "worker.log"))
             folders[name] = folder
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(len(KILLS), timeout=60)
-        yield {"address": address, "folders": folders, "tmp": tmp}
+
+        def wait_until_ready() -> None:
+            with Client(address, timeout=60) as client:
+                client.wait_for_workers(len(KILLS), timeout=60)
+
+        # Not waited for here: the single-machine crawl runs while the workers start.
+        yield {"address": address, "folders": folders, "tmp": tmp, "ready": wait_until_ready}
     finally:
         executor = cluster_executor(address)
         executor.close()
@@ -120,6 +125,7 @@ def crawls(dask_cluster, tmp_path_factory):
         local = Store(tmp / "local")
         inject(local, config, seeds)
         local_log = list(run_cycles(local, config, cycles=CYCLES))
+        dask_cluster["ready"]()
         started = time.time()
         remote = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/cluster")
         config.db.executor = dask_cluster["address"]
@@ -159,3 +165,29 @@ def test_workers_wrote_only_to_the_store_and_their_own_folders(crawls):
     assert not mirror.exists() or not list(mirror.rglob("*.warc.gz*")), list(mirror.rglob("*"))
     for folder in crawls["folders"].values():
         assert list((folder / "tmp").glob("crawl-store-*")), f"{folder}: the worker never staged a file"
+
+
+def test_a_retried_partition_never_overlaps_its_stalled_run(s3_env):  # noqa: F811
+    """A run that stops renewing its lease (a stalled or cut-off worker, still alive) stops
+    fetching at half the lease; a retry takes the lease over only when all of it ran out,
+    and then knows it resumes an earlier run."""
+    from cycles.config import DbConfig
+    from cycles.errors import LockedError
+    from cycles.fetch.lease import VALID_SHARE, PartitionLease
+
+    store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/lease")
+    db = DbConfig(s3_lock_lease_s=5.0, s3_lock_renew_s=1.0)
+    first = PartitionLease(store, "segment", 0, db).__enter__()
+    assert first.valid() and not first.taken_over
+    first.lock.abandon()  # stalled: alive (this very process), renewing no more
+    stops_fetching_at = first.lock.renewed_mono + db.s3_lock_lease_s * VALID_SHARE
+    second = PartitionLease(store, "segment", 0, db).__enter__()
+    try:
+        started = time.monotonic()
+        assert second.taken_over
+        assert started - stops_fetching_at >= db.s3_lock_lease_s * (1 - VALID_SHARE) - 0.5  # the margin held
+        assert not first.valid()
+        with pytest.raises(LockedError, match="lost its lease"):
+            first.check()  # its partition's stats file is never written
+    finally:
+        second.__exit__(None, None, None)
