@@ -109,3 +109,20 @@ def test_a_fault_kill_can_count_only_one_stage_commit_points(tmp_path, monkeypat
     assert killed == [signal.SIGKILL]
     faults.commit_point("s/fetched/part-00000-c000002.parquet")  # the restarted worker: no second kill
     assert killed == [signal.SIGKILL]
+
+
+def test_the_executor_option_sets_db_executor(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cycles.cli import app
+
+    shown = CliRunner().invoke(app, ["--data", str(tmp_path / "data"), "--executor", "tcp://10.0.0.5:8786",
+                                     "config", "show", "--json"])
+    assert shown.exit_code == 0, shown.output
+    setting = json.loads(shown.output.strip().splitlines()[-1])["config"]["db"]["executor"]
+    assert setting["value"] == "tcp://10.0.0.5:8786"
+    refused = CliRunner().invoke(app, ["--data", str(tmp_path / "data"), "--executor", "ray://head:10001",
+                                       "config", "show"])
+    assert refused.exit_code != 0 and "db.executor" in refused.output
