@@ -21,8 +21,11 @@ on its ETag every ``db.s3_lock_renew_s``, lasting ``db.s3_lock_lease_s``). Fenci
   well under it) and for clock differences between machines.
 - A run that took the lease over (its holder died or stalled) is a resumed run: the
   holder may have asked any host just before, so each host's first request waits a full
-  delay after the host's not-before and last-request times from the host DB
-  (cycles/fetch/politeness.py ``restore_spacing``) — those carry over unchanged.
+  delay after the host's not-before and last-request times (cycles/fetch/politeness.py
+  ``restore_spacing``). Those carry over: the fetcher writes its partition's host state
+  (``hosts/part-NNNNN.parquet``: last request end, not-before from a Retry-After or a
+  back-off) at every chunk commit, and a run reads it with the host DB
+  (cycles/hostdb.py ``load_host_state``).
 """
 
 from __future__ import annotations
