@@ -281,6 +281,9 @@ def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log debug lines on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Log only warnings and errors on stderr (no progress lines)."),
     debug: bool = typer.Option(False, "--debug", help="On a failure, also print the traceback."),
+    executor: Optional[str] = typer.Option(None, "--executor", envvar="CRAWL_EXECUTOR", metavar="ADDRESS",
+                                           help="Where the stages' tasks run: local, or a Dask scheduler "
+                                           "tcp://host:8786 (sets db.executor; README 'Running on a cluster')."),
     version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
@@ -294,7 +297,8 @@ def main(
     setup_logging(1 if verbose else -1 if quiet else 0)
     config_source = option_source(ctx, "config", "--config", "CRAWL_CONFIG")
     label = f"CRAWL_CONFIG={config}" if config_source == "CRAWL_CONFIG" else None
-    state.effective = effective_config(config, overrides or [], label)
+    overrides = [*(overrides or []), *([f"db.executor={executor}"] if executor else [])]
+    state.effective = effective_config(config, overrides, label)
     state.config = state.effective.config
     state.data_source = option_source(ctx, "data", "--data", "CRAWL_DATA")
     state.store = Store(data)

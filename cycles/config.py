@@ -330,6 +330,14 @@ class DbConfig:
     """How often the holder renews its S3 lock; at most a third of ``s3_lock_lease_s``, so
     that two renewals can fail (a transient S3 error) before the lease runs out."""
 
+    executor: Annotated[str, Text("local, or a Dask scheduler address tcp://host:port (or tls://host:port)",
+                                  r"local|(tcp|tls)://[^\s/]+:[0-9]{1,5}")] = "local"
+    """Where generate's, update's and fetch's tasks run (cycles/cluster.py): ``local`` is this
+    machine (``processes``, ``fetch.processes``); ``tcp://scheduler:8786`` a Dask cluster
+    (``pip install 'crawl[cluster]'``; start it with ``dask scheduler`` and ``dask worker
+    tcp://scheduler:8786 --nthreads 1`` on each machine). The store must then be ``s3://``:
+    the workers share nothing else. Also ``crawl --executor``."""
+
 
 @dataclass
 class GenerateConfig:

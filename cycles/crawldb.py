@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from cycles import clock, schema
 from cycles.config import Config
 from cycles.errors import StageError
+from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
 from cycles.store import Manifest, Store, StorePath, utcnow
 
@@ -321,8 +322,12 @@ def install_version(store: Store, config: Config, manifest: Manifest | None, ver
 
 def bucket_executor(store: Store, config: Config, files: list[StorePath],
                     executor: Executor | None = None) -> Executor:
-    """The executor for a stage's bucket tasks: the one given, else in-process for a small
-    crawl DB (by the row counts in the Parquet footers), else a local pool."""
+    """The executor for a stage's bucket tasks: the one given, else the cluster of
+    ``db.executor`` (cycles/cluster.py), else in-process for a small crawl DB (by the row
+    counts in the Parquet footers), else a local pool."""
+    if executor is not None:
+        return executor
+    executor = executor_for(store, config)  # db.executor: a cluster runs every bucket task
     if executor is not None:
         return executor
     if config.db.processes == 1 or sum(store.read_metadata(f).num_rows for f in files) < config.db.small_db_rows:

@@ -7,8 +7,9 @@ the store and writes only its own outputs there, so tasks share nothing and can 
 any machine that sees the store. The coordinating stage does the small serial parts
 (choosing the segment, swapping the crawl DB's ``CURRENT``) under the crawl DB lock.
 
-To run the tasks elsewhere, pass any object with this ``map`` (a Dask, Ray or Spark
-wrapper is a few lines) to the stage function; by default a local spawn pool is used.
+To run the tasks elsewhere, pass any object with this ``map`` to the stage function, or
+set ``db.executor`` to a Dask scheduler's address (cycles/cluster.py :class:`DaskExecutor`);
+by default a local spawn pool is used.
 :class:`ProcessPool` is the one pool every stage uses (buckets, fetch partitions, outlinks).
 """
 

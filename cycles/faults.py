@@ -24,6 +24,10 @@ import signal
 
 LOG_ENV = "CRAWL_FAULT_LOG"
 KILL_AT_ENV = "CRAWL_FAULT_KILL_AT"
+KILL_MATCH_ENV = "CRAWL_FAULT_KILL_MATCH"
+"""With this set, ``CRAWL_FAULT_KILL_AT`` counts only the commit points whose path contains
+it (``/fetched/``: a fetch chunk; ``/crawldb/``: an update bucket), so a test can kill a
+cluster worker in one stage wherever the scheduler placed that stage's tasks."""
 
 
 def commit_point(path: object) -> None:
@@ -36,7 +40,11 @@ def commit_point(path: object) -> None:
         # One lock for the count and the append: pool workers reach commit points at once.
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
-        reached = sum(1 for _ in fh) + 1
+        match = os.environ.get(KILL_MATCH_ENV)
+        if match and match not in str(path):
+            reached = -1  # not a point this kill counts
+        else:
+            reached = sum(1 for line in fh if not match or match in line) + 1
         fh.write(f"{os.getpid()}\t{path}\n")
         fh.flush()
         if reached == kill_at:

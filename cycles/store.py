@@ -66,6 +66,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
@@ -731,6 +732,11 @@ class S3Lock:
         self.token = secrets.token_hex(8)
         self.etag: str | None = None
         self.lost = False
+        self.took_over = False
+        """Set when the lock was taken over from a holder that died or stalled (a fetch
+        partition's lease: that holder may have asked hosts just before, cycles/fetch/lease.py)."""
+        self.renewed_mono = 0.0
+        """When this holder last wrote its lock object (monotonic clock): the lease runs from there."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -764,8 +770,10 @@ class S3Lock:
 
         while True:
             try:
+                written = time.monotonic()
                 self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                    IfNoneMatch="*")["ETag"]
+                self.renewed_mono = written
                 break
             except ClientError as exc:
                 if self._code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
@@ -782,6 +790,7 @@ class S3Lock:
             except ValueError:
                 holder = {}
             if self._stale(holder):
+                self.took_over = True
                 with contextlib.suppress(ClientError):  # someone else may take it over first
                     self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=holder_etag)
                 continue
@@ -799,8 +808,10 @@ class S3Lock:
 
         while not self._stop.wait(self.renew_s):
             try:
+                written = time.monotonic()
                 self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                    IfMatch=self.etag)["ETag"]
+                self.renewed_mono = written
             except ClientError as exc:
                 if self._code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
                     self.lost = True
@@ -811,6 +822,13 @@ class S3Lock:
         if self.lost:
             raise LockedError(f"lost lock {self.uri}: its lease ran out while this process was stalled and "
                               "another process took it over; nothing was swapped, run the stage again")
+
+    def abandon(self) -> None:
+        """Stop renewing but leave the lock object to expire (or to be taken over as its dead
+        holder's): the next holder then knows an earlier one stopped midway."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
     def release(self) -> None:
         from botocore.exceptions import ClientError

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from cycles import metrics, progress
 from cycles import segment as seg
+from cycles.cluster import executor_for
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor, ProcessPool
@@ -112,6 +113,8 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     """
     segment = choose_segment(store, segment)
     partitions = partitions_of(store, segment)
+    if executor is None:
+        executor = executor_for(store, config)  # db.executor: the partitions run on a cluster
     processes = processes or config.fetch.processes or os.cpu_count() or 1
     processes = max(1, min(processes, len(partitions)))
     started = time.monotonic()

@@ -6,7 +6,8 @@ process (cycles/executor.py ProcessPool, inheriting nothing) or in this process.
 
 - holds the partition's lock file while it runs: one run of a partition at a time, and
   finding the file means an earlier run started and did not finish (``resumed``: the worker
-  then waits a full delay before asking any host again);
+  then waits a full delay before asking any host again); on an S3 store, where runs may be
+  on different machines, an S3 lease instead (cycles/fetch/lease.py; taken over = resumed);
 - resumes: a finished partition (stats file written) returns its counters; an unfinished
   one continues from its last committed chunk (cycles/fetch/output.py);
 - drives :class:`~cycles.fetch.worker.PartitionFetcher` and writes the partition's stats
@@ -30,6 +31,7 @@ from cycles import segment as seg
 from cycles.config import Config
 from cycles.errors import CrawlError, StageError, StoreError
 from cycles.executor import parent_pid
+from cycles.fetch.lease import PartitionLease, fenced_stop_signal
 from cycles.fetch.worker import PartitionFetcher
 from cycles.store import Store
 
@@ -63,6 +65,8 @@ def fetch_partition(task: FetchTask) -> dict:
     stats_path = seg.partition_stats_file(seg_dir, partition)
     if store.exists(stats_path):
         return store.read_json(stats_path)["counters"]
+    if not store.local:
+        return _fetch_leased(store, task)
     # A local lock file (for S3, on this machine: the store-wide fetch lock keeps other
     # machines out). It outlives a crash: finding it means an earlier run started this
     # partition and may have asked hosts after its last flush.
@@ -87,7 +91,19 @@ def fetch_partition(task: FetchTask) -> dict:
     return counters
 
 
-def _run(store: Store, task: FetchTask, resumed: bool) -> dict:
+def _fetch_leased(store: Store, task: FetchTask) -> dict:
+    """On S3: the partition under its lease (cycles/fetch/lease.py), so that a run retried
+    on another machine never overlaps an earlier run that is still alive."""
+    with PartitionLease(store, task.segment, task.partition, task.config.db) as lease:
+        stats_path = seg.partition_stats_file(seg.segment_dir(store, task.segment), task.partition)
+        if store.exists(stats_path):  # finished by the run whose lease we waited for
+            return store.read_json(stats_path)["counters"]
+        counters = _run(store, task, lease.taken_over, lease)
+        lease.interrupted = bool(counters.get("fetch/interrupted"))
+        return counters
+
+
+def _run(store: Store, task: FetchTask, resumed: bool, lease: PartitionLease | None = None) -> dict:
     """Load, run and close the partition's fetcher; write its stats file if it finished."""
     segment, partition, config = task.segment, task.partition, task.config
     started = time.monotonic()
@@ -95,7 +111,7 @@ def _run(store: Store, task: FetchTask, resumed: bool) -> dict:
                                progress_path=progress_dir(store, segment) / f"part-{partition:05d}.json")
     fetcher.resumed = resumed
     fetcher.parent_pid = parent_pid()
-    fetcher.stop_signal = stop_signal
+    fetcher.stop_signal = stop_signal if lease is None else fenced_stop_signal(stop_signal, lease)
     try:
         fetcher.load()
     except StoreError as exc:
@@ -115,6 +131,8 @@ def _run(store: Store, task: FetchTask, resumed: bool) -> dict:
     # The partition's chunk manifest, summed into the segment's fetched marker: update
     # checks every listed file (a lost chunk was silently dropped before).
     seg_dir = seg.segment_dir(store, segment)
+    if lease is not None:
+        lease.check()  # a stalled run must not finish a partition another run may hold now
     store.write_json(seg.partition_stats_file(seg_dir, partition),
                      {"partition": partition, "counters": counters, "chunks": fetcher.chunk_manifest()})
     if config.fetch.progress_s > 0:
