@@ -263,3 +263,64 @@ def test_a_host_is_owned_by_the_partition_the_assignment_names(store, tmp_path):
     new = [h for h in (f"n{i}.test" for i in range(20))]
     assert [inline.owns(h) for h in new] == [host_hash(h) % 2 == 0 for h in new]
     assert inline.claim("http://b.test/x") and not inline.claim("http://b.test/x")
+
+
+def offer_setup(store, **fetch):
+    """A Discovery over one partition holding a.test, with a.test/known in the seen-set and
+    two /p/N URLs of a.test counted for the pattern cap."""
+    import pyarrow as pa
+
+    from cycles import schema
+    from cycles.fetch.discovery import Discovery
+    from cycles.fetch.frontier import HostSlot
+
+    config = Config()
+    for key, value in fetch.items():
+        setattr(config.fetch, key, value)
+    config.update.max_urls_per_pattern = 3
+    seg_dir = store.path("segments", "s1")
+    seen = BloomFilter(1000, 0.01)
+    seen.add_new(["http://a.test/known", "http://a.test/p/1", "http://a.test/p/2"])
+    store.write_bytes(seg.seen_bloom_file(seg_dir, 0), seen.to_bytes())
+    store.write_table(seg.seen_counts_file(seg_dir, 0), pa.table(
+        {"host": ["a.test", "a.test"], "pattern_hash": pa.array([url_pattern_hash("http://a.test/known"),
+                                                                  url_pattern_hash("http://a.test/p/1")], pa.uint64()),
+         "urls": pa.array([1, 2], pa.int64())}), schema.SEEN_COUNTS)
+    inline = InlineFetches(store, config, seg_dir, 0)
+    inline.own_hosts = {"a.test"}
+    inline.listed_urls = {"http://a.test/"}
+    stats = Counter()
+    discovery = Discovery(store, config, seg_dir, 0, inline, stats)
+    discovery.load(100, [])
+    slot = HostSlot("a.test")
+    return discovery, slot, stats
+
+
+def link(url, nofollow=False):
+    return {"from_url": "http://a.test/", "url": url, "anchor": "", "nofollow": nofollow, "depth": 1}
+
+
+def test_offer_takes_new_urls_once_and_leaves_known_nofollow_and_other_hosts(store):
+    discovery, slot, stats = offer_setup(store, follow_outlinks_depth=2, follow_outlinks_per_host=10)
+    item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
+    links = [link("http://a.test/new"), link("HTTP://A.TEST:80/new#frag"), link("http://a.test/known"),
+             link("http://a.test/nf", nofollow=True), link("http://b.test/x"), link("http://a.test/"),
+             link("http://a.test/p/3"), link("http://a.test/p/4")]
+    assert discovery.offer(item, links, {"a.test": slot}.get) == [slot]
+    queued = [q["url"] for q in slot.queue]
+    # One of the two spellings of /new; /p/3 fits the pattern cap (2 known + 1), /p/4 does not.
+    assert queued == ["http://a.test/new", "http://a.test/p/3"]
+    assert [q["hop"] for q in slot.queue] == [1, 1] and [q["depth"] for q in slot.queue] == [1, 1]
+    assert stats["discover/known"] == 1 and stats["discover/trap_pattern_cap"] == 1
+    assert links[0].get("inline") and not links[2].get("inline")
+    # A later page linking to them again: nothing more.
+    assert discovery.offer(item, [link("http://a.test/new")], {"a.test": slot}.get) == []
+
+
+def test_offer_stops_at_the_depth_and_the_host_budget(store):
+    discovery, slot, stats = offer_setup(store, follow_outlinks_depth=1, follow_outlinks_per_host=2)
+    deep = {"url": "http://a.test/x", "host": "a.test", "depth": 3, "hop": 1}
+    assert discovery.offer(deep, [link("http://a.test/deeper")], {"a.test": slot}.get) == []
+    item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
+    discovery.offer(item, [link(f"http://a.test/n{i}") for i in range(5)], {"a.test": slot}.get)
+    assert len(slot.queue) == 2 and stats["discover/host_budget"] == 3
