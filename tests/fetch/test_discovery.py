@@ -163,20 +163,34 @@ def test_a_resumed_partition_does_not_fetch_again_what_it_committed(tmp_path):
         store = Store(tmp_path / "data")
         config = discovery_config(web, follow_outlinks_depth=3, follow_outlinks_per_host=6)
         config.fetch.processes = 1
+        config.generate.partitions = 1
         inject(store, config, write_seeds(tmp_path / "seeds.txt", [web.url(f"h{i}") for i in range(HOSTS)]))
         segment = generate(store, config).segment
         task = FetchTask(store.uri, segment, 0, config)
-        # Stop (SIGTERM's path: commit what was fetched, leave the rest) after 3 s.
-        timer = threading.Timer(3.0, request_stop)
-        timer.start()
+        listed = fetchlist_urls(store, segment)
+        done = threading.Event()
+
+        def stop_once_a_discovered_page_is_committed():
+            """SIGTERM's path (commit what was fetched, leave the rest), mid-partition."""
+            folder = store.segment_dir(segment) / "fetched"
+            while not done.wait(0.2):
+                files = sorted(folder.glob("part-*.parquet")) if folder.exists() else []
+                urls = {u for f in files for u in pq.read_table(f, columns=["url"])["url"].to_pylist()}
+                if urls - listed:
+                    request_stop()
+                    return
+
+        watcher = threading.Thread(target=stop_once_a_discovered_page_is_committed, daemon=True)
+        watcher.start()
         try:
             first = fetch_partition(task)
         finally:
-            timer.cancel()
+            done.set()
+            watcher.join()
             clear_stop()
         assert first.get("fetch/interrupted") == 1
         committed = set(results(store, segment))
-        assert committed - fetchlist_urls(store, segment), "nothing discovered before the stop"
+        assert committed - listed, "nothing discovered before the stop"
         second = fetch_partition(task)
         assert not second.get("fetch/interrupted")
         requests = web.requests()
