@@ -16,7 +16,6 @@ from cycles.errors import StageError, StoreError
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import utcnow
-from cycles.urls import host_hash
 
 
 @pytest.fixture
