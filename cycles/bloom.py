@@ -17,6 +17,7 @@ by double hashing (Kirsch & Mitzenmacher, 2006), computed for a whole batch with
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Sequence
 
@@ -24,6 +25,11 @@ import numpy as np
 
 
 class BloomFilter:
+    """A Bloom filter; :meth:`to_bytes` and :meth:`from_bytes` carry it between processes
+    (generate writes a partition's seen-set, the fetch worker reads it)."""
+
+    MAGIC = b"CYCLESBLOOM1\n"
+
     def __init__(self, capacity: int, fp_rate: float = 0.01):
         if capacity < 1 or not 0 < fp_rate < 1:
             raise ValueError("capacity must be >= 1 and fp_rate in (0, 1)")
@@ -74,3 +80,24 @@ class BloomFilter:
         positions = self._positions(items)
         byte, bit = positions >> np.uint64(3), (positions & np.uint64(7)).astype(np.uint8)
         return ((self._array[byte] >> bit) & 1).all(axis=1)
+
+    def to_bytes(self) -> bytes:
+        """The filter as one blob: a magic line, a JSON line of its sizing, then the bits."""
+        header = json.dumps({"capacity": self.capacity, "fp_rate": self.fp_rate, "bits": self.bits,
+                             "hashes": self.hashes, "count": self.count})
+        return self.MAGIC + header.encode() + b"\n" + self._array.tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "BloomFilter":
+        """The filter :meth:`to_bytes` wrote; ValueError for anything else (a cut file too)."""
+        if not data.startswith(cls.MAGIC):
+            raise ValueError("not a Bloom filter written by BloomFilter.to_bytes")
+        end = data.index(b"\n", len(cls.MAGIC))
+        header = json.loads(data[len(cls.MAGIC):end])
+        bloom = cls(header["capacity"], header["fp_rate"])
+        array = np.frombuffer(data, dtype=np.uint8, offset=end + 1).copy()
+        if (bloom.bits, bloom.hashes) != (header["bits"], header["hashes"]) or len(array) != len(bloom._array):
+            raise ValueError("Bloom filter blob does not match its header (cut or written by another version)")
+        bloom._array = array
+        bloom.count = header["count"]
+        return bloom

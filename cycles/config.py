@@ -514,7 +514,44 @@ class FetchConfig:
 
     max_duration_s: Annotated[float, Float(0)] = 0.0
     """Stop fetching a segment after this many seconds (0: no limit); URLs not reached go
-    back unfetched, so cron runs end on time."""
+    back unfetched and un-leased (no result row: due again at the next generate, counted
+    as ``fetch/handed_back``), so cron runs end on time (Nutch ``fetcher.timelimit.mins``)."""
+
+    throughput_min_pages_s: Annotated[float, Float(0)] = 0.0
+    """Throughput floor (Nutch ``fetcher.throughput.threshold.pages``): once a partition has
+    run ``throughput_after_s``, it stops when fewer than this many requests a second ended
+    over the last ``throughput_window_s`` — its remaining work is a few slow hosts — and
+    hands the URLs not reached back like ``max_duration_s`` (``fetch/throughput_stop``).
+    0 (the default) is off, as in Nutch: the rate a partition can reach is its host count
+    over the host delay, so a floor that fits a 1,000-host crawl would cut a one-host one."""
+
+    throughput_window_s: Annotated[float, Float(above=0)] = 30.0
+    """Seconds over which ``throughput_min_pages_s`` is measured."""
+
+    throughput_after_s: Annotated[float, Float(0)] = 60.0
+    """Seconds a partition runs before the throughput floor applies (robots.txt first, and
+    hosts waiting out the spacing of the previous cycle, make the first seconds slow)."""
+
+    follow_outlinks_depth: Annotated[int, Int(0, 100)] = 2
+    """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
+    from a page, to a URL the crawl DB does not hold, on a host of this partition, is
+    fetched in the same cycle when it is at most this many links from a fetch-list URL
+    (cycles/fetch/discovery.py). 0 turns it off. 2, not Nutch's off: a link-following crawl
+    otherwise fetches only the seeds in cycle 1 and one link level per cycle, and a host
+    waits idle for the next cycle while its delay would allow more; two levels fill the
+    cycle from a home page (home → section → article) without letting one cycle run away
+    into a deep site. Normalisation, URL filters, nofollow, ``update.max_depth``, robots.txt
+    and the trap caps (``update.max_urls_per_host_total``, ``update.max_urls_per_pattern``)
+    apply as in update; a URL is fetched at most once a segment."""
+
+    follow_outlinks_per_host: Annotated[int, Int(0)] = 100
+    """At most this many URLs discovered inside the fetch per host and segment (the rest are
+    outlinks for update, as before). At a 1 s delay, 100 pages take a host 100 s."""
+
+    follow_seen_fp: Annotated[float, Float(above=0, below=1)] = 0.01
+    """False-positive rate of the seen-set generate writes beside each partition's fetch
+    list (the URLs the crawl DB holds for the partition's hosts; cycles/bloom.py, 1.2 bytes
+    a URL at 1 %). A false positive only leaves a new URL to the next cycle."""
 
     robots_cache_s: Annotated[int, Int(0)] = 24 * 3600
     """A robots.txt is reused for this long (RFC 9309 §2.4 asks for no more than 24 h),

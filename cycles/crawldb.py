@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -354,3 +355,16 @@ def pattern_hash_sql(column: str) -> str:
     DuckDB's ``hash()``, because the value must not change with the DuckDB version.
     """
     return f"md5_number_lower({url_pattern_sql(column)})"
+
+
+_PATTERN_STEPS = ((re.compile(r"[0-9a-fA-F]{8,}"), "H"), (re.compile(r"[0-9]+"), "N"), (re.compile(r"=[^&]*"), "="))
+
+
+def url_pattern_hash(url: str) -> int:
+    """:func:`pattern_hash_sql` in Python, for one URL (the fetch worker's inline trap caps,
+    cycles/fetch/discovery.py): the same three replacements, and DuckDB's
+    ``md5_number_lower`` (the digest's last 8 bytes, little-endian). tests/test_crawldb_invariants.py
+    checks the two agree."""
+    for pattern, replacement in _PATTERN_STEPS:
+        url = pattern.sub(replacement, url)
+    return int.from_bytes(hashlib.md5(url.encode("utf-8", "surrogatepass")).digest()[8:], "little")

@@ -16,7 +16,7 @@ written in: a rebucket changes the layout only) and the list of applied segments
 so updates stay idempotent.
 
 It is safe while segments are generated but not yet updated: fetch partitions are a
-segment's own (``host_hash % generate.partitions``, fixed in its fetch list), not crawl DB
+segment's own (its assignment file, fixed in its fetch list), not crawl DB
 buckets; leases are held by URL, not by bucket; update reads the bucket count from the
 manifest it finds and matches each result to its row by URL. So a rebucket may run
 between any two stages (it takes the same lock as generate and update).

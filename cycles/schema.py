@@ -9,6 +9,9 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 
 - crawl DB     ``crawldb/<version>/bucket-NNNNN.parquet``   one row per known URL
 - fetch list   ``segments/<id>/fetchlist/part-NNNNN.parquet`` written by generate
+- assignment   ``segments/<id>/assignment.parquet``  which partition owns each host
+- seen counts  ``segments/<id>/seen/part-NNNNN.parquet``  known URLs per host and pattern
+  (beside the partition's seen-set Bloom filter ``seen/part-NNNNN.bloom``)
 - fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
 - outlinks     ``segments/<id>/outlinks/part-NNNNN-*.parquet`` links found by fetch
 - sitemap URLs ``segments/<id>/sitemaps/part-NNNNN-*.parquet`` URLs the hosts' sitemaps list
@@ -117,11 +120,23 @@ CRAWLDB = _schema("crawldb", [
 FETCHLIST = _schema("fetchlist", [
     _field("url", pa.string(), "URL to fetch", False),
     _field("host", pa.string(), "Host of url", False),
-    _field("host_hash", pa.uint64(), "Host hash; partition = host_hash % generate.partitions", False),
+    _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); the partition is the host's in the "
+           "segment's assignment (cycles/generate/assign.py)", False),
     _field("score", pa.float32(), "Priority at generate time", False),
     _field("depth", pa.int16(), "Link hops from a seed", False),
     _field("etag", pa.string(), "Validator for If-None-Match"),
     _field("last_modified", pa.string(), "Validator for If-Modified-Since"),
+])
+
+ASSIGNMENT = _schema("assignment", [
+    _field("host", pa.string(), "A host of the fetch list", False),
+    _field("partition", pa.int32(), "The one partition that fetches it (balanced by expected fetch time)", False),
+])
+
+SEEN_COUNTS = _schema("seen-counts", [
+    _field("host", pa.string(), "A host of the partition's fetch list", False),
+    _field("pattern_hash", pa.uint64(), "A URL pattern of the host (crawl DB pattern_hash)", False),
+    _field("urls", pa.int64(), "URLs the crawl DB holds for that host and pattern when generated", False),
 ])
 
 FETCHED = _schema("fetched", [

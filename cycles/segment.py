@@ -3,6 +3,10 @@
 Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.store.new_id`)::
 
     fetchlist/part-NNNNN.parquet          generate: the URLs chosen (schema.FETCHLIST)
+    assignment.parquet                    generate: the partition of each host (schema.ASSIGNMENT)
+    seen/part-NNNNN.bloom                 generate: the URLs the crawl DB holds for the partition's
+                                          hosts, a Bloom filter (cycles/bloom.py), for discovery
+    seen/part-NNNNN.parquet               generate: those URLs counted by host and pattern (schema.SEEN_COUNTS)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
     warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
@@ -56,6 +60,7 @@ WARC = "warc"
 ARCHIVE = "archive"
 """``crawl export``'s indexes and text of the segment's WARC files (cycles/archive/)."""
 HOSTS = "hosts"
+SEEN = "seen"
 STATS = "stats"
 UPDATE_INPUTS = "update"
 """update's routed inputs (removed after the swap)."""
@@ -199,6 +204,21 @@ def part_name(partition: int) -> str:
 
 def fetchlist_file(seg_dir: StorePath, partition: int) -> StorePath:
     return seg_dir / FETCHLIST / f"{part_name(partition)}.parquet"
+
+
+def assignment_file(seg_dir: StorePath) -> StorePath:
+    """Which partition fetches each host (generate; cycles/generate/assign.py)."""
+    return seg_dir / "assignment.parquet"
+
+
+def seen_bloom_file(seg_dir: StorePath, partition: int) -> StorePath:
+    """The partition's seen-set: a Bloom filter of the URLs the crawl DB holds for its hosts."""
+    return seg_dir / SEEN / f"{part_name(partition)}.bloom"
+
+
+def seen_counts_file(seg_dir: StorePath, partition: int) -> StorePath:
+    """Those URLs counted by host and pattern (schema.SEEN_COUNTS): the inline trap caps."""
+    return seg_dir / SEEN / f"{part_name(partition)}.parquet"
 
 
 def hosts_file(seg_dir: StorePath, partition: int) -> StorePath:

@@ -20,6 +20,9 @@ from testweb.harness import TestWeb
 def config_for(web, **fetch) -> Config:
     """The test web's crawl config, with two processes, frequent flushes and a small DuckDB."""
     config = web.crawl_config()
+    # Tests of the cycle's steps assert what one cycle fetches (the seeds, then their links);
+    # discovery inside the fetch (on by default) is tested with it on, in tests/fetch/test_discovery.py.
+    config.fetch.follow_outlinks_depth = 0
     config.fetch.processes = 2
     config.fetch.flush_s = 5.0
     config.db.duckdb_memory_limit = "1GB"

@@ -50,7 +50,9 @@ def write_web_config(path: Path, web: TestWeb) -> Path:
     sections = {
         "fetch": {"resolve": config.fetch.resolve, "allowed_networks": config.fetch.allowed_networks,
                   "timeout_s": config.fetch.timeout_s, "low_speed_time_s": config.fetch.low_speed_time_s,
-                  "connect_timeout_s": 2.0, "delay_s": 0.2, "processes": 1, "progress_s": 0.0},
+                  "connect_timeout_s": 2.0, "delay_s": 0.2, "processes": 1, "progress_s": 0.0,
+                  # these tests count what one cycle fetches: the seeds, no discovery inside the fetch
+                  "follow_outlinks_depth": 0},
         "generate": {"max_urls_per_host": config.generate.max_urls_per_host},
         "db": {"buckets": config.db.buckets, "duckdb_memory_limit": "1GB"},
     }

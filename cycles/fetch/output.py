@@ -348,7 +348,9 @@ class PartitionOutput:
             # partition (probably — see cycles/bloom.py for what a false positive costs).
             keep = self.bloom.add_new([link["url"] for link in links])
             self.bloom_dropped += len(links) - int(keep.sum())
-            links = [link for link, new in zip(links, keep) if new]
+            # A link fetched inline (cycles/fetch/discovery.py) is always written: update
+            # takes the new row's depth and score from it.
+            links = [link for link, new in zip(links, keep) if new or link.get("inline")]
         self.store.write_table(self.dir / seg.OUTLINKS / f"{name}.parquet",
                                columns_to_table(links, schema.OUTLINKS), schema.OUTLINKS)
         if self.sitemap_rows:  # before the fetched rows: a chunk's fetched file is its commit

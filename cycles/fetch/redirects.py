@@ -2,8 +2,9 @@
 
 A 3xx is recorded by the worker (outcome ``redirect``, target in ``redirect_to``, and the
 target written as an outlink). :meth:`Redirects.follow` then decides whether this worker
-fetches the target in this cycle: when it owns the target's host (``host_hash % partitions``
-is our partition), the target, normalised and passing the URL filters, is queued at the
+fetches the target in this cycle: when it owns the target's host and the target, normalised
+and passing the URL filters, has no row yet (cycles/fetch/inline.py, the one home of "may
+this URL be fetched inline"), it is queued at the
 front of its host's queue carrying the chain so far. It then waits its host's delay and
 robots.txt like any URL, and gets its own fetched row (update adds it to the crawl DB if new).
 
@@ -26,25 +27,20 @@ from cycles import clock
 from cycles.config import Config
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.known import fetched_not_due
+from cycles.fetch.inline import InlineFetches
 from cycles.store import Store
-from cycles.urls import Normalizer, UrlFilter, host_hash, url_host
+from cycles.urls import host_hash, url_host
 
 
 class Redirects:
     """The redirect targets one partition follows (and the URLs it already has rows for)."""
 
-    def __init__(self, store: Store, config: Config, partition: int, stats: Counter):
+    def __init__(self, store: Store, config: Config, inline: InlineFetches, stats: Counter):
         self.store = store
         self.max_redirects = config.fetch.max_redirects
-        self.partition = partition
-        self.partitions = 1
-        """How many partitions generate made: a host is ours when host_hash % partitions == partition."""
+        self.inline = inline
+        """Which hosts are ours and which URLs already have a row (cycles/fetch/inline.py)."""
         self.stats = stats
-        self.normalizer = Normalizer(config.urls)
-        self.url_filter = UrlFilter(config.urls)
-        self.listed_urls: set[str] = set()
-        """URLs of the fetch list and redirect targets followed: each gets one row, so a
-        redirect to one of them is not followed again."""
         self.known_not_due: dict[str, set[str]] = {}
         """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due
         (cycles/fetch/known.py), read once per partition run."""
@@ -57,8 +53,8 @@ class Redirects:
         ``slot_for(host, url)`` gives the target host's slot (set up from the host DB if new).
         Returns the error to record on the redirect's row (None, ``redirect loop`` or ``too
         many redirects``) and the slot the target was queued on, if it was."""
-        url = self.normalizer.normalize(target)
-        if url is None or self.url_filter.reason(url):
+        url = self.inline.prepare(target)
+        if url is None:
             self.stats["fetch/redirect_filtered"] += 1  # update would drop it too
             return None, None
         chain = item.get("redirect_chain") or (item["url"],)
@@ -68,11 +64,11 @@ class Redirects:
         if len(chain) > self.max_redirects:  # this would be hop max_redirects + 1
             self.stats["fetch/redirect_too_many"] += 1
             return "too many redirects", None
-        if url in self.listed_urls:
+        if url in self.inline.listed_urls:
             self.stats["fetch/redirect_already_listed"] += 1
             return None, None
         host = url_host(url)
-        if host_hash(host) % self.partitions != self.partition:
+        if not self.inline.owns(host):
             # Another worker owns the host (and its politeness): a later cycle fetches it.
             self.stats["fetch/redirect_other_partition"] += 1
             return None, None
@@ -85,12 +81,12 @@ class Redirects:
         if target_slot.set_aside:
             self.stats["fetch/redirect_host_set_aside"] += 1
             return None, None
-        self.listed_urls.add(url)
+        self.inline.claim(url)
         # At the front: the chain keeps the priority of the URL that started it.
         target_slot.queue.appendleft({
             "url": url, "host": host, "host_hash": host_hash(host), "score": item.get("score"),
             "depth": min(int(item["depth"]) + 1, 32767), "etag": None, "last_modified": None,
-            "redirect_chain": chain + (url,)})
+            "redirect_chain": chain + (url,), "hop": item.get("hop") or 0})
         self.stats["fetch/redirect_followed"] += 1
         return None, target_slot
 

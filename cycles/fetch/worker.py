@@ -8,7 +8,10 @@ partition's stats:
 - cycles/fetch/politeness.py: spacing, back-off, failures, set-aside windows on a slot;
 - cycles/fetch/robots_state.py: a host's robots.txt (cache, revalidation, fallback, rules);
 - cycles/fetch/sitemaps.py: the sitemaps its robots.txt names (requested before its pages);
+- cycles/fetch/inline.py: may a URL outside the fetch list be fetched inline (hosts owned,
+  one row per URL a segment);
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
+- cycles/fetch/discovery.py: which new links are fetched in the same cycle;
 - cycles/fetch/transfer.py: one request's libcurl options, limits and body;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
 - cycles/fetch/archive.py: which WARC records each exchange gets (every one by default);
@@ -26,6 +29,11 @@ guard, cycles/fetch/addresses.py, checked by libcurl's open-socket callback on t
 itself). A refused robots.txt request records every queued URL of the host ``blocked``; a
 refused page request records that URL ``blocked``. Neither counts as a host failure
 (``fetch/blocked_address``).
+
+A partition ends early, handing the URLs not reached back (no row: the lease ends with the
+segment's update, so they are due at the next generate; ``fetch/handed_back``), at
+``fetch.max_duration_s`` or when its rate falls under ``fetch.throughput_min_pages_s`` —
+its remaining work is a few slow hosts (``fetch/throughput_stop``).
 
 A page's 3xx is recorded (outcome ``redirect``, target in ``redirect_to``, and the target
 written as an outlink), its target maybe followed (cycles/fetch/redirects.py); a redirect
@@ -56,6 +64,8 @@ from cycles.metrics import allowed_requests
 from cycles.fetch.archive import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
+from cycles.fetch.discovery import Discovery
+from cycles.fetch.inline import InlineFetches
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
@@ -64,7 +74,7 @@ from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCA
                                    decoded_body, resolve_entries)
 from cycles.schema import FetchOutcome as O
 from cycles.store import Store
-from cycles.urls import resolve_location, url_authority
+from cycles.urls import resolve_location, url_authority, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -92,10 +102,12 @@ class PartitionFetcher:
         self.floor_s = config.effective_delay_s()
         self.stats: Counter = Counter()
         self.robots = RobotsSteps(self.fc, self.stats, clock.offset_s(), self.floor_s)
-        self.redirects = Redirects(store, config, partition, self.stats)
         self.sitemaps = SitemapSteps(self.fc, self.stats)
         self.frontier = Frontier()
         self.seg_dir = store.segment_dir(segment)
+        self.inline = InlineFetches(store, config, self.seg_dir, partition)
+        self.redirects = Redirects(store, config, self.inline, self.stats)
+        self.discovery = Discovery(store, config, self.seg_dir, partition, self.inline, self.stats)
         self.multi = pycurl.CurlMulti()
         # One DNS cache and TLS session cache for every transfer of this worker. Connections
         # stay in the multi handle's pool (sized by M_MAXCONNECTS below), where libcurl
@@ -127,11 +139,15 @@ class PartitionFetcher:
         resumed = (self.resumed or bool(done)
                    or self.store.exists(seg.hosts_file(self.seg_dir, self.partition)))
         self.stats["fetch/resumed_skipped"] += len(done)
-        self.redirects.partitions = self._partition_count()
-        # With done: a target an earlier run of this partition followed has its row already.
-        self.redirects.listed_urls = {i["url"] for i in items} | done
+        self.inline.partitions = self._partition_count()
+        listed = {i["url"] for i in items}
+        # With done: a URL an earlier run of this partition fetched inline has its row already.
+        self.inline.listed_urls = listed | done
+        self.inline.own_hosts = {i["host"] for i in items}
         self._resumed_run = resumed
         items = [i for i in items if i["url"] not in done]
+        self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
+                            [(url, url_host(url)) for url in done - listed])
         bloom = None
         if self.fc.outlink_bloom_fp > 0:
             bloom = BloomFilter(max(100_000, len(items) * self.fc.outlink_bloom_links_per_page),
@@ -405,6 +421,10 @@ class PartitionFetcher:
         self.stats["parse/pages"] += 1
         links = [self._link(item, link.url, link.anchor, link.nofollow) for link in page.links]
         self.stats["parse/links"] += len(links)
+        if self.discovery.enabled:
+            for target in self.discovery.offer(item, links, self.frontier.slots.get):
+                if target is not slot:  # the finishing slot is rescheduled by _finish
+                    self.frontier.schedule(target)
         self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,
                       simhash=page.simhash, canonical=page.canonical, noindex=page.noindex, **common)
 
@@ -481,10 +501,30 @@ class PartitionFetcher:
             if not queued:
                 break
 
+    def _hand_back(self) -> None:
+        """End the partition early: every URL not reached goes back without a row (update
+        leaves its crawl DB row as it was — due — and the segment's update ends its lease, so
+        the next generate can take it again; a URL discovered here stays an outlink)."""
+        for slot in self.frontier.slots.values():
+            slot.robots.url = None
+            self.stats["fetch/handed_back"] += len(slot.queue)
+            slot.queue.clear()
+
+    def _throughput_low(self, now: float) -> bool:
+        """True once, when the requests started over the last ``fetch.throughput_window_s``
+        fall under ``fetch.throughput_min_pages_s`` a second (after ``throughput_after_s``)."""
+        if self.fc.throughput_min_pages_s <= 0 or now - self._window_start < self.fc.throughput_window_s:
+            return False
+        rate = (self.stats["fetch/requests"] - self._window_requests) / (now - self._window_start)
+        self._window_start, self._window_requests = now, self.stats["fetch/requests"]
+        return now - self.started_mono >= self.fc.throughput_after_s and rate < self.fc.throughput_min_pages_s
+
     def run(self) -> None:
         self.started_mono = time.monotonic()
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
         stopping_at: float | None = None
+        self._window_start, self._window_requests = self.started_mono, 0
+        handed_back = False
         while True:
             now = time.monotonic()
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -501,14 +541,18 @@ class PartitionFetcher:
                 break
             if self.fc.progress_s > 0 and now - self._last_progress >= self.fc.progress_s:
                 self.publish_progress(now)
-            if deadline is not None and now >= deadline:
-                for slot in self.frontier.slots.values():
-                    if not slot.set_aside:
-                        slot.robots.url = None
-                        self._defer_queue(slot, "fetch.max_duration_s reached")
-                if not self.active:
-                    break
-            while stopping_at is None and len(self.active) < self.fc.max_in_flight:
+            if not handed_back and deadline is not None and now >= deadline:
+                self.stats["fetch/time_limit_stop"] = 1
+                handed_back = True
+                self._hand_back()
+            if not handed_back and self._throughput_low(now):
+                self.stats["fetch/throughput_stop"] = 1
+                handed_back = True
+                self._hand_back()
+            if handed_back and not self.active:
+                self._hand_back()  # what the last responses queued (redirects, discoveries)
+                break
+            while stopping_at is None and not handed_back and len(self.active) < self.fc.max_in_flight:
                 slot = self.frontier.pop_ready(now)
                 if slot is None:
                     break

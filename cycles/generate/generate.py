@@ -8,9 +8,10 @@ builds — or, with ``generate.ranking = 'depth'``, 1/(depth+1)), at most
 host (``generate.max_urls_per_host``, scaled by the host's importance) and
 ``generate.top_n`` in all. While a consumer
 of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
-written to ``segments/<id>/fetchlist/part-NNNNN.parquet`` with partition
-``host_hash % generate.partitions`` — so every host is in exactly one partition and is
-fetched by exactly one process — ordered by host, then score. The fetch list is the
+written to ``segments/<id>/fetchlist/part-NNNNN.parquet``, every host in exactly one
+partition — so it is fetched by exactly one process — the partitions balanced by expected
+fetch time (URLs × host delay; cycles/generate/assign.py, which also writes each
+partition's seen-set for discovery inside the fetch), ordered by host, then score. The fetch list is the
 lease (cycles/leases.py): until the segment is updated or ``now + lease_s`` passes, its
 URLs are not generated again. Generate only reads the crawl DB; it never rewrites it.
 """
@@ -30,6 +31,7 @@ from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
 from cycles.executor import Executor
+from cycles.generate.assign import plan_partitions, write_seen_sets
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
@@ -188,14 +190,27 @@ def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[i
     return top_n, ""
 
 
-def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con) -> None:
+def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con,
+                     config: Config | None = None, crawldb_sql: str | None = None) -> dict[str, int]:
+    """The partitions' fetch lists and the segment's host assignment (cycles/generate/assign.py);
+    with ``crawldb_sql`` (the crawl DB read) and discovery on, each partition's seen-set too.
+    Returns counters."""
     folder = seg.segment_dir(store, segment, must_exist=False)
+    config = config or Config()
+    assignment = plan_partitions(store, config, selected, partitions)
+    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
     con.register("selected", selected)
+    con.register("assignment", assignment)
     for part in range(partitions):
         table = con.sql(f"""
-            SELECT * FROM selected WHERE host_hash % {partitions} = {part}
-            ORDER BY host, score DESC, url""").to_arrow_table()
+            SELECT s.* FROM selected s JOIN assignment a USING (host) WHERE a.partition = {part}
+            ORDER BY host, score DESC, url""").to_arrow_table().select(schema.FETCHLIST.names)
         store.write_table(seg.fetchlist_file(folder, part), table, schema.FETCHLIST)
+    counters = {}
+    if crawldb_sql is not None and config.fetch.follow_outlinks_depth > 0:
+        counters = write_seen_sets(store, config, folder, con, crawldb_sql, partitions)
+    con.unregister("assignment")
+    return counters
 
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
@@ -242,7 +257,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                 FROM {store.duckdb_source(con, [t.out for t in tasks])}
                 ORDER BY priority DESC, next_fetch, url LIMIT {int(top_n)}""").to_arrow_table()
             if selected.num_rows:
-                write_fetchlists(store, segment, selected, partitions, con)
+                crawldb_sql = upgraded_sql(store.duckdb_source(con, files), manifest.schema_version)
+                write_fetchlists(store, segment, selected, partitions, con, config, crawldb_sql)
         finally:
             store.delete_dir(candidates)
         if selected.num_rows == 0:

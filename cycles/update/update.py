@@ -334,14 +334,19 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     con.execute(f"""CREATE TEMP TABLE demoted_hosts AS SELECT host, min(factor) AS factor FROM
         {store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])} GROUP BY host""")
     prepare_schedule(con, config, old)
-    con.execute(f"""CREATE TEMP TABLE candidates AS
-        {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", old, config)}""")
-    # Results for URLs the crawl DB does not hold (redirect targets followed inline)
-    # become rows of their own; their score and depth come from the redirect's link.
+    # Results for URLs the crawl DB does not hold (redirect targets and links discovered
+    # inside the fetch, cycles/fetch/discovery.py) become rows of their own; their score and
+    # depth come from the link that led to them.
     con.execute(f"""CREATE TEMP TABLE fetched_new AS
         SELECT f.url, f.host, f.host_hash, coalesce(l.score, {float(config.update.redirect_target_score)}) AS score,
                coalesce(l.depth, {int(config.update.max_depth)}) AS depth
         FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""")
+    # Those rows count against the trap caps like the old ones: the fetch kept within the
+    # caps when it took them (cycles/fetch/discovery.py), and the new outlinks fill the rest.
+    known = (f"(SELECT host, pattern_hash FROM {old} UNION ALL "
+             f"SELECT host, {pattern_hash_sql('url')} AS pattern_hash FROM fetched_new)")
+    con.execute(f"""CREATE TEMP TABLE candidates AS
+        {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", known, config)}""")
     stale = con.execute(f"SELECT count(*) FROM fetched_all f JOIN {old} o USING (url) "
                         "WHERE f.fetched_at < o.last_fetched").fetchall()[0][0]
     over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),

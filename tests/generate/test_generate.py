@@ -16,7 +16,6 @@ from cycles.errors import StageError, StoreError
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import utcnow
-from cycles.urls import host_hash
 
 
 @pytest.fixture
@@ -51,14 +50,47 @@ def test_generate_caps_per_host_and_in_total(store, config, tmp_path):
     assert max(per_host.values()) == 2
 
 
-def test_each_host_in_exactly_one_partition_chosen_by_hash(store, config, tmp_path):
+def test_each_host_in_exactly_one_partition_as_the_assignment_says(store, config, tmp_path):
     seed(store, config, tmp_path, hosts=12, per_host=2)
     segment = generate(store, config).segment
     folder = store.segment_dir(segment) / "fetchlist"
     assert sorted(p.name for p in folder.iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
+    assignment = {r["host"]: r["partition"] for r in pq.read_table(store.segment_dir(segment) / "assignment.parquet").to_pylist()}
+    seen = {}
     for part in range(4):
         for row in pq.read_table(folder / f"part-{part:05d}.parquet").to_pylist():
-            assert host_hash(row["host"]) % 4 == part
+            assert assignment[row["host"]] == part
+            assert seen.setdefault(row["host"], part) == part
+    assert set(seen) == set(assignment) and len(seen) == 12
+    # 12 equal hosts over 4 partitions: 3 each (balanced by expected time, not by hash).
+    assert sorted(list(assignment.values()).count(p) for p in range(4)) == [3, 3, 3, 3]
+
+
+def test_a_big_host_gets_a_partition_of_its_own(store, config, tmp_path):
+    """Longest expected fetch time first: the host with 30 URLs (30 s at a 1 s delay) is alone;
+    the eight 3-URL hosts share the other three partitions."""
+    urls = [f"http://big.example/p{p}" for p in range(30)]
+    urls += [f"http://small{h}.example/p{p}" for h in range(8) for p in range(3)]
+    path = tmp_path / "seeds.txt"
+    path.write_text("\n".join(urls) + "\n")
+    inject(store, config, path)
+    segment = generate(store, config).segment
+    folder = store.segment_dir(segment) / "fetchlist"
+    hosts = [set(pq.read_table(folder / f"part-{p:05d}.parquet")["host"].to_pylist()) for p in range(4)]
+    assert {"big.example"} in hosts
+    assert sorted(len(h) for h in hosts) == [1, 2, 3, 3]
+
+
+def test_balancing_weighs_each_host_by_its_delay():
+    """A host with a 10 s Crawl-delay and 3 URLs (30 s) outweighs one with 20 URLs at 1 s."""
+    from cycles.generate.assign import assign_hosts
+
+    urls = {"slow": 3, "many": 20, "a": 5, "b": 5}
+    delays = {"slow": 10.0, "many": 1.0, "a": 1.0, "b": 1.0}
+    assignment = assign_hosts(urls, delays, 2)
+    assert assignment["slow"] != assignment["many"]
+    assert {h for h, p in assignment.items() if p == assignment["slow"]} == {"slow"}
+    assert assign_hosts(urls, delays, 2) == assignment  # deterministic
 
 
 def test_leased_urls_are_not_generated_again_until_the_lease_expires(store, config, tmp_path):

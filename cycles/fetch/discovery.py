@@ -1,0 +1,179 @@
+"""Discovery inside the fetch: new links to this partition's hosts are fetched in the same cycle.
+
+Nutch's ``fetcher.follow.outlinks.depth``. A page's links are still written as outlinks for
+update; in addition :meth:`Discovery.offer` queues, at the end of its host's queue, each
+link that update would add to the crawl DB as a new URL and that this worker may fetch now:
+
+- the page is at most ``fetch.follow_outlinks_depth - 1`` links from a fetch-list URL
+  (``hop``: 0 for a fetch-list URL, +1 per discovery, unchanged through a redirect), and the
+  link's depth (the page's + 1) is within ``update.max_depth``;
+- the link is not nofollow (rel or meta robots), and normalised it passes the URL filters
+  (cycles/fetch/inline.py, with update's functions);
+- its host is one of this partition's fetch-list hosts — the hosts the seen-set covers —
+  and not set aside; its robots.txt, when already read, allows it;
+- the crawl DB does not hold it: not in the partition's seen-set (generate's Bloom filter of
+  the URLs the crawl DB holds for these hosts; a false positive leaves the URL to the next
+  cycle), and no row in this segment yet (:meth:`InlineFetches.claim`);
+- the host has taken fewer than ``fetch.follow_outlinks_per_host`` this segment, and the
+  trap caps update applies to new URLs hold: the host's known URLs plus those taken here
+  stay within ``update.max_urls_per_host_total``, the pattern's within
+  ``update.max_urls_per_pattern`` (counts from generate's ``seen/part-N.parquet``; the
+  pattern hash is the crawl DB's, cycles.crawldb.url_pattern_hash).
+
+Without a seen-set (generate ran with discovery off, or the fetch list was made by hand)
+nothing is discovered: the worker cannot tell a new URL from a known one.
+
+Each distinct raw link is looked at once per partition (a Bloom filter of links considered:
+navigation links repeat on every page), and the seen-set is asked once per page for all its
+candidates, so a page of known links costs a few microseconds a link.
+
+A discovered URL's fetched row is merged by update like a redirect target's: a new crawl DB
+row whose depth and score come from its outlink (the link is always written, past the
+outlink filter), the result applied. Counters: ``discover/*``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from cycles import segment as seg
+from cycles.bloom import BloomFilter
+from cycles.config import Config
+from cycles.crawldb import url_pattern_hash
+from cycles.fetch.frontier import HostSlot
+from cycles.fetch.inline import InlineFetches
+from cycles.store import Store, StorePath
+from cycles.urls import host_hash, url_host
+
+MAX_DEPTH_VALUE = 32767
+"""Depth is an int16 column."""
+
+
+class Discovery:
+    """The links one partition fetches in the same cycle."""
+
+    def __init__(self, store: Store, config: Config, seg_dir: StorePath, partition: int,
+                 inline: InlineFetches, stats: Counter):
+        self.store = store
+        self.seg_dir = seg_dir
+        self.partition = partition
+        self.inline = inline
+        self.stats = stats
+        self.max_hops = config.fetch.follow_outlinks_depth
+        self.per_host = config.fetch.follow_outlinks_per_host
+        self.max_depth = config.update.max_depth
+        self.max_host_total = config.update.max_urls_per_host_total
+        self.max_pattern = config.update.max_urls_per_pattern
+        self.fp_rate = config.fetch.follow_seen_fp
+        self.seen: BloomFilter | None = None
+        """The crawl DB's URLs of this partition's hosts (None: discovery is off)."""
+        self.considered: BloomFilter | None = None
+        self.host_known: Counter = Counter()
+        """URLs per host: the crawl DB's, then + those taken here."""
+        self.pattern_known: Counter = Counter()
+        """URLs per (host, pattern hash): the same."""
+        self.taken: Counter = Counter()
+        """URLs discovered per host this segment."""
+
+    def load(self, expected_links: int, earlier_inline: list[tuple[str, str]]) -> None:
+        """Read the seen-set; ``earlier_inline``: (url, host) of rows an earlier run of this
+        partition committed for URLs not in the fetch list (they count against the budget
+        and the caps — conservatively also redirect targets — so a resumed run stays within them)."""
+        if self.max_hops <= 0:
+            return
+        bloom_path = seg.seen_bloom_file(self.seg_dir, self.partition)
+        counts_path = seg.seen_counts_file(self.seg_dir, self.partition)
+        if not (self.store.exists(bloom_path) and self.store.exists(counts_path)):
+            self.stats["discover/no_seen_set"] = 1
+            return
+        try:
+            self.seen = BloomFilter.from_bytes(self.store.read_bytes(bloom_path))
+        except ValueError as exc:
+            self.stats["discover/no_seen_set"] = 1
+            self.stats["discover/seen_set_unreadable"] = 1
+            del exc
+            return
+        counts = self.store.read_table(counts_path).to_pydict()
+        for host, pattern, urls in zip(counts["host"], counts["pattern_hash"], counts["urls"]):
+            self.host_known[host] += urls
+            self.pattern_known[(host, pattern)] += urls
+        self.considered = BloomFilter(max(100_000, expected_links), 0.001)
+        for url, host in earlier_inline:
+            self._count(url, host)
+
+    @property
+    def enabled(self) -> bool:
+        return self.seen is not None
+
+    def _count(self, url: str, host: str) -> None:
+        self.taken[host] += 1
+        self.host_known[host] += 1
+        self.pattern_known[(host, url_pattern_hash(url))] += 1
+
+    def offer(self, item: dict, links: list[dict], slot_for: Callable[[str], HostSlot | None]) -> list[HostSlot]:
+        """Queue the page's links this worker fetches now; returns the slots that got work.
+
+        ``links`` are the page's outlink rows (the worker's ``_link``); a link taken gets
+        ``inline = True``, so the outlink writer keeps it. ``slot_for(host)``: the host's slot."""
+        hop = int(item.get("hop") or 0) + 1
+        depth = int(item["depth"]) + 1
+        if self.seen is None or hop > self.max_hops or depth > min(self.max_depth, MAX_DEPTH_VALUE):
+            return []
+        followed = [link for link in links if not link["nofollow"]]
+        if not followed:
+            return []
+        fresh = self.considered.add_new([link["url"] for link in followed])
+        candidates: list[tuple[dict, str, str]] = []
+        for link, new in zip(followed, fresh):
+            if not new:
+                continue
+            url = self.inline.prepare(link["url"])
+            if url is None:
+                self.stats["discover/filtered"] += 1
+                continue
+            host = url_host(url)
+            if host not in self.inline.own_hosts:
+                continue  # another partition's, or a host whose known URLs we were not given
+            if url in self.inline.listed_urls:
+                continue
+            candidates.append((link, url, host))
+        if not candidates:
+            return []
+        known = self.seen.contains_many([url for _, url, _ in candidates])
+        slots: dict[str, HostSlot] = {}
+        for (link, url, host), in_db in zip(candidates, known):
+            if in_db:
+                self.stats["discover/known"] += 1
+                continue
+            slot = self._slot_if_allowed(url, host, slot_for)
+            if slot is None or not self.inline.claim(url):
+                continue
+            self._count(url, host)
+            link["inline"] = True
+            slot.queue.append({"url": url, "host": host, "host_hash": host_hash(host),
+                               "score": 1.0 / (depth + 1), "depth": depth, "etag": None,
+                               "last_modified": None, "hop": hop})
+            self.stats["discover/queued"] += 1
+            slots[host] = slot
+        return list(slots.values())
+
+    def _slot_if_allowed(self, url: str, host: str, slot_for: Callable[[str], HostSlot | None]) -> HostSlot | None:
+        """The host's slot when budget, trap caps, set-aside and robots.txt let ``url`` be queued."""
+        if self.taken[host] >= self.per_host:
+            self.stats["discover/host_budget"] += 1
+            return None
+        if self.host_known[host] >= self.max_host_total:
+            self.stats["discover/trap_host_cap"] += 1
+            return None
+        if self.pattern_known[(host, url_pattern_hash(url))] >= self.max_pattern:
+            self.stats["discover/trap_pattern_cap"] += 1
+            return None
+        slot = slot_for(host)
+        if slot is None or slot.set_aside:
+            self.stats["discover/host_set_aside"] += 1
+            return None
+        if slot.robots.rules is not None and not slot.robots.rules.allowed(url):
+            self.stats["discover/robots_denied"] += 1
+            return None
+        return slot

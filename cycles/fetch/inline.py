@@ -1,0 +1,76 @@
+"""May this URL be fetched inline, in this partition, in this segment? — the one home of the rule.
+
+Two steps fetch URLs that are not in the fetch list: redirects (cycles/fetch/redirects.py)
+and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
+
+- :meth:`~InlineFetches.prepare`: the URL as update would store it — normalised and passing
+  the URL filters (cycles/urls.py, the functions update's outlink preparation uses), else None;
+- :meth:`~InlineFetches.owns`: is the host this worker's? A host of this partition's fetch
+  list is; a host of another partition's is not (the segment's assignment,
+  cycles/generate/assign.py); a host in no fetch list belongs to partition
+  ``host_hash % partitions`` (so exactly one worker may take it up). A segment without an
+  assignment file (made by an older generate, or by hand) uses ``host_hash % partitions``
+  for every host;
+- :meth:`~InlineFetches.claim`: a URL is fetched at most once a segment. Every URL of the
+  fetch list, every URL committed by an earlier run of the partition and every URL claimed
+  inline is in :attr:`~InlineFetches.listed_urls`; a second claim (another path to the
+  same URL, another spelling of it) is refused.
+"""
+
+from __future__ import annotations
+
+from cycles import segment as seg
+from cycles.config import Config
+from cycles.store import Store, StorePath
+from cycles.urls import Normalizer, UrlFilter, host_hash
+
+
+class InlineFetches:
+    """The URLs one partition has or will have a row for, and which hosts it owns."""
+
+    def __init__(self, store: Store, config: Config, seg_dir: StorePath, partition: int):
+        self.store = store
+        self.seg_dir = seg_dir
+        self.partition = partition
+        self.partitions = 1
+        """How many partitions generate made (set by the worker from the Generated marker)."""
+        self.normalizer = Normalizer(config.urls)
+        self.url_filter = UrlFilter(config.urls)
+        self.listed_urls: set[str] = set()
+        """URLs of the fetch list, committed by earlier runs, or claimed inline: each gets one row."""
+        self.own_hosts: set[str] = set()
+        """The hosts of this partition's fetch list."""
+        self._assignment: dict[str, int] | None = None
+
+    def prepare(self, url: str) -> str | None:
+        """``url`` normalised, if the URL filters keep it (None: update would drop it too)."""
+        norm = self.normalizer.normalize(url)
+        if norm is None or self.url_filter.reason(norm):
+            return None
+        return norm
+
+    def owns(self, host: str) -> bool:
+        if host in self.own_hosts or self.partitions <= 1:
+            return True
+        owner = self.assignment().get(host)
+        if owner is not None:
+            return owner == self.partition
+        return host_hash(host) % self.partitions == self.partition
+
+    def assignment(self) -> dict[str, int]:
+        """host → partition from generate's assignment file (read once; {} when there is none)."""
+        if self._assignment is None:
+            path = seg.assignment_file(self.seg_dir)
+            self._assignment = {}
+            if self.store.exists(path):
+                table = self.store.read_table(path, columns=["host", "partition"])
+                self._assignment = dict(zip(table["host"].to_pylist(), table["partition"].to_pylist()))
+        return self._assignment
+
+    def claim(self, url: str) -> bool:
+        """Take ``url`` for an inline fetch; False when this segment already has (or will
+        have) a row for it."""
+        if url in self.listed_urls:
+            return False
+        self.listed_urls.add(url)
+        return True
