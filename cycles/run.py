@@ -1,0 +1,229 @@
+"""``crawl run``: overlapping cycles — fetch segment k while k−1 is updated and k+1 generated.
+
+A pipelined loop in one process. The main thread fetches segment k in the fetch pool;
+meanwhile a helper thread (the *coordinator*) updates every fetched segment, oldest first
+(k−1), then generates k+1 for the hosts not in k. When k's fetch ends, k+1 is fetched at
+once and the coordinator starts again; only when it found nothing to generate (every due
+host was in k) does the loop update k and generate before fetching again. Fetch
+processes are thus idle only for that fallback, not for every update and generate.
+
+What stays exclusive, and why:
+
+- the **cycle lock** (cycles/segment.py ``cycle_lock``): held for the whole run, so one
+  process at a time starts segments (a ``crawl cycle``, ``crawl generate`` or second
+  ``crawl run`` exits at once);
+- the **crawl DB lock**: generate's read-and-lease and update's swap each take it; the
+  coordinator runs them one after the other, never together;
+- the **fetch lock**: one segment is fetched at a time (``fetch_segment``);
+- **hosts**: generate k+1 leaves out every host of a segment generated or being fetched
+  (``generate(exclude_hosts_in_flight=True)``, cycles/leases.py ``in_flight_files``), so
+  a host is never in two segments' fetch lists that are not fetched yet. A host of k+1 was
+  last asked in k−1 or earlier, whose ``hosts/`` output (or the host DB, once updated) the
+  fetch of k+1 reads for its not-before time: spacing holds across segments.
+
+What runs concurrently: the fetch of k with the update of k−1 (disjoint hosts: k was
+generated while k−1 was in flight, or after it was updated) and with generate k+1 (reads
+the crawl DB and the fetch lists only). Updates are still applied in generation order
+(``update_segment`` of the oldest fetched segment, cycles/segment.py ``check_apply_order``),
+so the crawl DB ends exactly as after the same segments run by ``crawl cycle``.
+
+Crash-only like ``crawl cycle``: a run killed at any moment leaves segments in states the
+next run (or ``crawl cycle``/``fetch``/``update``) finishes — it resumes the oldest
+unfetched segment, updates fetched ones, and leases run out as usual.
+
+Stopping: ``seconds`` bounds the wall time — at the bound the running fetch commits what it
+fetched and the run ends (exit 0; the segment is resumed by the next run). SIGTERM or
+SIGINT stop it the same way (exit 4, :class:`cycles.errors.Interrupted`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from cycles import segment as seg
+from cycles.config import Config
+from cycles.errors import FetchInterrupted, Interrupted
+from cycles.fetch.fetch import fetch_segment
+from cycles.generate.generate import generate
+from cycles.store import Store
+from cycles.update.update import update_segment
+
+
+@dataclass
+class RunState:
+    """What a run did so far (the CLI's --json line reads it)."""
+
+    fetched: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+    stopped_by: str = ""
+    """"deadline", "signal", "nothing due" (or "" while running)."""
+
+
+class RunStop:
+    """SIGTERM/SIGINT and the wall-time bound, for the whole run.
+
+    Outside a fetch a signal only sets :attr:`received`; the loop stops after the current
+    step. During a fetch, ``fetch_segment``'s own handler takes over (it commits and raises
+    :class:`FetchInterrupted`) and puts this one back after. The deadline sends the process
+    SIGTERM, so a fetch stops exactly as on a signal."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.received: int | None = None
+        self.deadline_hit = False
+        self._previous: dict = {}
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> "RunStop":
+        if threading.current_thread() is threading.main_thread():  # signal() works only there
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        if self.seconds is not None:
+            self._timer = threading.Timer(max(0.0, self.seconds), self._deadline)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def _deadline(self) -> None:
+        self.deadline_hit = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    @property
+    def requested(self) -> bool:
+        return self.deadline_hit or self.received is not None
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def next_to_fetch(store: Store) -> str | None:
+    """The oldest segment generated or interrupted while fetching (fetched in generation order)."""
+    return seg.oldest(store, seg.State.GENERATED, seg.State.FETCHING)
+
+
+def update_fetched(store: Store, config: Config, state: RunState) -> Iterator[str]:
+    """Update every fetched segment, oldest first (the order that keeps the crawl DB exact)."""
+    while (segment := seg.oldest(store, seg.State.FETCHED)) is not None:
+        result = update_segment(store, config, segment)
+        state.updated.append(segment)
+        state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
+        yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
+
+
+def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
+                  overlapped: bool) -> Iterator[str]:
+    """Generate a segment; ``overlapped``: while another is in flight, so without its hosts."""
+    result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True)
+    if result.segment is None:
+        yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
+        return
+    state.generated.append(result.segment)
+    yield (f"run: generated {result.segment} ({result.urls} URLs, {result.hosts} hosts)"
+           f"{' while fetching' if overlapped else ''}")
+
+
+def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
+               stop: RunStop) -> Iterator[str]:
+    """The coordinator's turn while a segment is fetched: update what is fetched, then
+    generate the next segment unless one already waits."""
+    yield from update_fetched(store, config, state)
+    waiting = seg.states(store)
+    in_flight = [s for s, st in waiting if st in (seg.State.GENERATED, seg.State.FETCHING)]
+    if len(in_flight) <= 1 and not stop.requested:
+        yield from generate_next(store, config, state, top_n, overlapped=True)
+
+
+class Coordinator(threading.Thread):
+    """Runs :func:`coordinate` beside the fetch; its lines and error are collected for the
+    main thread (a generator cannot yield across threads)."""
+
+    def __init__(self, work: Callable[[], Iterator[str]]):
+        super().__init__(name="crawl-run-coordinator", daemon=True)
+        self.work = work
+        self.lines: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for line in self.work():
+                self.lines.append(line)
+        except BaseException as exc:  # re-raised in the main thread by finish()
+            self.error = exc
+
+    def finish(self) -> list[str]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.lines
+
+
+def fetch_one(store: Store, config: Config, segment: str, processes: int | None, state: RunState,
+              stop: RunStop) -> Iterator[str]:
+    """Fetch ``segment``; a stop (deadline or signal) commits and ends the run's fetching."""
+    try:
+        result = fetch_segment(store, config, segment, processes)
+    except FetchInterrupted:
+        if not stop.deadline_hit and stop.received is None:
+            stop.received = signal.SIGTERM  # stopped by a signal fetch_segment's handler took
+        yield f"run: fetch of {segment} stopped; what it fetched is committed (the next `crawl run` resumes it)"
+        return
+    state.fetched.append(segment)
+    c = result.counters
+    state.counters["fetch/requests"] += c.get("fetch/requests", 0)
+    state.counters["fetch/outcome/ok"] += c.get("fetch/outcome/ok", 0)
+    yield (f"run: fetched {segment}: {c.get('fetch/requests', 0)} requests, {c.get('fetch/outcome/ok', 0)} pages "
+           f"in {result.seconds:.1f}s")
+
+
+def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n: int | None = None,
+              processes: int | None = None, state: RunState | None = None) -> Iterator[str]:
+    """Crawl in overlapping cycles until ``seconds`` pass, a signal comes, or nothing is due
+    and nothing is pending; yields one progress line per step. ``state`` (optional) is
+    filled with what was done. Raises :class:`Interrupted` when stopped by a signal."""
+    state = state if state is not None else RunState()
+    started = time.monotonic()
+    with seg.cycle_lock(store, "run", config.db), RunStop(seconds) as stop:
+        while not stop.requested:
+            segment = next_to_fetch(store)
+            if segment is None:
+                # Nothing waits to be fetched: apply what was fetched, then generate now.
+                yield from update_fetched(store, config, state)
+                if stop.requested:
+                    break
+                yield from generate_next(store, config, state, top_n, overlapped=False)
+                segment = next_to_fetch(store)
+                if segment is None:
+                    state.stopped_by = "nothing due"
+                    break
+            elif seg.state(store, segment) == seg.State.FETCHING:
+                yield f"run: resuming the fetch of {segment}"
+            helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop))
+            helper.start()
+            try:
+                yield from fetch_one(store, config, segment, processes, state, stop)
+            finally:
+                lines = helper.finish()
+            yield from lines
+        if not state.stopped_by:
+            state.stopped_by = "deadline" if stop.deadline_hit else "signal"
+        received = stop.received
+    yield f"run: stopped ({state.stopped_by}) after {time.monotonic() - started:.1f}s"
+    if state.stopped_by == "signal":
+        name = signal.Signals(received).name if received else "a signal"
+        raise Interrupted(f"run: stopped by {name}; every page fetched is committed; `crawl run` resumes")
