@@ -258,3 +258,15 @@ def test_no_url_lost_and_no_duplicate_row_after_the_kill(crashed):
 @pytest.mark.web
 def test_host_spacing_held_across_the_kill_and_the_segments(crashed):
     assert assert_polite(crashed["requests"]) >= KILL_HOSTS * KILL_PAGES
+
+
+def test_a_long_tail_web_has_a_few_big_hosts_and_links_only_to_pages_that_exist():
+    from testweb.web import Web
+
+    web = Web(hosts=40, pages=200, page_bytes=500, special=False, tail=True)
+    sizes = [web.pages_of(i) for i in range(40)]
+    assert sizes[0] == 200 and sizes == sorted(sizes, reverse=True) and sizes[-1] <= 10
+    reachable = web.expected_reachable()
+    assert len(reachable) >= sum(sizes)  # every page of every host, and nothing beyond them
+    assert all(int(u.rsplit("/", 1)[1][:-5]) < web.pages_of(int(u.split("//h")[1].split(".")[0]))
+               for u in reachable if "/p/" in u)

@@ -471,7 +471,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
           seed: int = 0, port: int = 0, log_path: str | Path, ready_file: str | Path | None = None,
           max_seconds: float = 600.0, loop: str = "asyncio", traps: bool = False,
           neardups: bool = False, changing: bool = False, clock_start: float | None = None,
-          clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0) -> str:
+          clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0, tail: bool = False) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
@@ -482,7 +482,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")
     params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
                   traps=traps, neardups=neardups, changing=changing, hostile=hostile,
-                  internal_port=internal_port)
+                  internal_port=internal_port, tail=tail)
     layout = Web(**params, port=80)
     actual_port, sockets = bind_all(layout.ips() + [CONTROL_IP], port)
     web = Web(**params, port=actual_port)
