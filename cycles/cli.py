@@ -688,10 +688,11 @@ def export(segment: str = typer.Argument(..., help="Segment id (fetched or updat
 def run_command(seconds: Optional[float] = typer.Option(None, "--seconds", help="Stop after this many seconds "
                                                         "of wall time (the running fetch commits and stops)."),
                 top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per segment."),
+                generate_ahead: bool = typer.Option(False, "--generate-ahead", help="Also generate the next "
+                                                    "segment while one is fetched, for the hosts not in it."),
                 as_json: bool = JSON_OPTION) -> None:
-    """Crawl in overlapping cycles: fetch a segment while the previous one is updated and
-    the next one generated (for hosts not being fetched), until --seconds pass, SIGTERM,
-    or nothing is due (cycles/run.py).
+    """Crawl in overlapping cycles: fetch a segment while the previous one is updated,
+    until --seconds pass, SIGTERM, or nothing is due (cycles/run.py).
 
     Example: crawl run --seconds 3600
     """
@@ -699,7 +700,8 @@ def run_command(seconds: Optional[float] = typer.Option(None, "--seconds", help=
 
     started = start_command("run", as_json)
     done = RunState()
-    for line in run(run_crawl, state.store, state.config, seconds, top_n=top_n, state=done):
+    for line in run(run_crawl, state.store, state.config, seconds, top_n=top_n, state=done,
+                    generate_ahead=generate_ahead):
         typer.echo(line, err=as_json)  # with --json, stdout holds only the JSON line
     if done.stopped_by == "nothing due" and not done.fetched and not done.updated:
         raise NothingToDo("run: no URL is due and no segment is pending; nothing was done")

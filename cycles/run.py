@@ -1,31 +1,39 @@
-"""``crawl run``: overlapping cycles — fetch segment k while k−1 is updated and k+1 generated.
+"""``crawl run``: overlapping cycles — fetch segment k+1 while segment k is updated.
 
-A pipelined loop in one process. The main thread fetches segment k in the fetch pool;
-meanwhile a helper thread (the *coordinator*) updates every fetched segment, oldest first
-(k−1), then generates k+1 for the hosts not in k. When k's fetch ends, k+1 is fetched at
-once and the coordinator starts again; only when it found nothing to generate (every due
-host was in k) does the loop update k and generate before fetching again. Fetch
-processes are thus idle only for that fallback, not for every update and generate.
+A pipelined loop in one process. The main thread fetches a segment in the fetch pool;
+meanwhile a helper thread (the *coordinator*) updates every fetched segment, oldest first.
+When a fetch ends, the next segment is generated at once — from what the crawl DB knows
+then, the just-fetched segment's URLs still leased — and fetched while the coordinator
+updates the one just fetched. The fetch pool thus waits only for generate (about a second),
+not for update too; what a segment discovers is fetched one segment later. Only when
+nothing is due without it (a small crawl, every due URL in the segment just fetched) is the
+segment updated before the next is generated, as ``crawl cycle`` does.
+
+With ``generate_ahead`` the coordinator also generates the next segment *while* the fetch
+runs, for the hosts not in it, so it is ready the moment the fetch ends. That pays when
+hosts outside the running segment have due URLs and generate is slow; on a link-following
+crawl it mostly makes hosts of the running segment wait a segment, so it is off by default.
 
 What stays exclusive, and why:
 
 - the **cycle lock** (cycles/segment.py ``cycle_lock``): held for the whole run, so one
   process at a time starts segments (a ``crawl cycle``, ``crawl generate`` or second
   ``crawl run`` exits at once);
-- the **crawl DB lock**: generate's read-and-lease and update's swap each take it; the
-  coordinator runs them one after the other, never together;
+- the **crawl DB lock**: generate's read-and-lease and update's swap each take it; they
+  never run at the same time here (generate runs only with no update under way);
 - the **fetch lock**: one segment is fetched at a time (``fetch_segment``);
-- **hosts**: generate k+1 leaves out every host of a segment generated or being fetched
+- **hosts**: generate leaves out every host of a segment generated or being fetched
   (``generate(exclude_hosts_in_flight=True)``, cycles/leases.py ``in_flight_files``), so
-  a host is never in two segments' fetch lists that are not fetched yet. A host of k+1 was
-  last asked in k−1 or earlier, whose ``hosts/`` output (or the host DB, once updated) the
-  fetch of k+1 reads for its not-before time: spacing holds across segments.
+  a host is never in two segments' fetch lists that are not fetched yet. A host of the
+  next segment was last asked in a fetched segment, whose ``hosts/`` output (or the host DB,
+  once that segment is updated: cycles/hostdb.py ``load_host_state`` reads the segments
+  first, so an update finishing meanwhile loses nothing) gives its not-before time:
+  spacing holds across segments.
 
-What runs concurrently: the fetch of k with the update of k−1 (disjoint hosts: k was
-generated while k−1 was in flight, or after it was updated) and with generate k+1 (reads
-the crawl DB and the fetch lists only). Updates are still applied in generation order
-(``update_segment`` of the oldest fetched segment, cycles/segment.py ``check_apply_order``),
-so the crawl DB ends exactly as after the same segments run by ``crawl cycle``.
+Updates are still applied in generation order (``update_segment`` of the oldest fetched
+segment, cycles/segment.py ``check_apply_order``), so the crawl DB stays exact: each
+segment's results and links are merged once, in order, and a URL leased to a segment
+waiting for its update is not generated again.
 
 Crash-only like ``crawl cycle``: a run killed at any moment leaves segments in states the
 next run (or ``crawl cycle``/``fetch``/``update``) finishes — it resumes the oldest
@@ -139,14 +147,24 @@ def generate_next(store: Store, config: Config, state: RunState, top_n: int | No
 
 
 def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
-               stop: RunStop) -> Iterator[str]:
+               stop: RunStop, generate_ahead: bool) -> Iterator[str]:
     """The coordinator's turn while a segment is fetched: update what is fetched, then
-    generate the next segment unless one already waits."""
+    (``generate_ahead``) generate the next segment for the hosts not being fetched."""
     yield from update_fetched(store, config, state)
-    waiting = seg.states(store)
-    in_flight = [s for s, st in waiting if st in (seg.State.GENERATED, seg.State.FETCHING)]
-    if len(in_flight) <= 1 and not stop.requested:
+    if not generate_ahead or stop.requested:
+        return
+    in_flight = [s for s, st in seg.states(store) if st in (seg.State.GENERATED, seg.State.FETCHING)]
+    if len(in_flight) <= 1:
         yield from generate_next(store, config, state, top_n, overlapped=True)
+
+
+def next_segment(store: Store, config: Config, state: RunState, top_n: int | None) -> Iterator[str]:
+    """Make the next segment when none waits: first without updating (the fetch pool waits
+    only for generate), else after updating what is fetched."""
+    yield from generate_next(store, config, state, top_n, overlapped=False)
+    if next_to_fetch(store) is None and seg.oldest(store, seg.State.FETCHED) is not None:
+        yield from update_fetched(store, config, state)
+        yield from generate_next(store, config, state, top_n, overlapped=False)
 
 
 class Coordinator(threading.Thread):
@@ -192,7 +210,8 @@ def fetch_one(store: Store, config: Config, segment: str, processes: int | None,
 
 
 def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n: int | None = None,
-              processes: int | None = None, state: RunState | None = None) -> Iterator[str]:
+              processes: int | None = None, state: RunState | None = None,
+              generate_ahead: bool = False) -> Iterator[str]:
     """Crawl in overlapping cycles until ``seconds`` pass, a signal comes, or nothing is due
     and nothing is pending; yields one progress line per step. ``state`` (optional) is
     filled with what was done. Raises :class:`Interrupted` when stopped by a signal."""
@@ -202,18 +221,17 @@ def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n:
         while not stop.requested:
             segment = next_to_fetch(store)
             if segment is None:
-                # Nothing waits to be fetched: apply what was fetched, then generate now.
-                yield from update_fetched(store, config, state)
-                if stop.requested:
-                    break
-                yield from generate_next(store, config, state, top_n, overlapped=False)
+                yield from next_segment(store, config, state, top_n)
                 segment = next_to_fetch(store)
                 if segment is None:
+                    yield from update_fetched(store, config, state)  # the last one, if any
                     state.stopped_by = "nothing due"
                     break
             elif seg.state(store, segment) == seg.State.FETCHING:
                 yield f"run: resuming the fetch of {segment}"
-            helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop))
+            if stop.requested:
+                break
+            helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
             helper.start()
             try:
                 yield from fetch_one(store, config, segment, processes, state, stop)
