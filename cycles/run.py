@@ -54,10 +54,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from concurrent.futures import FIRST_EXCEPTION, wait
+from concurrent.futures.process import BrokenProcessPool
+
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.errors import FetchInterrupted, Interrupted
+from cycles.errors import FetchInterrupted, Interrupted, StageError
+from cycles.executor import ProcessPool
 from cycles.fetch.fetch import fetch_segment
+from cycles.fetch.partition import fetch_partition_task, install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
 from cycles.store import Store
 from cycles.update.update import update_segment
@@ -191,11 +196,51 @@ class Coordinator(threading.Thread):
         return self.lines
 
 
-def fetch_one(store: Store, config: Config, segment: str, processes: int | None, state: RunState,
+class FetchPool:
+    """One pool of fetch processes for the whole run, handed to ``fetch_segment`` as its
+    executor: spawning a pool per segment (Python start-up and imports in every worker)
+    cost several seconds between segments, during which nothing was fetched.
+
+    Workers die with this process (``die_with_parent``) and commit and stop on SIGTERM
+    (``install_stop_handlers``). ``fetch_segment``'s signal handler only marks the stop in
+    this process (``request_stop``); :meth:`map` sees the mark and forwards it to the workers,
+    as ``fetch_segment``'s own pool does."""
+
+    def __init__(self, processes: int):
+        self.workers = processes
+        self.died = StageError("run: a fetch worker process died (killed, or out of memory); what it "
+                               "committed is kept; run `crawl run` again to resume")
+        self.pool = ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
+                                death_error=self.died)
+
+    def map(self, fn, tasks):
+        futures = [self.pool.submit(fn, task) for task in tasks]
+        pending, forwarded = set(futures), False
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                if not forwarded and stop_signal() is not None:
+                    self.pool.signal_workers(signal.SIGTERM)
+                    forwarded = True
+                for future in done:
+                    future.result()  # a partition's error ends the fetch now
+        except BrokenProcessPool:
+            raise self.died from None
+        except BaseException:
+            self.pool.signal_workers(signal.SIGTERM)  # the others commit and stop
+            raise
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        self.pool.__exit__(None, None, None)
+
+
+def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None, state: RunState,
               stop: RunStop) -> Iterator[str]:
-    """Fetch ``segment``; a stop (deadline or signal) commits and ends the run's fetching."""
+    """Fetch ``segment`` (in ``pool``; None: in this process); a stop (deadline or signal)
+    commits and ends the run's fetching."""
     try:
-        result = fetch_segment(store, config, segment, processes)
+        result = fetch_segment(store, config, segment, 1, executor=pool)
     except FetchInterrupted:
         if not stop.deadline_hit and stop.received is None:
             stop.received = signal.SIGTERM  # stopped by a signal fetch_segment's handler took
@@ -217,27 +262,14 @@ def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n:
     filled with what was done. Raises :class:`Interrupted` when stopped by a signal."""
     state = state if state is not None else RunState()
     started = time.monotonic()
+    processes = processes or config.fetch.processes or os.cpu_count() or 1
     with seg.cycle_lock(store, "run", config.db), RunStop(seconds) as stop:
-        while not stop.requested:
-            segment = next_to_fetch(store)
-            if segment is None:
-                yield from next_segment(store, config, state, top_n)
-                segment = next_to_fetch(store)
-                if segment is None:
-                    yield from update_fetched(store, config, state)  # the last one, if any
-                    state.stopped_by = "nothing due"
-                    break
-            elif seg.state(store, segment) == seg.State.FETCHING:
-                yield f"run: resuming the fetch of {segment}"
-            if stop.requested:
-                break
-            helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
-            helper.start()
-            try:
-                yield from fetch_one(store, config, segment, processes, state, stop)
-            finally:
-                lines = helper.finish()
-            yield from lines
+        pool = FetchPool(processes) if processes > 1 else None
+        try:
+            yield from crawl_loop(store, config, top_n, pool, state, stop, generate_ahead)
+        finally:
+            if pool is not None:
+                pool.close()
         if not state.stopped_by:
             state.stopped_by = "deadline" if stop.deadline_hit else "signal"
         received = stop.received
@@ -245,3 +277,28 @@ def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n:
     if state.stopped_by == "signal":
         name = signal.Signals(received).name if received else "a signal"
         raise Interrupted(f"run: stopped by {name}; every page fetched is committed; `crawl run` resumes")
+
+
+def crawl_loop(store: Store, config: Config, top_n: int | None, pool: FetchPool | None, state: RunState,
+               stop: RunStop, generate_ahead: bool) -> Iterator[str]:
+    """The pipelined loop of :func:`run_crawl` (module doc), until a stop or nothing is due."""
+    while not stop.requested:
+        segment = next_to_fetch(store)
+        if segment is None:
+            yield from next_segment(store, config, state, top_n)
+            segment = next_to_fetch(store)
+            if segment is None:
+                yield from update_fetched(store, config, state)  # the last one, if any
+                state.stopped_by = "nothing due"
+                break
+        elif seg.state(store, segment) == seg.State.FETCHING:
+            yield f"run: resuming the fetch of {segment}"
+        if stop.requested:
+            break
+        helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
+        helper.start()
+        try:
+            yield from fetch_one(store, config, segment, pool, state, stop)
+        finally:
+            lines = helper.finish()
+        yield from lines

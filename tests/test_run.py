@@ -179,8 +179,7 @@ def crashed(tmp_path_factory):
         store = Store(tmp / "data")
         config = tmp / "crawl.toml"
         toml_config(web, config)
-        # One process: spawning a pool per segment costs seconds on a loaded machine.
-        config.write_text(config.read_text().replace("processes = 2", "processes = 1"))
+        # Two fetch processes: the run's one pool (cycles/run.py FetchPool) is killed and signalled too.
         with open(config, "a") as fh:
             fh.write("\n[db]\nbuckets = 2\n")
         cfg = Config()
