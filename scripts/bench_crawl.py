@@ -166,6 +166,9 @@ def run_ours(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, d
     from bench_fetch import apply_override
 
     config = web.crawl_config()
+    # Only the test web's own addresses: its hostile links lead to an internal service on
+    # 127.0.0.1, which the SSRF guard must keep ours away from as on the real web.
+    config.fetch.allowed_networks = sorted({f"{ip}/32" for ip in web.resolve_map().values()} - {"127.0.0.1/32"})
     config.fetch.max_duration_s = args.segment_seconds
     # A host gets what its delay allows in one segment; the rest stays due for the next
     # segment, generated as soon as this one's fetch ends (cycles/run.py).

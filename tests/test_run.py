@@ -281,3 +281,13 @@ def test_a_long_tail_web_has_a_few_big_hosts_and_links_only_to_pages_that_exist(
     assert len(reachable) >= sum(sizes)  # every page of every host, and nothing beyond them
     assert all(int(u.rsplit("/", 1)[1][:-5]) < web.pages_of(int(u.split("//h")[1].split(".")[0]))
                for u in reachable if "/p/" in u)
+
+
+def test_crawl_run_has_help_with_an_example():
+    from typer.testing import CliRunner
+
+    from cycles.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--help"])
+    assert result.exit_code == 0 and "Example: crawl run --seconds" in result.output
+    assert "--generate-ahead" in result.output
