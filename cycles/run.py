@@ -62,7 +62,7 @@ from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
 from cycles.fetch.fetch import fetch_segment
-from cycles.fetch.partition import fetch_partition_task, install_stop_handlers, stop_signal
+from cycles.fetch.partition import install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
 from cycles.store import Store
 from cycles.update.update import update_segment
@@ -112,7 +112,8 @@ class RunStop:
 
     def _deadline(self) -> None:
         self.deadline_hit = True
-        os.kill(os.getpid(), signal.SIGTERM)
+        if self._previous:  # our handlers are installed: SIGTERM only stops, never kills
+            os.kill(os.getpid(), signal.SIGTERM)
 
     @property
     def requested(self) -> bool:
