@@ -213,6 +213,9 @@ class FetchPool:
                                "committed is kept; run `crawl run` again to resume")
         self.pool = ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
                                 death_error=self.died)
+        # Start the workers now (one no-op each): their start-up overlaps the first generate.
+        for _ in range(processes):
+            self.pool.submit(os.getpid)
 
     def map(self, fn, tasks):
         futures = [self.pool.submit(fn, task) for task in tasks]

@@ -153,7 +153,7 @@ def test_host_spacing_held_across_overlapping_segments(overlapped):
 
 
 # --- stopped by SIGTERM, killed by SIGKILL, finished by the next run ----------------------
-KILL_HOSTS, KILL_PAGES = 8, 4
+KILL_HOSTS, KILL_PAGES = 6, 3
 
 
 def crawl(store: Store, config, *args) -> subprocess.Popen:
@@ -186,7 +186,7 @@ def crashed(tmp_path_factory):
         cfg.db.buckets = 2
         inject(store, cfg, write_seeds(tmp / "seeds.txt", web.seeds()))
         # 1. SIGTERM once the first pages are committed: commits, exits 4.
-        first = crawl(store, config, "run", "--top-n", "10")
+        first = crawl(store, config, "run", "--top-n", "12")
         try:
             wait_for(first, lambda: len(committed_rows(store)) >= 3)
             first.send_signal(signal.SIGTERM)
@@ -194,9 +194,9 @@ def crashed(tmp_path_factory):
         finally:
             first.kill()
         # 2. SIGKILL in the middle of a later fetch, with segments in several states.
-        second = crawl(store, config, "run", "--top-n", "10")
+        second = crawl(store, config, "run", "--top-n", "12")
         try:
-            wait_for(second, lambda: len(seg.segment_ids(store)) >= 3 and len(committed_rows(store)) >= 15)
+            wait_for(second, lambda: len(seg.segment_ids(store)) >= 3 and len(committed_rows(store)) >= 12)
             second.send_signal(signal.SIGKILL)
             second.wait()
         finally:
@@ -204,7 +204,7 @@ def crashed(tmp_path_factory):
         states_at_kill = seg.states(store)
         before = committed_rows(store)
         # 3. The next run finishes the crawl.
-        third = crawl(store, config, "run", "--top-n", "10", "--seconds", "120")
+        third = crawl(store, config, "run", "--top-n", "12", "--seconds", "120")
         try:
             out, err = third.communicate(timeout=150)
         finally:
