@@ -688,5 +688,32 @@ def export(segment: str = typer.Argument(..., help="Segment id (fetched or updat
             typer.echo(f"  {part}: {name}")
 
 
+@app.command("run")
+def run_command(seconds: Optional[float] = typer.Option(None, "--seconds", help="Stop after this many seconds "
+                                                        "of wall time (the running fetch commits and stops)."),
+                top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per segment."),
+                generate_ahead: bool = typer.Option(False, "--generate-ahead", help="Also generate the next "
+                                                    "segment while one is fetched, for the hosts not in it."),
+                as_json: bool = JSON_OPTION) -> None:
+    """Crawl in overlapping cycles: fetch a segment while the previous one is updated,
+    until --seconds pass, SIGTERM, or nothing is due (cycles/run.py).
+
+    Example: crawl run --seconds 3600
+    """
+    from cycles.run import RunState, run_crawl
+
+    started = start_command("run", as_json)
+    done = RunState()
+    for line in run(run_crawl, state.store, state.config, seconds, top_n=top_n, state=done,
+                    generate_ahead=generate_ahead):
+        typer.echo(line, err=as_json)  # with --json, stdout holds only the JSON line
+    if done.stopped_by == "nothing due" and not done.fetched and not done.updated:
+        raise NothingToDo("run: no URL is due and no segment is pending; nothing was done")
+    if as_json:
+        emit_json("done", started, stopped_by=done.stopped_by, fetched=done.fetched, updated=done.updated,
+                  generated=done.generated, requests=done.counters.get("fetch/requests", 0),
+                  pages=done.counters.get("fetch/outcome/ok", 0))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -241,6 +241,11 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
     host), and only their rows are read."""
     wanted = sorted(hosts)
     tables = []
+    # The segments first, then the host DB: an update finishing in between (``crawl run``
+    # updates segment k while k+1 is fetched) then leaves k's rows read from its segment
+    # file, or from the host DB, or both — never from neither, which would lose k's
+    # not-before times for a host in both segments.
+    segment_files = segment_host_files(store, include_segment=segment)
     manifest = store.manifest("hostdb")
     if manifest is not None and wanted:
         files = hostdb_files(store, manifest)
@@ -249,7 +254,7 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
             by_bucket[bucket].append(host)
         for bucket in sorted(by_bucket):
             tables.append(read_host_rows(store, files[bucket], by_bucket[bucket]))
-    for path in segment_host_files(store, include_segment=segment):
+    for path in segment_files:
         tables.append(read_host_rows(store, path, wanted))
     return merge_host_rows(tables)
 

@@ -33,6 +33,32 @@ def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
     return files
 
 
+IN_FLIGHT = (seg.State.GENERATED, seg.State.FETCHING)
+"""States of a segment whose hosts are (or are about to be) fetched."""
+
+
+def in_flight_files(store: Store, now: dt.datetime) -> list[StorePath]:
+    """The fetch list files of every live segment not fetched yet (generated or fetching):
+    ``crawl run`` leases their *hosts*, not only their URLs, while it generates the next
+    segment (cycles/run.py), so no host is in two segments being fetched."""
+    files: list[StorePath] = []
+    for segment, state in seg.states(store):
+        if state not in IN_FLIGHT:
+            continue
+        marker = seg.read_marker(store, segment, seg.Generated)
+        if marker is not None and marker.lease_until and not marker.lease_expired(now):
+            files += seg.files(store, segment, seg.FETCHLIST)
+    return files
+
+
+def leased_hosts_sql(store: Store, con, files: list[StorePath]) -> str:
+    """SQL table expression (one column, ``host``) of the hosts in these fetch list files
+    (:func:`in_flight_files`)."""
+    if not files:
+        return "(SELECT NULL::VARCHAR AS host WHERE false)"
+    return f"(SELECT DISTINCT host FROM {store.duckdb_source(con, files)})"
+
+
 def leased_urls_sql(store: Store, con, files: list[StorePath]) -> str:
     """SQL table expression (one column, ``url``) of the URLs in these fetch list files
     (:func:`live_lease_files`)."""

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--hostile", action="store_true",
                        help="add the hostile hosts (bad robots.txt, endless bodies, header floods, "
                        "links into an internal service on 127.0.0.1:--internal-port)")
+    serve.add_argument("--tail", action="store_true",
+                       help="regular hosts of a long tail of sizes (host i: about pages / (1+i)^0.8)")
     serve.add_argument("--internal-port", type=int, default=0,
                        help="port of the internal service the hostile hosts point at (default 0)")
     serve.add_argument("--sitemaps", action="store_true",
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                          max_seconds=args.max_seconds, loop=args.loop, traps=args.traps,
                          neardups=args.neardups, changing=args.changing,
                          clock_start=args.clock_start, clock_rate=args.clock_rate,
-                         hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps)
+                         hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps,
+                         tail=args.tail)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -95,10 +95,10 @@ class TestWeb:
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
-                 sitemaps: bool = False):
+                 sitemaps: bool = False, tail: bool = False):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
-                           hostile=hostile, internal_port=internal_port, sitemaps=sitemaps)
+                           hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail)
         self.clock_start = clock_start
         self.clock_rate = clock_rate
         # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
@@ -138,6 +138,8 @@ class TestWeb:
         if not p["special"]:
             cmd.append("--no-special")
         cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing", "hostile", "sitemaps") if p[kind]]
+        if p["tail"]:
+            cmd.append("--tail")
         if p["internal_port"]:
             cmd += ["--internal-port", str(p["internal_port"])]
         if self.clock_start is not None:

@@ -305,7 +305,7 @@ def neardup_pairs(web) -> list[tuple[str, str, bool, str]]:
 
 
 def _mirrored_targets(web) -> list[str]:
-    return ["/"] + [f"/p/{k}.html" for k in range(web.pages)]
+    return ["/"] + [f"/p/{k}.html" for k in range(web.pages_of(1))]  # the mirror is of h1
 
 
 def exact_duplicate_groups(web) -> list[set[str]]:

@@ -27,7 +27,7 @@ class RegularHost(HostProfile):
         path, _, query = target.partition("?")
         if path.startswith("/p/") and path.endswith(".html"):
             num = path[3:-5]
-            if num.isdigit() and (num == "0" or num[0] != "0") and int(num) < self.web.pages:
+            if num.isdigit() and (num == "0" or num[0] != "0") and int(num) < self.web.pages_of(self.index):
                 return self._article(int(num))
             return None
         if query:
@@ -55,7 +55,7 @@ class RegularHost(HostProfile):
         web = self.web
         i = self.index
         links = [self.link("/p/0.html", "p/0.html", text="Start reading")]
-        if web.pages > 1:
+        if web.pages_of(i) > 1:
             links.append(self.link("/p/1.html", "./p/1.html", text="Second page"))
         links += [
             self.link("/meta-nofollow.html", text="About our robots"),
@@ -77,7 +77,7 @@ class RegularHost(HostProfile):
     def _article(self, k: int) -> Page:
         web = self.web
         i = self.index
-        P = web.pages
+        P = web.pages_of(i)
         base = k % 4 == 1
         h = mix(web.seed, i, k)
         targets = [2 * k + 1, 2 * k + 2, k + 1]
@@ -96,7 +96,7 @@ class RegularHost(HostProfile):
                 j = hr % web.hosts
                 if j == i:
                     j = (j + 1) % web.hosts
-                m = (hr >> 24) % P
+                m = (hr >> 24) % web.pages_of(j)
                 name = regular_name(j)
                 origin = web.origin(name)
                 target = f"/p/{m}.html"

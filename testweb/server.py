@@ -472,7 +472,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
           max_seconds: float = 600.0, loop: str = "asyncio", traps: bool = False,
           neardups: bool = False, changing: bool = False, clock_start: float | None = None,
           clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
-          sitemaps: bool = False) -> str:
+          sitemaps: bool = False, tail: bool = False) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
@@ -483,7 +483,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")
     params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
                   traps=traps, neardups=neardups, changing=changing, hostile=hostile,
-                  internal_port=internal_port, sitemaps=sitemaps)
+                  internal_port=internal_port, sitemaps=sitemaps, tail=tail)
     layout = Web(**params, port=80)
     actual_port, sockets = bind_all(layout.ips() + [CONTROL_IP], port)
     web = Web(**params, port=actual_port)

@@ -20,6 +20,9 @@ Shape of the web
   fragment, with an upper-case host name. Pages with ``k % 4 == 1`` carry
   ``<base href="http://host/">`` and write same-host links as ``p/x.html``, which resolve to
   the right page only if the base is honoured.
+- With ``tail=True`` (``serve --tail``) regular hosts have a long tail of sizes instead:
+  host ``i`` has :meth:`Web.pages_of` pages, ``pages`` for host 0 down to a few for the last
+  (cross-host links pick a page the target host has).
 - Each regular host also has ``/nofollow-only.html`` (linked only with ``rel=nofollow``),
   ``/meta-nofollow.html`` (``<meta name=robots content=nofollow>``; linked normally) whose
   only link goes to ``/meta-nofollow-target.html``, and ``/cgi-bin/search?q=...``, disallowed
@@ -167,7 +170,7 @@ class Web:
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 80, traps: bool = False,
                  neardups: bool = False, changing: bool = False, hostile: bool = False,
-                 internal_port: int = 0, sitemaps: bool = False):
+                 internal_port: int = 0, sitemaps: bool = False, tail: bool = False):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
@@ -175,6 +178,8 @@ class Web:
             raise ValueError("a web with no regular hosts needs special=True (or another kind)")
         self.hosts = hosts
         self.pages = pages
+        self.tail = tail
+        """Regular hosts of a long tail of sizes (:meth:`pages_of`) instead of ``pages`` each."""
         self.page_bytes = page_bytes
         self.special = special
         self.seed = seed
@@ -222,6 +227,14 @@ class Web:
         paragraphs(self.seed)
         for profile in self.profiles.values():
             profile.page("/")
+
+    def pages_of(self, index: int) -> int:
+        """Pages ``/p/{k}.html`` of regular host ``index``: ``pages``, or with ``tail`` a
+        long tail of sizes as on the real web (host 0 has ``pages``, host ``i`` about
+        ``pages / (1 + i) ** 0.8``, at least 2): a few big sites, many small ones."""
+        if not self.tail:
+            return self.pages
+        return max(2, min(self.pages, round(self.pages / (1 + index) ** 0.8)))
 
     # Addresses -------------------------------------------------------------------------
     def origin(self, name: str) -> str:

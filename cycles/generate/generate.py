@@ -32,7 +32,7 @@ from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgra
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.generate.assign import plan_partitions, write_seen_sets
-from cycles.leases import leased_urls_sql, live_lease_files
+from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
 from cycles.update.linkgraph import current_link_files
@@ -144,6 +144,8 @@ class GenerateBucketTask:
     """The link DB's LINK_URLS files holding this bucket's URLs (cycles/update/linkgraph.py)."""
     link_hosts: StorePath | None = None
     """The link DB's LINK_HOSTS file; None: no link DB yet (every host ranks alike)."""
+    host_lease_files: tuple = ()
+    """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> int:
@@ -155,6 +157,11 @@ def select_bucket_due(task: GenerateBucketTask) -> int:
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    if task.host_lease_files:
+        # A host being fetched by an earlier segment must not be in this one too: two
+        # fetches of it at once would break its spacing (cycles/run.py).
+        source = (f"(SELECT * FROM {source} WHERE host NOT IN "
+                  f"(SELECT host FROM {leased_hosts_sql(store, con, list(task.host_lease_files))}))")
     if task.config.generate.ranking == "links":
         source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
                                      link_source(store, con, (task.link_hosts,) if task.link_hosts else (),
@@ -215,7 +222,7 @@ def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions:
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
              top_n: int | None = None, executor: Executor | None = None,
-             cycle_locked: bool = False) -> GenerateResult:
+             cycle_locked: bool = False, exclude_hosts_in_flight: bool = False) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
@@ -223,10 +230,15 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     the best ``top_n`` of their union make the fetch list. Runs under the store's cycle
     lock (:func:`cycles.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
     second generate or cycle fails before leasing anything.
+
+    ``exclude_hosts_in_flight`` (``crawl run``, cycles/run.py): leave out every host of a
+    segment generated or being fetched, not only its URLs, so this segment can be fetched
+    while (or right after) those are without a host in two fetch lists at once.
     """
     if not cycle_locked:
         with seg.cycle_lock(store, "generate", config.db):
-            return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True)
+            return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True,
+                            exclude_hosts_in_flight=exclude_hosts_in_flight)
     started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
@@ -246,9 +258,10 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         candidates = seg.segment_dir(store, segment, must_exist=False) / seg.CANDIDATES
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
+        host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
                                     top_n, store.bucket_file(candidates, bucket), executor.workers,
-                                    *current_link_files(store, bucket, len(files)))
+                                    *current_link_files(store, bucket, len(files)), host_lease_files)
                  for bucket, file in enumerate(files)]
         try:
             executor.map(select_bucket_due, tasks)

@@ -1,0 +1,308 @@
+"""``crawl run``: overlapping cycles — fetch segment k+1 while segment k is updated.
+
+A pipelined loop in one process. The main thread fetches a segment in the fetch pool;
+meanwhile a helper thread (the *coordinator*) updates every fetched segment, oldest first.
+When a fetch ends, the next segment is generated at once — from what the crawl DB knows
+then, the just-fetched segment's URLs still leased — and fetched while the coordinator
+updates the one just fetched. The fetch pool thus waits only for generate (about a second),
+not for update too; what a segment discovers is fetched one segment later. Only when
+nothing is due without it (a small crawl, every due URL in the segment just fetched) is the
+segment updated before the next is generated, as ``crawl cycle`` does.
+
+With ``generate_ahead`` the coordinator also generates the next segment *while* the fetch
+runs, for the hosts not in it, so it is ready the moment the fetch ends. That pays when
+hosts outside the running segment have due URLs and generate is slow; on a link-following
+crawl it mostly makes hosts of the running segment wait a segment, so it is off by default.
+
+What stays exclusive, and why:
+
+- the **cycle lock** (cycles/segment.py ``cycle_lock``): held for the whole run, so one
+  process at a time starts segments (a ``crawl cycle``, ``crawl generate`` or second
+  ``crawl run`` exits at once);
+- the **crawl DB lock**: generate's read-and-lease and update's swap each take it; they
+  never run at the same time here (generate runs only with no update under way);
+- the **fetch lock**: one segment is fetched at a time (``fetch_segment``);
+- **hosts**: generate leaves out every host of a segment generated or being fetched
+  (``generate(exclude_hosts_in_flight=True)``, cycles/leases.py ``in_flight_files``), so
+  a host is never in two segments' fetch lists that are not fetched yet. A host of the
+  next segment was last asked in a fetched segment, whose ``hosts/`` output (or the host DB,
+  once that segment is updated: cycles/hostdb.py ``load_host_state`` reads the segments
+  first, so an update finishing meanwhile loses nothing) gives its not-before time:
+  spacing holds across segments.
+
+Updates are still applied in generation order (``update_segment`` of the oldest fetched
+segment, cycles/segment.py ``check_apply_order``), so the crawl DB stays exact: each
+segment's results and links are merged once, in order, and a URL leased to a segment
+waiting for its update is not generated again.
+
+Crash-only like ``crawl cycle``: a run killed at any moment leaves segments in states the
+next run (or ``crawl cycle``/``fetch``/``update``) finishes — it resumes the oldest
+unfetched segment, updates fetched ones, and leases run out as usual.
+
+Stopping: ``seconds`` bounds the wall time — at the bound the running fetch commits what it
+fetched and the run ends (exit 0; the segment is resumed by the next run). SIGTERM or
+SIGINT stop it the same way (exit 4, :class:`cycles.errors.Interrupted`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from concurrent.futures import FIRST_EXCEPTION, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from cycles import segment as seg
+from cycles.config import Config
+from cycles.errors import FetchInterrupted, Interrupted, StageError
+from cycles.executor import ProcessPool
+from cycles.fetch.fetch import fetch_segment
+from cycles.fetch.partition import install_stop_handlers, stop_signal
+from cycles.generate.generate import generate
+from cycles.store import Store
+from cycles.update.update import update_segment
+
+
+@dataclass
+class RunState:
+    """What a run did so far (the CLI's --json line reads it)."""
+
+    fetched: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+    stopped_by: str = ""
+    """"deadline", "signal", "nothing due" (or "" while running)."""
+
+
+class RunStop:
+    """SIGTERM/SIGINT and the wall-time bound, for the whole run.
+
+    Outside a fetch a signal only sets :attr:`received`; the loop stops after the current
+    step. During a fetch, ``fetch_segment``'s own handler takes over (it commits and raises
+    :class:`FetchInterrupted`) and puts this one back after. The deadline sends the process
+    SIGTERM, so a fetch stops exactly as on a signal."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.received: int | None = None
+        self.deadline_hit = False
+        self._previous: dict = {}
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> "RunStop":
+        if threading.current_thread() is threading.main_thread():  # signal() works only there
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        if self.seconds is not None:
+            self._timer = threading.Timer(max(0.0, self.seconds), self._deadline)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def _deadline(self) -> None:
+        self.deadline_hit = True
+        if self._previous:  # our handlers are installed: SIGTERM only stops, never kills
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    @property
+    def requested(self) -> bool:
+        return self.deadline_hit or self.received is not None
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def next_to_fetch(store: Store) -> str | None:
+    """The oldest segment generated or interrupted while fetching (fetched in generation order)."""
+    return seg.oldest(store, seg.State.GENERATED, seg.State.FETCHING)
+
+
+def update_fetched(store: Store, config: Config, state: RunState) -> Iterator[str]:
+    """Update every fetched segment, oldest first (the order that keeps the crawl DB exact)."""
+    while (segment := seg.oldest(store, seg.State.FETCHED)) is not None:
+        result = update_segment(store, config, segment)
+        state.updated.append(segment)
+        state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
+        yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
+
+
+def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
+                  overlapped: bool) -> Iterator[str]:
+    """Generate a segment; ``overlapped``: while another is in flight, so without its hosts."""
+    result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True)
+    if result.segment is None:
+        yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
+        return
+    state.generated.append(result.segment)
+    yield (f"run: generated {result.segment} ({result.urls} URLs, {result.hosts} hosts)"
+           f"{' while fetching' if overlapped else ''}")
+
+
+def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
+               stop: RunStop, generate_ahead: bool) -> Iterator[str]:
+    """The coordinator's turn while a segment is fetched: update what is fetched, then
+    (``generate_ahead``) generate the next segment for the hosts not being fetched."""
+    yield from update_fetched(store, config, state)
+    if not generate_ahead or stop.requested:
+        return
+    in_flight = [s for s, st in seg.states(store) if st in (seg.State.GENERATED, seg.State.FETCHING)]
+    if len(in_flight) <= 1:
+        yield from generate_next(store, config, state, top_n, overlapped=True)
+
+
+def next_segment(store: Store, config: Config, state: RunState, top_n: int | None) -> Iterator[str]:
+    """Make the next segment when none waits: first without updating (the fetch pool waits
+    only for generate), else after updating what is fetched."""
+    yield from generate_next(store, config, state, top_n, overlapped=False)
+    if next_to_fetch(store) is None and seg.oldest(store, seg.State.FETCHED) is not None:
+        yield from update_fetched(store, config, state)
+        yield from generate_next(store, config, state, top_n, overlapped=False)
+
+
+class Coordinator(threading.Thread):
+    """Runs :func:`coordinate` beside the fetch; its lines and error are collected for the
+    main thread (a generator cannot yield across threads)."""
+
+    def __init__(self, work: Callable[[], Iterator[str]]):
+        super().__init__(name="crawl-run-coordinator", daemon=True)
+        self.work = work
+        self.lines: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for line in self.work():
+                self.lines.append(line)
+        except BaseException as exc:  # re-raised in the main thread by finish()
+            self.error = exc
+
+    def finish(self) -> list[str]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.lines
+
+
+class FetchPool:
+    """One pool of fetch processes for the whole run, handed to ``fetch_segment`` as its
+    executor: spawning a pool per segment (Python start-up and imports in every worker)
+    cost several seconds between segments, during which nothing was fetched.
+
+    Workers die with this process (``die_with_parent``) and commit and stop on SIGTERM
+    (``install_stop_handlers``). ``fetch_segment``'s signal handler only marks the stop in
+    this process (``request_stop``); :meth:`map` sees the mark and forwards it to the workers,
+    as ``fetch_segment``'s own pool does."""
+
+    def __init__(self, processes: int):
+        self.workers = processes
+        self.died = StageError("run: a fetch worker process died (killed, or out of memory); what it "
+                               "committed is kept; run `crawl run` again to resume")
+        self.pool = ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
+                                death_error=self.died)
+        # Start the workers now (one no-op each): their start-up overlaps the first generate.
+        for _ in range(processes):
+            self.pool.submit(os.getpid)
+
+    def map(self, fn, tasks):
+        futures = [self.pool.submit(fn, task) for task in tasks]
+        pending, forwarded = set(futures), False
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                if not forwarded and stop_signal() is not None:
+                    self.pool.signal_workers(signal.SIGTERM)
+                    forwarded = True
+                for future in done:
+                    future.result()  # a partition's error ends the fetch now
+        except BrokenProcessPool:
+            raise self.died from None
+        except BaseException:
+            self.pool.signal_workers(signal.SIGTERM)  # the others commit and stop
+            raise
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        self.pool.__exit__(None, None, None)
+
+
+def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None, state: RunState,
+              stop: RunStop) -> Iterator[str]:
+    """Fetch ``segment`` (in ``pool``; None: in this process); a stop (deadline or signal)
+    commits and ends the run's fetching."""
+    try:
+        result = fetch_segment(store, config, segment, 1, executor=pool)
+    except FetchInterrupted:
+        if not stop.deadline_hit and stop.received is None:
+            stop.received = signal.SIGTERM  # stopped by a signal fetch_segment's handler took
+        yield f"run: fetch of {segment} stopped; what it fetched is committed (the next `crawl run` resumes it)"
+        return
+    state.fetched.append(segment)
+    c = result.counters
+    state.counters["fetch/requests"] += c.get("fetch/requests", 0)
+    state.counters["fetch/outcome/ok"] += c.get("fetch/outcome/ok", 0)
+    yield (f"run: fetched {segment}: {c.get('fetch/requests', 0)} requests, {c.get('fetch/outcome/ok', 0)} pages "
+           f"in {result.seconds:.1f}s")
+
+
+def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n: int | None = None,
+              processes: int | None = None, state: RunState | None = None,
+              generate_ahead: bool = False) -> Iterator[str]:
+    """Crawl in overlapping cycles until ``seconds`` pass, a signal comes, or nothing is due
+    and nothing is pending; yields one progress line per step. ``state`` (optional) is
+    filled with what was done. Raises :class:`Interrupted` when stopped by a signal."""
+    state = state if state is not None else RunState()
+    started = time.monotonic()
+    processes = processes or config.fetch.processes or os.cpu_count() or 1
+    with seg.cycle_lock(store, "run", config.db), RunStop(seconds) as stop:
+        pool = FetchPool(processes) if processes > 1 else None
+        try:
+            yield from crawl_loop(store, config, top_n, pool, state, stop, generate_ahead)
+        finally:
+            if pool is not None:
+                pool.close()
+        if not state.stopped_by:
+            state.stopped_by = "deadline" if stop.deadline_hit else "signal"
+        received = stop.received
+    yield f"run: stopped ({state.stopped_by}) after {time.monotonic() - started:.1f}s"
+    if state.stopped_by == "signal":
+        name = signal.Signals(received).name if received else "a signal"
+        raise Interrupted(f"run: stopped by {name}; every page fetched is committed; `crawl run` resumes")
+
+
+def crawl_loop(store: Store, config: Config, top_n: int | None, pool: FetchPool | None, state: RunState,
+               stop: RunStop, generate_ahead: bool) -> Iterator[str]:
+    """The pipelined loop of :func:`run_crawl` (module doc), until a stop or nothing is due."""
+    while not stop.requested:
+        segment = next_to_fetch(store)
+        if segment is None:
+            yield from next_segment(store, config, state, top_n)
+            segment = next_to_fetch(store)
+            if segment is None:
+                yield from update_fetched(store, config, state)  # the last one, if any
+                state.stopped_by = "nothing due"
+                break
+        elif seg.state(store, segment) == seg.State.FETCHING:
+            yield f"run: resuming the fetch of {segment}"
+        if stop.requested:
+            break
+        helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
+        helper.start()
+        try:
+            yield from fetch_one(store, config, segment, pool, state, stop)
+        finally:
+            lines = helper.finish()
+        yield from lines
