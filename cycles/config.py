@@ -501,7 +501,8 @@ class FetchConfig:
 
     outlink_bloom_fp: Annotated[float, Float(0, below=1)] = 0.001
     """False-positive rate of the per-partition Bloom filter that writes each outlink once
-    per segment (cycles/bloom.py); a false positive loses that link for this segment only.
+    per segment and linking host (cycles/bloom.py); a false positive loses that link for this
+    segment only.
     0 turns the filter off (every outlink of every page is written)."""
 
     outlink_bloom_links_per_page: Annotated[int, Int(1)] = 40

@@ -110,7 +110,7 @@ def shared_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
         return SHARED_DATABASES[key]
     while len(SHARED_DATABASES) >= SHARED_DATABASES_KEPT:
         SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))
-    root = duckdb.connect()
+    root = plain_connection()  # its progress bar set first, as for every connection
     root.execute(f"SET temp_directory = '{spill}'")
     root.execute("SET TimeZone = 'UTC'")
     root.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")

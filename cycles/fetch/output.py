@@ -205,6 +205,11 @@ def _http_record(record_type: str, record_id: str, url: str, extra: list[tuple[s
     return warc_headers.to_bytes(encoding="utf-8"), head, payload, b"\r\n\r\n"
 
 
+def link_source_host(from_url: str) -> str:
+    """The authority of an absolute http(s) URL, cheaply (``scheme://authority/...``)."""
+    return from_url.split("/", 3)[2] if from_url.count("/") >= 2 else from_url
+
+
 class PartitionOutput:
     """Buffers results of one partition and commits them chunk by chunk."""
 
@@ -345,8 +350,12 @@ class PartitionOutput:
         links = self.links
         if self.bloom is not None and links:
             # Navigation links repeat on every page of a site: write each link once per
-            # partition (probably — see cycles/bloom.py for what a false positive costs).
-            keep = self.bloom.add_new([link["url"] for link in links])
+            # partition and linking host (probably — see cycles/bloom.py for what a false
+            # positive costs). Per linking host, not once in all: the link DB counts the
+            # distinct hosts linking to a URL (cycles/update/linkgraph.py), and update drops
+            # the links of a page it finds to be a copy — a link kept only from a mirror's
+            # page was lost with it although another host linked to it too.
+            keep = self.bloom.add_new([f"{link_source_host(link['from_url'])} {link['url']}" for link in links])
             self.bloom_dropped += len(links) - int(keep.sum())
             # A link fetched inline (cycles/fetch/discovery.py) is always written: update
             # takes the new row's depth and score from it.
