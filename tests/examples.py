@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 FAST_SHARE = 0.25
-MIN_EXAMPLES = 10
+MIN_EXAMPLES = 5
 
 
 def examples(full: int) -> int:
