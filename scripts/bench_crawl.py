@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page-bytes", type=int, default=8000, help="HTML size of a page (default 8000)")
     ap.add_argument("--seeds", type=int, default=10, help="seed home pages (default 10)")
     ap.add_argument("--seconds", type=float, default=120.0, help="wall time of each crawler (default 120)")
-    ap.add_argument("--segment-seconds", type=float, default=30.0,
-                    help="ours: fetch.max_duration_s, the longest a segment's fetch runs (default 30)")
+    ap.add_argument("--segment-seconds", type=float, default=15.0,
+                    help="ours: fetch.max_duration_s, the longest a segment's fetch runs (default 15)")
     ap.add_argument("--ours-command", choices=("run", "run-ahead", "cycle"), default="run",
                     help="ours: `crawl run` (overlapping cycles, default), `crawl run --generate-ahead`, "
                          "or `crawl cycle` (sequential)")
