@@ -23,7 +23,6 @@ import argparse
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from cycles.generate.generate import generate  # noqa: E402
 from cycles.inject import inject  # noqa: E402
 from cycles.store import Store  # noqa: E402
 from cycles.update.update import update_segment  # noqa: E402
+from testweb.moto import STRAY_AWS_SETTINGS, start_moto as start_moto_server  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 
 HOST = "127.0.83.2"
@@ -75,25 +75,13 @@ def cpu_now() -> float:
 
 
 def start_moto(log: Path) -> tuple[subprocess.Popen, dict]:
-    moto = Path(sys.executable).parent / "moto_server"
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([str(moto), "-H", HOST, "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=log.open("wb"))
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection((HOST, port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("moto_server did not start (pip install 'moto[server]')")
-            time.sleep(0.1)
-    env = {"AWS_ENDPOINT_URL": f"http://{HOST}:{port}", "AWS_ACCESS_KEY_ID": "bench",
-           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    """moto's S3 server on loopback (testweb/moto.py), made this process's AWS settings."""
+    try:
+        proc, env = start_moto_server(HOST, log)
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
     os.environ.update(env)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+    for key in STRAY_AWS_SETTINGS:
         os.environ.pop(key, None)
     return proc, env
 

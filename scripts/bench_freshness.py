@@ -25,29 +25,19 @@ the run's budget, clamped to [min_interval_s, max_interval_s] as the schedule is
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_update import freshness, shift, uniform_freshness  # noqa: E402
-from cycles import clock  # noqa: E402
-from cycles.crawldb import current_bucket_files  # noqa: E402
-from cycles.fetch.fetch import fetch_segment  # noqa: E402
-from cycles.generate.generate import generate  # noqa: E402
-from cycles.inject import inject  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from bench_update import freshness, recrawl, uniform_freshness  # noqa: E402
 from cycles.update import optimum  # noqa: E402
-from cycles.update.update import update_segment  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 from testweb.model import CLOCK_START  # noqa: E402
 
@@ -63,35 +53,6 @@ def configure(web, schedule: str, step_s: float, budget_per_cycle: int = 0):
     u.cycle_interval_s = int(step_s)
     u.refresh_budget_per_cycle = budget_per_cycle
     return config
-
-
-def crawl(web, pages: list[str], config, steps: int, step_s: float, tmp: Path):
-    """One recrawl of ``pages``: fetch times per URL, and each URL's stored interval after
-    every cycle (a list per cycle)."""
-    store = Store(tmp / "data")
-    seeds = tmp / "seeds.txt"
-    seeds.write_text("\n".join(pages) + "\n")
-    t = float(CLOCK_START)
-    shift(web, t)
-    inject(store, config, seeds)
-    fetches: dict[str, list[float]] = defaultdict(list)
-    intervals: list[dict[str, int]] = []
-    for _ in range(steps + 1):
-        shift(web, t)
-        generated = generate(store, config)
-        if generated.segment:
-            fetch_segment(store, config, generated.segment)
-            update_segment(store, config, generated.segment)
-            for row in pq.read_table(store.segment_dir(generated.segment) / "fetched").to_pylist():
-                if row["fetched_at"] is not None:
-                    fetches[row["url"]].append(row["fetched_at"].timestamp())
-        _, files = current_bucket_files(store)
-        rows = duckdb.connect().sql(f"SELECT url, fetch_interval_s, fetch_count FROM read_parquet("
-                                    f"[{', '.join(repr(str(f)) for f in files)}])").fetchall()
-        intervals.append({url: interval for url, interval, count in rows if count > 0})
-        t += step_s
-    os.environ.pop(clock.OFFSET_ENV, None)
-    return fetches, intervals, t
 
 
 def optimum_schedule(web, pages, budget_per_s: float, start: float, end: float):
@@ -159,12 +120,12 @@ def main() -> None:
         pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
         with tempfile.TemporaryDirectory() as tmp:
             config = configure(web, "adaptive", step_s)
-            fetches, intervals, end = crawl(web, pages, config, steps, step_s, Path(tmp))
+            fetches, intervals, end = recrawl(web, pages, config, steps, step_s, Path(tmp))
             refetches = report("adaptive", web, pages, fetches, intervals, CLOCK_START, end, step_s, config)
         budget = max(1, round(refetches / (steps + 1)))
         with tempfile.TemporaryDirectory() as tmp:
             config = configure(web, "optimal", step_s, budget)
-            fetches, intervals, end = crawl(web, pages, config, steps, step_s, Path(tmp))
+            fetches, intervals, end = recrawl(web, pages, config, steps, step_s, Path(tmp))
             report("optimal", web, pages, fetches, intervals, CLOCK_START, end, step_s, config)
 
 

@@ -397,6 +397,41 @@ def report_minhash_on_set(pairs, texts) -> None:
               f"R {tp / max(1, tp + fn):.3f}  {ms:.2f} CPU-ms/page")
 
 
+def recrawl(web, pages: list[str], config, steps: int, step_s: float, tmp: Path, on_fetch=None):
+    """Recrawl ``pages`` for ``steps`` cycles of ``step_s`` virtual seconds (one generate →
+    fetch → update each): fetch times per URL, each fetched URL's stored interval after every
+    cycle (a list per cycle), and the virtual end time. ``on_fetch(url, when, outcome,
+    earlier_times)`` sees every fetch as it is recorded."""
+    store = Store(tmp / "data")
+    seeds = tmp / "seeds.txt"
+    seeds.write_text("\n".join(pages) + "\n")
+    t = float(CLOCK_START)
+    shift(web, t)
+    inject(store, config, seeds)
+    fetches: dict[str, list[float]] = defaultdict(list)
+    intervals: list[dict[str, int]] = []
+    for _ in range(steps + 1):
+        shift(web, t)
+        generated = generate(store, config)
+        if generated.segment:
+            fetch_segment(store, config, generated.segment)
+            update_segment(store, config, generated.segment)
+            for row in pq.read_table(store.segment_dir(generated.segment) / "fetched").to_pylist():
+                if row["fetched_at"] is None:
+                    continue
+                when = row["fetched_at"].timestamp()
+                if on_fetch:
+                    on_fetch(row["url"], when, row["outcome"], fetches[row["url"]])
+                fetches[row["url"]].append(when)
+        _, files = current_bucket_files(store)
+        rows = duckdb.connect().sql(f"SELECT url, fetch_interval_s, fetch_count FROM read_parquet("
+                                    f"[{', '.join(repr(str(f)) for f in files)}])").fetchall()
+        intervals.append({url: interval for url, interval, count in rows if count > 0})
+        t += step_s
+    os.environ.pop(clock.OFFSET_ENV, None)
+    return fetches, intervals, t
+
+
 # --- 3. freshness --------------------------------------------------------------------------
 def run_freshness(args) -> None:
     print("== freshness ==")
@@ -404,38 +439,20 @@ def run_freshness(args) -> None:
     horizon = args.days * 86400
     with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=3600) as web, \
             tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "data")
         config = base_config(web)
         config.update.default_interval_s = 86400
         config.update.min_interval_s = 2 * 3600
         config.update.max_interval_s = 14 * 86400
         config.update.deferred_retry_s = 3600
         pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
-        seeds = Path(tmp) / "seeds.txt"
-        seeds.write_text("\n".join(pages) + "\n")
-        t = float(CLOCK_START)
-        shift(web, t)
-        inject(store, config, seeds)
-        fetches: dict[str, list[float]] = defaultdict(list)
         outcomes = Counter()
-        steps = int(horizon // step_s)
-        for step in range(steps + 1):
-            shift(web, t)
-            generated = generate(store, config)
-            if generated.segment:
-                fetch_segment(store, config, generated.segment)
-                update_segment(store, config, generated.segment)
-                for row in pq.read_table(store.segment_dir(generated.segment) / "fetched").to_pylist():
-                    if row["fetched_at"] is None:
-                        continue
-                    when = row["fetched_at"].timestamp()
-                    url = row["url"]
-                    if fetches[url]:
-                        unchanged = web.version_at(url, when) == web.version_at(url, fetches[url][-1])
-                        outcomes[(unchanged, row["outcome"])] += 1
-                    fetches[url].append(when)
-            t += step_s
-        end = t
+
+        def count_outcome(url: str, when: float, outcome: str, earlier: list[float]) -> None:
+            if earlier:
+                unchanged = web.version_at(url, when) == web.version_at(url, earlier[-1])
+                outcomes[(unchanged, outcome)] += 1
+
+        fetches, _, end = recrawl(web, pages, config, int(horizon // step_s), step_s, Path(tmp), count_outcome)
         ours = freshness(web, fetches, CLOCK_START, end)
         total = sum(len(v) for v in fetches.values())
         uniform = uniform_freshness(web, pages, total, CLOCK_START, end)

@@ -37,6 +37,7 @@ from cycles.pages import read_feed
 from cycles.status import crawl_status, run_sql
 from cycles.store import Store, utcnow
 from cycles.update.update import update_segment
+from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path, start_moto, stop_moto
 
 pytestmark = pytest.mark.web
 
@@ -45,41 +46,20 @@ BUCKET = "crawl-test"
 SERVER_MAX_S = 900
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_env():
     """Start moto_server on loopback, point the AWS settings at it, create the bucket."""
-    moto = Path(sys.executable).parent / "moto_server"
-    if not moto.exists():
+    if not moto_server_path().exists():
         pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    port = free_port(HOST)
-    proc = subprocess.Popen([str(moto), "-H", HOST, "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, env = start_moto(HOST)
     watchdog = threading.Timer(SERVER_MAX_S, proc.kill)  # never outlives a hung test run
     watchdog.daemon = True
     watchdog.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection((HOST, port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        env = {"AWS_ENDPOINT_URL": f"http://{HOST}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_EC2_METADATA_DISABLED": "true"}
         with pytest.MonkeyPatch.context() as patch:
             for key, value in env.items():
                 patch.setenv(key, value)
-            for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            for key in STRAY_AWS_SETTINGS:
                 patch.delenv(key, raising=False)
             import boto3
 
@@ -87,12 +67,7 @@ def s3_env():
             yield env
     finally:
         watchdog.cancel()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_moto(proc)
 
 
 @pytest.fixture
