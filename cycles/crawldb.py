@@ -82,10 +82,7 @@ def connect(store: Store | None, config: Config, workers: int = 1, *,
                 else Path(tempfile.gettempdir()) / f"crawl-duckdb-{os.getpid()}.duckdb-tmp")
     keep_order = store is None
     if own_database:
-        con = plain_connection()
-        con.execute(f"SET temp_directory = '{spill}'")
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+        con = open_database(spill, keep_order)
     else:
         con = shared_database(spill, keep_order).cursor()
         # A session setting: each cursor starts from DuckDB's default.
@@ -110,12 +107,18 @@ def shared_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
         return SHARED_DATABASES[key]
     while len(SHARED_DATABASES) >= SHARED_DATABASES_KEPT:
         SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))
-    root = plain_connection()  # its progress bar set first, as for every connection
-    root.execute(f"SET temp_directory = '{spill}'")
-    root.execute("SET TimeZone = 'UTC'")
-    root.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
-    SHARED_DATABASES[key] = root
-    return root
+    SHARED_DATABASES[key] = open_database(spill, keep_order)
+    return SHARED_DATABASES[key]
+
+
+def open_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
+    """A new in-memory database with the settings every connection shares: spill folder,
+    UTC, row order kept or not (its progress bar set first, by :func:`plain_connection`)."""
+    con = plain_connection()
+    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+    return con
 
 
 def bucket_of(host_hash_sql: str, buckets: int) -> str:
@@ -363,7 +366,7 @@ _PATTERN_STEPS = ((re.compile(r"[0-9a-fA-F]{8,}"), "H"), (re.compile(r"[0-9]+"),
 def url_pattern_hash(url: str) -> int:
     """:func:`pattern_hash_sql` in Python, for one URL (the fetch worker's inline trap caps,
     cycles/fetch/discovery.py): the same three replacements, and DuckDB's
-    ``md5_number_lower`` (the digest's last 8 bytes, little-endian). tests/test_crawldb_invariants.py
+    ``md5_number_lower`` (the digest's last 8 bytes, little-endian). tests/fetch/test_discovery.py
     checks the two agree."""
     for pattern, replacement in _PATTERN_STEPS:
         url = pattern.sub(replacement, url)

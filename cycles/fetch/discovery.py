@@ -100,16 +100,16 @@ class Discovery:
             self.pattern_known[(host, pattern)] += urls
         self.considered = BloomFilter(max(100_000, expected_links), 0.001)
         for url, host in earlier_inline:
-            self._count(url, host)
+            self._count(host, url_pattern_hash(url))
 
     @property
     def enabled(self) -> bool:
         return self.seen is not None
 
-    def _count(self, url: str, host: str) -> None:
+    def _count(self, host: str, pattern: int) -> None:
         self.taken[host] += 1
         self.host_known[host] += 1
-        self.pattern_known[(host, url_pattern_hash(url))] += 1
+        self.pattern_known[(host, pattern)] += 1
 
     def offer(self, item: dict, links: list[dict], slot_for: Callable[[str], HostSlot | None]) -> list[HostSlot]:
         """Queue the page's links this worker fetches now; returns the slots that got work.
@@ -146,10 +146,11 @@ class Discovery:
             if in_db:
                 self.stats["discover/known"] += 1
                 continue
-            slot = self._slot_if_allowed(url, host, slot_for)
+            pattern = url_pattern_hash(url)
+            slot = self._slot_if_allowed(url, host, pattern, slot_for)
             if slot is None or not self.inline.claim(url):
                 continue
-            self._count(url, host)
+            self._count(host, pattern)
             link["inline"] = True
             slot.queue.append({"url": url, "host": host, "host_hash": host_hash(host),
                                "score": 1.0 / (depth + 1), "depth": depth, "etag": None,
@@ -158,7 +159,8 @@ class Discovery:
             slots[host] = slot
         return list(slots.values())
 
-    def _slot_if_allowed(self, url: str, host: str, slot_for: Callable[[str], HostSlot | None]) -> HostSlot | None:
+    def _slot_if_allowed(self, url: str, host: str, pattern: int,
+                         slot_for: Callable[[str], HostSlot | None]) -> HostSlot | None:
         """The host's slot when budget, trap caps, set-aside and robots.txt let ``url`` be queued."""
         if self.taken[host] >= self.per_host:
             self.stats["discover/host_budget"] += 1
@@ -166,7 +168,7 @@ class Discovery:
         if self.host_known[host] >= self.max_host_total:
             self.stats["discover/trap_host_cap"] += 1
             return None
-        if self.pattern_known[(host, url_pattern_hash(url))] >= self.max_pattern:
+        if self.pattern_known[(host, pattern)] >= self.max_pattern:
             self.stats["discover/trap_pattern_cap"] += 1
             return None
         slot = slot_for(host)
