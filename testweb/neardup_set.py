@@ -263,6 +263,6 @@ def labelled_pairs(seed: int = 0, per_kind: int = 40) -> list[Pair]:
         pairs.append(Pair("series", False, url, base, f"{url[:-5]}-part-2.html", render(s, part2, n)))
         pairs.append(Pair("listing", False, f"http://{s.name.lower().replace(' ', '-')}.test/index-{n}.html",
                           listing(s, seed, 9000 + 20 * n, n),
-                          f"http://{s.name.lower().replace(' ', '-')}.test/index-{n + 1}.html",
+                          f"http://{s.name.lower().replace(' ', '-')}.test/index-{n}-next.html",
                           listing(s, seed, 9010 + 20 * n, n + 1)))
     return pairs
