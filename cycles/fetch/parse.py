@@ -126,8 +126,8 @@ class ParsedPage:
     """cycles.fingerprint.content_hash(text)."""
 
     simhash: int = 0
-    """cycles.fingerprint.simhash64 of the page's main text (``_main_text``: the text less
-    its boilerplate), unsigned 64-bit."""
+    """cycles.fingerprint.minhash64 (the near-duplicate fingerprint) of the page's main
+    content (``_main_blocks``: the text less its boilerplate), unsigned 64-bit."""
 
     encoding: str = "utf-8"
     """WHATWG name (lower case) of the encoding the body was decoded with."""
