@@ -378,59 +378,22 @@ def run_neardup_set(args) -> None:
 
 
 def report_update_on_set(pairs, prints: dict[str, int], pages, config: Config, stored: int) -> None:
-    """update's own search (cycles.update.dedup.find_duplicates) on the set: the first page
-    of every pair stored in a crawl DB (with ``stored`` random other fingerprints, so that
-    the block-mask joins have a crawl DB to search), the second fetched in a segment. A pair
-    is found when both end in one group after the canonical choice. Prints precision and
-    recall and the CPU and wall time of the search per segment page."""
-    import random
-
-    import pyarrow as pa
-
+    """update's own search on the set (testweb.neardup_set.update_search: canonical choice
+    made, among ``stored`` random stored fingerprints): precision, recall and its cost per
+    segment page."""
     from cycles.fetch.parse import parse_html
-    from cycles.fingerprint import content_hash
-    from cycles.update.dedup import find_duplicates
+    from testweb.neardup_set import update_search
 
     texts = {url: parse_html(body, url).text for body, url in pages}
-    first = {p.a_url for p in pairs}
-    seg_urls = sorted({p.b_url for p in pairs} - first)
-    db_urls = sorted(first)
-    rng = random.Random(13)
-    host = lambda url: url.split("/")[2]  # noqa: E731
-    db = pa.table({
-        "url": db_urls + [f"http://r{i % 997}.test/{i}" for i in range(stored)],
-        "host": [host(u) for u in db_urls] + [f"r{i % 997}.test" for i in range(stored)],
-        "content_hash": [content_hash(texts[u]) for u in db_urls] + [f"{i:032x}" for i in range(stored)],
-        "simhash": pa.array([prints[u] for u in db_urls] + [rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
-        "score": [1.0] * (len(db_urls) + stored),
-        "first_seen": pa.array([0] * (len(db_urls) + stored), pa.timestamp("us")),
-        "status": ["fetched"] * (len(db_urls) + stored),
-        "duplicate_of": pa.array([None] * (len(db_urls) + stored), pa.string()),
-    })
-    # The segment's pages are new: in the crawl DB as unfetched, a lower score than stored pages.
-    new_rows = pa.table({"url": seg_urls, "host": [host(u) for u in seg_urls], "content_hash": pa.array([None] * len(seg_urls), pa.string()),
-                         "simhash": pa.array([None] * len(seg_urls), pa.uint64()), "score": [0.5] * len(seg_urls),
-                         "first_seen": pa.array([1] * len(seg_urls), pa.timestamp("us")), "status": ["unfetched"] * len(seg_urls),
-                         "duplicate_of": pa.array([None] * len(seg_urls), pa.string())})
-    seg_pages = pa.table({"url": seg_urls, "host": [host(u) for u in seg_urls],
-                          "content_hash": [content_hash(texts[u]) for u in seg_urls],
-                          "simhash": pa.array([prints[u] for u in seg_urls], pa.uint64()),
-                          "text_chars": [len(texts[u]) for u in seg_urls]})
-    con = duckdb.connect()
-    con.register("set_db", pa.concat_tables([db, new_rows]))
-    started_cpu, started = time.process_time(), time.perf_counter()
-    result = find_duplicates(con, "set_db", seg_pages, config, Counter())
-    cpu_s, wall_s = time.process_time() - started_cpu, time.perf_counter() - started
-    canonical = dict(zip(result.marks["url"].to_pylist(), result.marks["canonical"].to_pylist()))
-    root = lambda url: canonical.get(url, url)  # noqa: E731
-    found = {id(p): root(p.a_url) == root(p.b_url) for p in pairs}
-    tp = sum(1 for p in pairs if p.label and found[id(p)])
-    fp = sum(1 for p in pairs if not p.label and found[id(p)])
-    fn = sum(1 for p in pairs if p.label and not found[id(p)])
-    print(f"  update (find_duplicates, canonical choice made; {len(db_urls)} stored pages + {stored:,} random "
-          f"fingerprints, {len(seg_urls)} segment pages): P {tp / max(1, tp + fp):.3f} R {tp / max(1, tp + fn):.3f}; "
-          f"{1000 * cpu_s / len(seg_urls):.3f} CPU-ms, {1000 * wall_s / len(seg_urls):.3f} wall-ms a segment page "
-          f"({cpu_s:.2f} s CPU in all; DuckDB threads count)")
+    run = update_search(pairs, prints, texts, config, stored)
+    tp = sum(1 for p in pairs if p.label and run.found[id(p)])
+    fp = sum(1 for p in pairs if not p.label and run.found[id(p)])
+    fn = sum(1 for p in pairs if p.label and not run.found[id(p)])
+    print(f"  update (find_duplicates, canonical choice made; {run.stored_pages:,} stored fingerprints of which "
+          f"{stored:,} random, {run.segment_pages} segment pages): P {tp / max(1, tp + fp):.3f} "
+          f"R {tp / max(1, tp + fn):.3f}; {1000 * run.cpu_s / run.segment_pages:.3f} CPU-ms, "
+          f"{1000 * run.wall_s / run.segment_pages:.3f} wall-ms a segment page "
+          f"({run.cpu_s:.2f} s CPU in all, every DuckDB thread counted)")
 
 
 def report_minhash_on_set(pairs, texts) -> None:

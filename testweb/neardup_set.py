@@ -266,3 +266,68 @@ def labelled_pairs(seed: int = 0, per_kind: int = 40) -> list[Pair]:
                           f"http://{s.name.lower().replace(' ', '-')}.test/index-{n}-next.html",
                           listing(s, seed, 9010 + 20 * n, n + 1)))
     return pairs
+
+
+@dataclass
+class UpdateRun:
+    """What :func:`update_search` found: for each pair (by ``id``), whether its two pages
+    ended in one group; and what the search cost."""
+
+    found: dict[int, bool]
+    stored_pages: int
+    segment_pages: int
+    cpu_s: float
+    wall_s: float
+
+
+def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, str], config,
+                  stored: int = 0) -> UpdateRun:
+    """Run update's own search (cycles.update.dedup.find_duplicates) on the pairs: the first
+    page of every pair stored in a crawl DB (score 1.0), with ``stored`` random fingerprints
+    beside them so that the block-mask joins have a crawl DB to search; the second page of
+    every pair fetched in a segment (score 0.5). ``prints``: each URL's fingerprint as fetch
+    stores it; ``texts``: its text. A pair is found when both its pages end in one group
+    after the canonical choice (the better page is never the copy)."""
+    import random
+    import time
+    from collections import Counter
+
+    import duckdb
+    import pyarrow as pa
+
+    from cycles.fingerprint import content_hash
+    from cycles.update.dedup import find_duplicates
+
+    firsts = sorted({p.a_url for p in pairs})
+    seconds = sorted({p.b_url for p in pairs} - set(firsts))
+    rng = random.Random(13)
+    randoms = [f"http://r{i % 997}.test/{i}" for i in range(stored)]
+
+    def rows(urls: list[str], score: float, status: str, fetched: bool) -> pa.Table:
+        return pa.table({
+            "url": urls, "host": [u.split("/")[2] for u in urls],
+            "content_hash": pa.array([content_hash(texts[u]) if fetched else None for u in urls], pa.string()),
+            "simhash": pa.array([prints[u] if fetched else None for u in urls], pa.uint64()),
+            "score": [score] * len(urls), "first_seen": pa.array([int(not fetched)] * len(urls), pa.timestamp("us")),
+            "status": [status] * len(urls), "duplicate_of": pa.array([None] * len(urls), pa.string())})
+
+    random_rows = pa.table({
+        "url": randoms, "host": [u.split("/")[2] for u in randoms],
+        "content_hash": [f"{i:032x}" for i in range(stored)],
+        "simhash": pa.array([rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
+        "score": [1.0] * stored, "first_seen": pa.array([0] * stored, pa.timestamp("us")),
+        "status": ["fetched"] * stored, "duplicate_of": pa.array([None] * stored, pa.string())})
+    crawl_db = pa.concat_tables([rows(firsts, 1.0, "fetched", True), random_rows,
+                                 rows(seconds, 0.5, "unfetched", False)])
+    segment = pa.table({"url": seconds, "host": [u.split("/")[2] for u in seconds],
+                        "content_hash": [content_hash(texts[u]) for u in seconds],
+                        "simhash": pa.array([prints[u] for u in seconds], pa.uint64()),
+                        "text_chars": [len(texts[u]) for u in seconds]})
+    con = duckdb.connect()
+    con.register("neardup_set_db", crawl_db)
+    started_cpu, started = time.process_time(), time.perf_counter()
+    result = find_duplicates(con, "neardup_set_db", segment, config, Counter())
+    cpu_s, wall_s = time.process_time() - started_cpu, time.perf_counter() - started
+    canonical = dict(zip(result.marks["url"].to_pylist(), result.marks["canonical"].to_pylist()))
+    found = {id(p): canonical.get(p.a_url, p.a_url) == canonical.get(p.b_url, p.b_url) for p in pairs}
+    return UpdateRun(found, len(firsts) + stored, len(seconds), cpu_s, wall_s)
