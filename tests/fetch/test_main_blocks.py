@@ -90,6 +90,17 @@ def test_mostly_short_paragraphs_fall_back_to_the_content():
     assert parsed.simhash == minhash64(parsed.text)
 
 
+def test_five_long_paragraphs_are_the_content_among_any_amount_of_short_lines():
+    # Under a third of the content either way; five long paragraphs are an article's text
+    # (a page whose comments outgrow it keeps its fingerprint), four are not.
+    notes = "".join(f"<p>Short line {i} of a page of notes.</p>" for i in range(400))
+    parsed = parse_html(page(prose(PARAS[:5]), notes), URL)
+    assert 3 * sum(map(len, PARAS[:5])) < len(parsed.text)
+    assert parsed.simhash == minhash64_blocks(PARAS[:5])
+    parsed = parse_html(page(prose(PARAS[:4]), notes), URL)
+    assert parsed.simhash == minhash64(parsed.text)
+
+
 def test_simhash64_blocks_ignores_block_order_and_equals_simhash64_for_one_block():
     assert simhash64_blocks([PARAS[0]]) == simhash64(PARAS[0])
     assert simhash64_blocks([]) == simhash64("") == 0
