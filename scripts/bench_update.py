@@ -7,13 +7,16 @@ Two runs, both real crawls (generate -> fetch -> update) of the test web on loop
    and recall against the web's labels, exact-duplicate groups and mirrors found, trap URLs
    requested against the budget, and what the outlink Bloom filter would save (its measured
    false-positive rate on the real outlinks).
-2. **near-duplicate set** — no crawl: the labelled pairs of ``testweb.neardup_set`` (560
-   pairs, 10 kinds of copies, 4 kinds of different pages) parsed as fetch parses them, the
-   SimHash before issue #13 section 3 (``cycles/fingerprint.py`` and ``cycles/fetch/parse.py``
-   at ``--before``, loaded from git: whole visible text, each shingle occurrence counted)
-   against the current one (main content in paragraphs, distinct shingles). Prints recall
-   by kind, precision and recall at k = 3..8, the same for MinHash (datasketch) on the
-   whole text, and CPU per page (parse_html in all, and the fingerprints alone).
+2. **near-duplicate set** — no crawl: the labelled pairs of ``testweb.neardup_set`` (720
+   pairs, 12 kinds of copies, 6 kinds of different pages) parsed as fetch parses them. Three
+   fingerprints: the one before issue #13 section 3 (``cycles/fingerprint.py`` and
+   ``cycles/fetch/parse.py`` at ``--before``, loaded from git: a SimHash of the whole visible
+   text), the SimHash of the main content (the opt-in that followed), and what fetch stores
+   now with the default config (the 1-bit MinHash of the main content). Prints recall by
+   kind, precision and recall at k = 2..8, the closest different pages, CPU per page
+   (parse_html in all, and the fingerprints alone), update's own search
+   (``find_duplicates``: canonical choice included, among ``--stored`` random stored
+   fingerprints) with its cost per segment page, and MinHash (datasketch) on the whole text.
 3. **freshness** — the host whose pages change at known rates, recrawled over simulated
    days (the crawler's clock and the web's virtual clock shifted in step). Prints the
    freshness of our copies (time-weighted share of pages whose stored version is the live
@@ -22,7 +25,7 @@ Two runs, both real crawls (generate -> fetch -> update) of the test web on loop
 
     .venv/bin/python scripts/bench_update.py            # both, ~5 minutes
     .venv/bin/python scripts/bench_update.py --only freshness --days 4
-    .venv/bin/python scripts/bench_update.py --only neardup-set   # ~30 s, no test web
+    .venv/bin/python scripts/bench_update.py --only neardup-set   # ~1 minute, no test web
 """
 
 from __future__ import annotations
@@ -282,21 +285,17 @@ def load_before(rev: str):
 
 
 def run_neardup_set(args) -> None:
-    from cycles.fetch.parse import _main_blocks, _parser, _scan, _visible_text, _clear, parse_html
-    from cycles.fingerprint import content_hash, hamming, simhash64_blocks
+    from cycles.fetch.parse import _main_blocks, _scan, _visible_text, _clear, parse_html
+    from cycles.fingerprint import fingerprints, hamming, simhash64_blocks
     from testweb.neardup_set import NEGATIVE_KINDS, POSITIVE_KINDS, labelled_pairs
 
     print("== near-duplicate set ==")
     old_fp, old_parse = load_before(args.before)
     config = Config()
     k = config.update.simhash_max_distance
-    block = config.fetch.simhash_block_min_bytes
+    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
     pairs = labelled_pairs()
-    pages = {}
-    for pair in pairs:
-        pages[pair.a_url + "#" + str(id(pair.a))] = (pair.a, pair.a_url)
-        pages[pair.b_url + "#" + str(id(pair.b))] = (pair.b, pair.b_url)
-    distinct_pages = list({(body, url) for body, url in pages.values()})
+    distinct_pages = sorted({(p.a, p.a_url) for p in pairs} | {(p.b, p.b_url) for p in pairs}, key=lambda x: x[1])
 
     def cpu_ms(fn, items, repeat=5) -> float:
         """Mean over the items of each item's best of ``repeat`` CPU times: the machine is
@@ -311,10 +310,13 @@ def run_neardup_set(args) -> None:
             total += best
         return total * 1000 / len(items)
 
+    def parse_after(body, url):
+        return parse_html(body, url, block_min_bytes=block)
+
     old_parse.parse_html(*distinct_pages[0])
-    parse_html(*distinct_pages[0])
+    parse_after(*distinct_pages[0])
     before_ms = cpu_ms(old_parse.parse_html, distinct_pages)
-    after_ms = cpu_ms(lambda body, url: parse_html(body, url, block_min_bytes=block), distinct_pages)
+    after_ms = cpu_ms(parse_after, distinct_pages)
     texts = [old_parse.parse_html(body, url).text for body, url in distinct_pages]
     fp_before = cpu_ms(lambda text: old_fp.fingerprints(text, collapsed=True), [(t,) for t in texts])
 
@@ -327,43 +329,71 @@ def run_neardup_set(args) -> None:
         return root, text
 
     trees = [blocks_of(body, url) for body, url in distinct_pages]
-    main_ms = cpu_ms(lambda root, text: _main_blocks(root, text, block), trees, repeat=1)  # it edits the tree
-    blocks = [_main_blocks(*blocks_of(body, url), block) for body, url in distinct_pages]
-    fp_after = cpu_ms(lambda text, bl: (content_hash(text), simhash64_blocks(bl)),
-                      [(text, bl) for (_, text), bl in zip(trees, blocks)])
+    main_ms = cpu_ms(lambda root, text: _main_blocks(root, text, block or 0), trees, repeat=1)  # it edits the tree
+    blocks = [_main_blocks(*blocks_of(body, url), block or 0) for body, url in distinct_pages]
+    with_blocks = [(text, bl) for (_, text), bl in zip(trees, blocks)]
+    fp_simhash_main = cpu_ms(lambda text, bl: (old_fp.content_hash(text), simhash64_blocks(bl)), with_blocks)
+    fp_after = cpu_ms(lambda text, bl: fingerprints(text, collapsed=True, blocks=bl), with_blocks)
 
-    before, after = {}, {}
-    for pair in pairs:
-        for result, parse in ((before, old_parse.parse_html),
-                              (after, lambda body, url: parse_html(body, url, block_min_bytes=block))):
-            a, b = parse(pair.a, pair.a_url), parse(pair.b, pair.b_url)
-            result[id(pair)] = hamming(a.simhash, b.simhash)
+    # Three fingerprints of every page: the one at --before (whole text), the SimHash of the
+    # main content (the opt-in before the 1-bit MinHash), and the one fetch stores now.
+    methods = {"before": {}, "simhash-main": {}, "after": {}}
+    for (body, url), bl in zip(distinct_pages, blocks):
+        methods["before"][url] = old_parse.parse_html(body, url).simhash
+        methods["simhash-main"][url] = simhash64_blocks(bl)
+        methods["after"][url] = parse_after(body, url).simhash
+    distances = {name: {id(p): hamming(prints[p.a_url], prints[p.b_url]) for p in pairs}
+                 for name, prints in methods.items()}
     print(f"  {len(pairs)} labelled pairs ({sum(p.label for p in pairs)} copies), {len(distinct_pages)} pages; "
-          f"before = {args.before}, k = {k}, fetch.simhash_block_min_bytes = {block}")
-    print(f"  {'kind':<22}{'label':>6}{'pairs':>6}{'found before':>14}{'found after':>13}")
+          f"before = {args.before} (whole text, SimHash), simhash-main = SimHash of the main content, "
+          f"after = what fetch stores now (config defaults: main content "
+          f"{'on' if block is not None else 'off'}, 1-bit MinHash); k = {k}")
+    print(f"  {'kind':<22}{'label':>6}{'pairs':>6}{'before':>9}{'simhash-main':>14}{'after':>8}")
     for kind in POSITIVE_KINDS + NEGATIVE_KINDS:
         mine = [p for p in pairs if p.kind == kind]
-        hit_before = sum(before[id(p)] <= k for p in mine) / len(mine)
-        hit_after = sum(after[id(p)] <= k for p in mine) / len(mine)
-        print(f"  {kind:<22}{str(mine[0].label):>6}{len(mine):>6}{hit_before:>14.2f}{hit_after:>13.2f}")
+        hits = [sum(distances[name][id(p)] <= k for p in mine) / len(mine) for name in methods]
+        print(f"  {kind:<22}{str(mine[0].label):>6}{len(mine):>6}{hits[0]:>9.2f}{hits[1]:>14.2f}{hits[2]:>8.2f}")
 
-    def precision_recall(distances: dict, within) -> tuple[float, float]:
-        tp = sum(1 for p in pairs if p.label and within(distances[id(p)]))
-        fp = sum(1 for p in pairs if not p.label and within(distances[id(p)]))
-        fn = sum(1 for p in pairs if p.label and not within(distances[id(p)]))
+    def precision_recall(found: dict, within) -> tuple[float, float]:
+        tp = sum(1 for p in pairs if p.label and within(found[id(p)]))
+        fp = sum(1 for p in pairs if not p.label and within(found[id(p)]))
+        fn = sum(1 for p in pairs if p.label and not within(found[id(p)]))
         return tp / max(1, tp + fp), tp / max(1, tp + fn)
 
-    print("  SimHash 64-bit, precision / recall by distance k:")
-    for kk in range(3, 9):
-        pb, rb = precision_recall(before, lambda d: d <= kk)
-        pa, ra = precision_recall(after, lambda d: d <= kk)
+    print("  64-bit fingerprints, precision / recall by distance k:")
+    for kk in range(2, 9):
+        figures = "   ".join(f"{name} P {pr[0]:.3f} R {pr[1]:.3f}" for name, pr in
+                             ((name, precision_recall(distances[name], lambda d: d <= kk)) for name in methods))
         mark = "  <- update.simhash_max_distance" if kk == k else ""
-        print(f"    k={kk}: before P {pb:.3f} R {rb:.3f}   after P {pa:.3f} R {ra:.3f}{mark}")
+        print(f"    k={kk}: {figures}{mark}")
+    nearest = {name: min(distances[name][id(p)] for p in pairs if not p.label) for name in methods}
+    print(f"  closest different pages: {nearest} bits")
     print(f"  CPU per page: parse_html {before_ms:.3f} ms before, {after_ms:.3f} ms after; "
-          f"fingerprints alone {fp_before:.3f} ms before, {fp_after:.3f} ms after "
-          f"(+ main-content blocks {main_ms:.3f} ms)")
+          f"fingerprints alone {fp_before:.3f} ms before, SimHash of the main content {fp_simhash_main:.3f} ms, "
+          f"after {fp_after:.3f} ms (+ main-content blocks {main_ms:.3f} ms): "
+          f"fingerprinting {fp_after + main_ms:.3f} CPU-ms a page on the fetch path")
+    report_update_on_set(pairs, methods["after"], distinct_pages, config, args.stored)
     report_minhash_on_set(pairs, {id(p): (old_parse.parse_html(p.a, p.a_url).text, old_parse.parse_html(p.b, p.b_url).text)
                                   for p in pairs})
+
+
+def report_update_on_set(pairs, prints: dict[str, int], pages, config: Config, stored: int) -> None:
+    """update's own search on the set (testweb.neardup_set.update_search: canonical choice
+    made, among ``stored`` random stored fingerprints): precision, recall and its cost per
+    segment page."""
+    from cycles.fetch.parse import parse_html
+    from testweb.neardup_set import update_search
+
+    texts = {url: parse_html(body, url).text for body, url in pages}
+    run = update_search(pairs, prints, texts, config, stored)
+    tp = sum(1 for p in pairs if p.label and run.found[id(p)])
+    fp = sum(1 for p in pairs if not p.label and run.found[id(p)])
+    fn = sum(1 for p in pairs if p.label and not run.found[id(p)])
+    print(f"  update (find_duplicates, canonical choice made; {run.stored_pages:,} stored fingerprints of which "
+          f"{stored:,} random, {run.segment_pages} segment pages): P {tp / max(1, tp + fp):.3f} "
+          f"R {tp / max(1, tp + fn):.3f}; {1000 * run.cpu_s / run.segment_pages:.3f} CPU-ms, "
+          f"{1000 * run.wall_s / run.segment_pages:.3f} wall-ms a segment page "
+          f"({run.cpu_s:.2f} s CPU in all, every DuckDB thread counted)")
 
 
 def report_minhash_on_set(pairs, texts) -> None:
@@ -504,6 +534,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=["dedup", "neardup-set", "freshness"])
     parser.add_argument("--before", default=BEFORE_REV, help="git revision of the 'before' fingerprints")
+    parser.add_argument("--stored", type=int, default=1_000_000,
+                        help="random stored fingerprints beside the near-duplicate set's pages in update's search")
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--pattern-per-cycle", type=int, default=10)

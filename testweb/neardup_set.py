@@ -29,14 +29,20 @@ boilerplate   the article syndicated on another site (other header, menu, footer
 reordered     the related box moved below the article, two paragraphs swapped
 print         the print view: the article alone, "printed from" line, no template
 comment       a reader's comment added under the article
-edit          one word of the article changed (a typo fixed)
+edit          one word of the article changed (a typo fixed; one character in Japanese,
+              Chinese and Thai, which have no spaces)
 update        a paragraph appended to the article ("Update: ...")
+related       other headlines in the "related" box (recommendations rotate)
+mobile        the mobile site: a name bar, the article, "view the full site"
 ============  ====================================================================
 
 Labelled different pages (label False): ``same-template`` (two articles of one site),
 ``same-template-short`` (two 3-paragraph articles of one site: the template is most of
 the page), ``other-site`` (two articles on two sites), ``shared-paragraphs`` (two articles
-of one site quoting the same two paragraphs, a press release, among their own).
+of one site quoting the same two paragraphs, a press release, among their own), ``series``
+(an article and its part 2, which repeats its headline and first paragraph as a recap),
+``listing`` (two index pages of one site: ten headlines with one-sentence teasers each, no
+paragraph long enough to be main content).
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ from testweb.model import WORDS, mix, paragraphs
 from testweb.neardups import ADS, MONTH_NAMES  # the crawled web's ads and dates, reused
 
 POSITIVE_KINDS = ("date", "counter", "ad", "session", "boilerplate", "reordered", "print", "comment",
-                  "edit", "update")
-NEGATIVE_KINDS = ("same-template", "same-template-short", "other-site", "shared-paragraphs")
+                  "edit", "update", "related", "mobile")
+NEGATIVE_KINDS = ("same-template", "same-template-short", "other-site", "shared-paragraphs", "series",
+                  "listing")
 TEMPLATES = ("semantic", "divs", "table", "bare")
 
 @dataclass(frozen=True)
@@ -111,6 +118,8 @@ class Dress:
     printed: bool = False
     edit: bool = False
     update: bool = False
+    related: int = 0
+    mobile: bool = False
 
 
 def _date(h: int) -> str:
@@ -132,10 +141,15 @@ def render(s: Site, a: Article, number: int, dress: Dress = Dress()) -> bytes:
     if dress.swap and len(paras) > 2:
         paras[1], paras[2] = paras[2], paras[1]
     if dress.edit:
-        words = paras[len(paras) // 2].split(" ")
-        where = mix(h, 60) % len(words)
-        words[where] = "changed" if words[where] != "changed" else "edited"
-        paras[len(paras) // 2] = " ".join(words)
+        middle = paras[len(paras) // 2]
+        words = middle.split(" ")
+        if len(words) > 1:
+            where = mix(h, 60) % len(words)
+            words[where] = "changed" if words[where] != "changed" else "edited"
+            paras[len(paras) // 2] = " ".join(words)
+        else:  # Japanese, Chinese, Thai: no spaces; a typo fixed is one character replaced
+            where = mix(h, 60) % len(middle)
+            paras[len(paras) // 2] = middle[:where] + ("日" if middle[where] != "日" else "本") + middle[where + 1:]
     if dress.update:
         paras.append("Update: " + " ".join(_words(mix(h, 61 + j), 12) for j in range(3)) + ".")
     body = "".join(f"<p>{esc(p)}</p>\n" for p in paras)
@@ -143,12 +157,18 @@ def render(s: Site, a: Article, number: int, dress: Dress = Dress()) -> bytes:
     views = f"Read {1000 + mix(h, 50 + dress.counter) % 90000:,} times."
     ad = f"Advertisement: {ADS[(number + 3 * dress.ad) % len(ADS)]}"
     session = _session(mix(h, 70 + dress.session))
-    related = "Related: " + "; ".join(_words(mix(h, 80 + i), 5).capitalize() for i in range(4)) + "."
+    related = "Related: " + "; ".join(_words(mix(h, 80 + i + 10 * dress.related), 5).capitalize() for i in range(4)) + "."
     comment = (f"<p>Comment from a reader: {esc(_words(mix(h, 90), 16))}.</p>\n" if dress.comment else "")
     if dress.printed:
         return (f"<!DOCTYPE html><html><head><title>{esc(a.headline)}</title></head><body>\n"
                 f"<h1>{esc(a.headline)}</h1>\n<p>{esc(dateline)}</p>\n{body}"
                 f"<p>Printed from {esc(s.name)}.</p>\n</body></html>\n").encode()
+    if dress.mobile:  # the mobile site: a name bar, the article, a link to the full site
+        return (f"<!DOCTYPE html><html><head><title>{esc(a.headline)}</title>"
+                f'<meta name="viewport" content="width=device-width"></head><body>\n'
+                f'<div class="bar"><a href="/">{esc(s.name)}</a> <a href="/menu">Menu</a></div>\n'
+                f"<h1>{esc(a.headline)}</h1>\n<p>{esc(dateline)}</p>\n{body}"
+                f'<p><a href="/full">View the full site</a> | {esc(ad)}</p>\n</body></html>\n').encode()
     menu = " ".join(f'<a href="/{i}.html">{esc(m)}</a>' for i, m in enumerate(s.menu))
     head = f"<!DOCTYPE html><html><head><title>{esc(a.headline)} | {esc(s.name)}</title></head><body>\n"
     parts = {
@@ -192,11 +212,25 @@ class Pair:
 _DRESS = {"date": Dress(date=1), "counter": Dress(counter=1), "ad": Dress(ad=1),
           "session": Dress(session=1), "reordered": Dress(related_below=True, swap=True),
           "comment": Dress(comment=True), "print": Dress(printed=True), "edit": Dress(edit=True),
-          "update": Dress(update=True)}
+          "update": Dress(update=True), "related": Dress(related=1), "mobile": Dress(mobile=True)}
+
+
+def listing(s: Site, seed: int, first: int, number: int) -> bytes:
+    """An index page of site ``s``: ten headlines from article ``first`` on, each with the
+    first sentence of its article as teaser (short lines: no paragraph of 200 bytes)."""
+    esc = html.escape
+    items = []
+    for n in range(first, first + 10):
+        a = article(seed, n)
+        teaser = a.paragraphs[0].split(". ")[0][:150]
+        items.append(f'<li><a href="/{n}.html">{esc(a.headline)}</a> {esc(teaser)}</li>')
+    body = Article(f"{s.name}: page {number}", ())
+    page = render(s, body, number).decode()
+    return page.replace("<h1>", "<ul>" + "".join(items) + "</ul><h1>", 1).encode()
 
 
 def labelled_pairs(seed: int = 0, per_kind: int = 40) -> list[Pair]:
-    """``per_kind`` pairs of every kind: 10 positive kinds, 4 negative (560 pairs by default)."""
+    """``per_kind`` pairs of every kind: 12 positive kinds, 6 negative (720 pairs by default)."""
     pairs = []
     sites = [site(i) for i in range(12)]
     for n in range(per_kind):
@@ -224,4 +258,76 @@ def labelled_pairs(seed: int = 0, per_kind: int = 40) -> list[Pair]:
         pairs.append(Pair("shared-paragraphs", False, f"{url[:-5]}-q.html",
                           render(s, Article(own_a.headline, quoted + own_a.paragraphs), n),
                           f"{url[:-5]}-r.html", render(s, Article(own_b.headline, own_b.paragraphs + quoted), n)))
+        # Part 2 of a story: its headline, then part 1's first paragraph as a recap, then its own.
+        part2 = Article(a.headline + " (part 2)", a.paragraphs[:1] + article(seed, n + 8000).paragraphs)
+        pairs.append(Pair("series", False, url, base, f"{url[:-5]}-part-2.html", render(s, part2, n)))
+        pairs.append(Pair("listing", False, f"http://{s.name.lower().replace(' ', '-')}.test/index-{n}.html",
+                          listing(s, seed, 9000 + 20 * n, n),
+                          f"http://{s.name.lower().replace(' ', '-')}.test/index-{n}-next.html",
+                          listing(s, seed, 9010 + 20 * n, n + 1)))
     return pairs
+
+
+@dataclass
+class UpdateRun:
+    """What :func:`update_search` found: for each pair (by ``id``), whether its two pages
+    ended in one group; and what the search cost."""
+
+    found: dict[int, bool]
+    stored_pages: int
+    segment_pages: int
+    cpu_s: float
+    wall_s: float
+
+
+def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, str], config,
+                  stored: int = 0) -> UpdateRun:
+    """Run update's own search (cycles.update.dedup.find_duplicates) on the pairs: the first
+    page of every pair stored in a crawl DB (score 1.0), with ``stored`` random fingerprints
+    beside them so that the block-mask joins have a crawl DB to search; the second page of
+    every pair fetched in a segment (score 0.5). ``prints``: each URL's fingerprint as fetch
+    stores it; ``texts``: its text. A pair is found when both its pages end in one group
+    after the canonical choice (the better page is never the copy)."""
+    import random
+    import time
+    from collections import Counter
+
+    import duckdb
+    import pyarrow as pa
+
+    from cycles.fingerprint import content_hash
+    from cycles.update.dedup import find_duplicates
+
+    firsts = sorted({p.a_url for p in pairs})
+    seconds = sorted({p.b_url for p in pairs} - set(firsts))
+    rng = random.Random(13)
+    randoms = [f"http://r{i % 997}.test/{i}" for i in range(stored)]
+
+    def rows(urls: list[str], score: float, status: str, fetched: bool) -> pa.Table:
+        return pa.table({
+            "url": urls, "host": [u.split("/")[2] for u in urls],
+            "content_hash": pa.array([content_hash(texts[u]) if fetched else None for u in urls], pa.string()),
+            "simhash": pa.array([prints[u] if fetched else None for u in urls], pa.uint64()),
+            "score": [score] * len(urls), "first_seen": pa.array([int(not fetched)] * len(urls), pa.timestamp("us")),
+            "status": [status] * len(urls), "duplicate_of": pa.array([None] * len(urls), pa.string())})
+
+    random_rows = pa.table({
+        "url": randoms, "host": [u.split("/")[2] for u in randoms],
+        "content_hash": [f"{i:032x}" for i in range(stored)],
+        "simhash": pa.array([rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
+        "score": [1.0] * stored, "first_seen": pa.array([0] * stored, pa.timestamp("us")),
+        "status": ["fetched"] * stored, "duplicate_of": pa.array([None] * stored, pa.string())})
+    crawl_db = pa.concat_tables([rows(firsts, 1.0, "fetched", True), random_rows,
+                                 rows(seconds, 0.5, "unfetched", False)])
+    segment = pa.table({"url": seconds, "host": [u.split("/")[2] for u in seconds],
+                        "content_hash": [content_hash(texts[u]) for u in seconds],
+                        "simhash": pa.array([prints[u] for u in seconds], pa.uint64()),
+                        "text_chars": [len(texts[u]) for u in seconds]})
+    con = duckdb.connect()
+    con.register("neardup_set_db", crawl_db)
+    started_cpu, started = time.process_time(), time.perf_counter()
+    result = find_duplicates(con, "neardup_set_db", segment, config, Counter())
+    cpu_s, wall_s = time.process_time() - started_cpu, time.perf_counter() - started
+    canonical = dict(zip(result.marks["url"].to_pylist(), result.marks["canonical"].to_pylist()))
+    found = {id(p): canonical.get(p.a_url, p.a_url) == canonical.get(p.b_url, p.b_url) for p in pairs}
+    return UpdateRun(found, len(firsts) + stored, len(seconds), cpu_s, wall_s)

@@ -126,8 +126,8 @@ class ParsedPage:
     """cycles.fingerprint.content_hash(text)."""
 
     simhash: int = 0
-    """cycles.fingerprint.simhash64 of the page's main text (``_main_text``: the text less
-    its boilerplate), unsigned 64-bit."""
+    """cycles.fingerprint.minhash64 (the near-duplicate fingerprint) of the page's main
+    content (``_main_blocks``: the text less its boilerplate), unsigned 64-bit."""
 
     encoding: str = "utf-8"
     """WHATWG name (lower case) of the encoding the body was decoded with."""
@@ -601,6 +601,11 @@ _BLOCKS = ("p", "pre", "blockquote", "dd")
 their text is everything inside, boilerplate included)."""
 
 
+_MAIN_MIN_BLOCKS = 5
+"""This many paragraphs of at least ``block_min_bytes`` are a page's main content even when
+they are under a third of its text (see _main_blocks)."""
+
+
 def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[str]:
     """The text the SimHash is taken of, in blocks: the page's content without what
     surrounds it. (Blocks, because shingles do not cross from one to the next:
@@ -617,10 +622,10 @@ def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[
        UTF-8 bytes (menus, taglines, advertisements, footers, date and session lines of
        unmarked pages, short comments) are left out.
 
-    Each step that would leave too little falls back to the text before it: blocks under
-    a third of the content's text, or a content under ``block_min_bytes``, is a page this
-    reading does not fit (a list of links, a page of short lines), and the whole text
-    fingerprints it better than a fragment. The exact-duplicate content hash is always
+    Each step that would leave too little falls back to the text before it: fewer than
+    _MAIN_MIN_BLOCKS blocks making under a third of the content's text, or a content under
+    ``block_min_bytes``, is a page this reading does not fit (a list of links, a page of
+    short lines), and the whole text fingerprints it better than a fragment. The exact-duplicate content hash is always
     taken of the whole text.
 
     Measured, not kept: emptying elements whose id or class names boilerplate (``ad-box``,
@@ -650,7 +655,11 @@ def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[
     blocks = [block for block in (piece.rpartition(_BLOCK_START)[2] for piece in pieces[:-1])
               if len(block.encode()) >= block_min_bytes]
     kept = sum(len(block) for block in blocks)
-    return blocks if 3 * kept >= content else ["".join(pieces).replace(_BLOCK_START, "")]
+    # Enough long paragraphs are the content whatever else the page holds: by the share
+    # alone, a Japanese article whose paragraphs were half under the length fell back to
+    # its whole text when a reader's comment was added, and its copy looked new.
+    enough = len(blocks) >= _MAIN_MIN_BLOCKS
+    return blocks if enough or 3 * kept >= content else ["".join(pieces).replace(_BLOCK_START, "")]
 
 
 def _mark(element: etree._Element) -> None:

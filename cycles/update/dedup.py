@@ -9,7 +9,9 @@ and every other member becomes ``duplicate`` with ``duplicate_of`` pointing at i
 groups touched by the segment are looked at, so the cost is one scan of two columns of
 the crawl DB, linear in its size.
 
-**Near-duplicates** have SimHashes within ``update.simhash_max_distance`` bits. Comparing
+**Near-duplicates** have near-duplicate fingerprints (the ``simhash`` column: a 1-bit
+MinHash since GitHub issue #13 section 3, cycles.fingerprint.minhash64; a SimHash before,
+searched the same way) within ``update.simhash_max_distance`` bits. Comparing
 every pair is quadratic; instead (Manku et al., WWW 2007) the 64 bits are cut into
 ``update.simhash_blocks`` blocks: two fingerprints within k bits differ in at most k
 blocks, so they agree exactly on some ``blocks - k`` of them. For every such combination
