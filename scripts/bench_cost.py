@@ -174,21 +174,21 @@ def run_stage(args) -> None:
 
 
 # --- the parent: build, run, report ---------------------------------------------------------
-def bench_size(args, size: int) -> dict:
+def bench_size(args, size: int, top_n_pct: float) -> dict:
     root = Path(args.root) / human(size)
     store = Store(root)
     n_hosts = min(1_000_000, size // 10)
     buckets = args.buckets or max(8, 2 ** round(math.log2(max(1, size / args.bucket_rows))))
     con = bench_scale.connect(args.threads, args.memory_limit, Path(args.root) / ".duckdb-tmp")
     shutil.rmtree(root, ignore_errors=True)
-    print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets", flush=True)
+    print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets; a segment of {top_n_pct:g} % of it", flush=True)
     facts = bench_scale.build_db(store, size, n_hosts, buckets, con)
     hosts, counts = facts.pop("_hosts"), facts.pop("_counts")
     if args.linkdb_links_per_url > 0:
         facts.update(bench_scale.build_linkdb(store, hosts, counts, buckets, args.linkdb_links_per_url, con))
     base = [sys.executable, str(Path(__file__).resolve()), "--store", str(root), "--memory-limit", args.memory_limit,
             "--threads", str(args.threads), "--cap", str(args.cap), "--partitions", str(args.partitions)]
-    top_n = size * args.top_n_pct // 100
+    top_n = int(size * top_n_pct / 100)
     _, g_rss, g = bench_scale.child(base + ["--stage", "generate", "--top-n", str(top_n)],
                                     Path(args.root) / f"cost-generate-{human(size)}.log")
     show(size, "generate", g)
@@ -199,7 +199,7 @@ def bench_size(args, size: int) -> dict:
     _, u_rss, u = bench_scale.child(base + ["--stage", "update", "--segment", g["segment"]],
                                     Path(args.root) / f"cost-update-{human(size)}.log")
     show(size, "update", u)
-    row = {"size": size, "buckets": buckets, "partitions": args.partitions, "threads": args.threads,
+    row = {"size": size, "top_n_pct": top_n_pct, "buckets": buckets, "partitions": args.partitions, "threads": args.threads,
            "selected": g["urls"], **facts, **seg,
            "generate": {k: g[k] for k in ("wall_s", "cpu_s", "tasks", "coordinator", "serial_fraction", "load")}
            | {"peak_rss": g_rss},
@@ -235,14 +235,14 @@ def show(size: int, stage: str, r: dict) -> None:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"{'size':>6} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'CPU s/M':>8}"
+    head = f"{'size':>6} {'top %':>5} {'fetched':>8} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'CPU s/M':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
         for stage in ("generate", "update"):
             s = r[stage]
             tasks = sum(t["wall_s"] for t in s["tasks"].values())
-            print(f"{human(r['size']):>6} {r['buckets']:>4} {stage:>8} {s['wall_s']:>8.1f} {tasks:>8.1f} "
+            print(f"{human(r['size']):>6} {r['top_n_pct']:>5g} {r['fetched']:>8,} {r['buckets']:>4} {stage:>8} {s['wall_s']:>8.1f} {tasks:>8.1f} "
                   f"{s['coordinator']['wall_s']:>8.1f} {s['serial_fraction']:>7.1%} {s['cpu_s']:>8.1f} "
                   f"{s['cpu_s'] / (r['size'] / 1e6):>8.2f}")
 
@@ -257,7 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bucket-rows", type=int, default=1_600_000, help="target URLs per bucket")
     p.add_argument("--cap", type=int, default=100, help="generate.max_urls_per_host")
     p.add_argument("--partitions", type=int, default=2, help="generate.partitions")
-    p.add_argument("--top-n-pct", type=int, default=10, help="top_n (the segment) as a percentage of the size")
+    p.add_argument("--top-n-pct", default="10,2",
+                   help="top_n (the segment) as percentages of the size, each a run of its own: two let "
+                        "scripts/project_cluster.py tell costs that grow with the crawl DB from those of the segment")
     p.add_argument("--chunk-rows", type=int, default=bench_scale.Config().fetch.flush_pages,
                    help="rows per fetched/ chunk file")
     p.add_argument("--text-chars", type=int, default=1000, help="mean visible text per fetched page")
@@ -277,9 +279,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     Path(args.root).mkdir(parents=True, exist_ok=True)
     rows = []
-    for size in [parse_size(s) for s in args.sizes.split(",")]:
+    for size, pct in [(parse_size(s), float(p)) for s in args.sizes.split(",") for p in args.top_n_pct.split(",")]:
         started = time.monotonic()
-        rows.append(bench_size(args, size))
+        rows.append(bench_size(args, size, pct))
         rows[-1]["bench_s"] = round(time.monotonic() - started, 1)
         print(f"[{human(size)}] done in {rows[-1]['bench_s']:.0f} s (building included)", flush=True)
         print_table(rows)
