@@ -66,6 +66,13 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def task_name(fn) -> str:
+    """A task type's name: its function's (through ``functools.partial``), else its class's."""
+    while hasattr(fn, "func"):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 class Meter:
     """Wall, CPU and I/O of each task type and of the coordinator (everything else).
 
@@ -94,7 +101,7 @@ class Meter:
         self.op_bytes[self.running][kind] += nbytes
 
     def run_task(self, fn, task):
-        name = getattr(fn, "__name__", type(fn).__name__)
+        name = task_name(fn)
         outer, self.running = self.running, name
         wall, cpu, kids, (rchar, wchar) = time.perf_counter(), time.process_time(), children_cpu(), proc_io()
         try:
@@ -224,7 +231,7 @@ def show(size: int, stage: str, r: dict) -> None:
     c = r["coordinator"]
     print(f"[{human(size)}] {stage}: wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s (load {r['load']}); "
           f"coordinator {c['wall_s']:.1f} s wall = {r['serial_fraction']:.1%} serial, CPU {c['cpu_s']:.1f} s "
-          f"+ its own pools {c['child_cpu_s']:.1f} s", flush=True)
+          f"+ its own pools {c['child_cpu_s']:.1f} s = {coordinator_cpu_share(r):.1%} of the CPU", flush=True)
     for name, t in r["tasks"].items():
         print(f"    task {name:24} x{t['count']:<5} wall {t['wall_s']:7.1f} s (longest {t['longest_s']:.1f}) "
               f"CPU {t['cpu_s']:7.1f} s = {t['cpu_s'] / m:6.1f} CPU-s per M URLs; read {mb(t['read_bytes'])} MB, "
@@ -234,8 +241,15 @@ def show(size: int, stage: str, r: dict) -> None:
           f"store {ops_text(c['store_ops'], c['store_bytes'])}", flush=True)
 
 
+def coordinator_cpu_share(stage: dict) -> float:
+    """The coordinator's share of the stage's CPU (its own pools included): on a shared
+    machine steadier than the share of the wall time."""
+    c = stage["coordinator"]
+    return (c["cpu_s"] + c["child_cpu_s"]) / stage["cpu_s"] if stage["cpu_s"] else 0.0
+
+
 def print_table(rows: list[dict]) -> None:
-    head = f"{'size':>6} {'top %':>5} {'fetched':>8} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'CPU s/M':>8}"
+    head = f"{'size':>6} {'top %':>5} {'fetched':>8} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'coord CPU':>9} {'CPU s/M':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -244,6 +258,7 @@ def print_table(rows: list[dict]) -> None:
             tasks = sum(t["wall_s"] for t in s["tasks"].values())
             print(f"{human(r['size']):>6} {r['top_n_pct']:>5g} {r['fetched']:>8,} {r['buckets']:>4} {stage:>8} {s['wall_s']:>8.1f} {tasks:>8.1f} "
                   f"{s['coordinator']['wall_s']:>8.1f} {s['serial_fraction']:>7.1%} {s['cpu_s']:>8.1f} "
+                  f"{coordinator_cpu_share(s):>9.1%} "
                   f"{s['cpu_s'] / (r['size'] / 1e6):>8.2f}")
 
 
