@@ -34,7 +34,9 @@ times less so. ``--json`` writes the rows for scripts/project_cluster.py.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import types
 import math
 import os
 import resource
@@ -90,6 +92,10 @@ class Meter:
         self.wchar: Counter = Counter()
         self.ops: dict[str, Counter] = defaultdict(Counter)
         self.op_bytes: dict[str, Counter] = defaultdict(Counter)
+        self.step_wall: Counter = Counter()
+        self.step_cpu: Counter = Counter()
+        self.step_calls: Counter = Counter()
+        self.in_step = False
 
     def io(self, kind: str, path, nbytes: int | None) -> None:
         if nbytes is None:  # the whole file
@@ -119,6 +125,31 @@ class Meter:
             self.running = outer
 
 
+def time_coordinator_steps(module, meter: Meter, entry: str) -> None:
+    """Wrap every function of the crawler that the stage's module calls by name, so the
+    coordinator's time is split by step (the outermost step only: nested calls are inside
+    it). Whatever functions the stage module has now or later are timed; calls inside tasks
+    are the tasks' and are not booked."""
+    for name, fn in list(vars(module).items()):
+        if (name == entry or not isinstance(fn, types.FunctionType)
+                or not getattr(fn, "__module__", "").startswith("cycles")):
+            continue
+
+        def timed(*args, __fn=fn, __name=name, **kwargs):
+            if meter.running != COORDINATOR or meter.in_step:
+                return __fn(*args, **kwargs)
+            meter.in_step = True
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                meter.step_wall[__name] += time.perf_counter() - wall
+                meter.step_cpu[__name] += time.process_time() - cpu
+                meter.step_calls[__name] += 1
+                meter.in_step = False
+        setattr(module, name, functools.wraps(fn)(timed))
+
+
 class MeasuringExecutor:
     """An executor (cycles/executor.py) that runs each task here, one after the other,
     and books its time to :class:`Meter` under the task function's name."""
@@ -136,9 +167,9 @@ def task_names(meter: Meter) -> list[str]:
     return sorted(meter.tasks, key=lambda n: -meter.wall[n])
 
 
-def measure_stage(run) -> tuple[object, dict]:
+def measure_stage(run, meter: Meter | None = None) -> tuple[object, dict]:
     """Run ``run(executor)`` with the store hook on; returns its result and the measurements."""
-    meter = Meter()
+    meter = meter or Meter()
     previous = observe_io(meter.io)
     wall, cpu, kids, (rchar, wchar) = time.perf_counter(), time.process_time(), children_cpu(), proc_io()
     try:
@@ -158,7 +189,10 @@ def measure_stage(run) -> tuple[object, dict]:
                    "child_cpu_s": max(0.0, kids - sum(meter.child_cpu.values())),
                    "read_bytes": (r - rchar) - sum(meter.rchar.values()),
                    "written_bytes": (w - wchar) - sum(meter.wchar.values()),
-                   "store_ops": dict(meter.ops[COORDINATOR]), "store_bytes": dict(meter.op_bytes[COORDINATOR])}
+                   "store_ops": dict(meter.ops[COORDINATOR]), "store_bytes": dict(meter.op_bytes[COORDINATOR]),
+                   "steps": {name: {"wall_s": meter.step_wall[name], "cpu_s": meter.step_cpu[name],
+                                    "calls": meter.step_calls[name]}
+                             for name in sorted(meter.step_wall, key=lambda n: -meter.step_wall[n])}}
     return result, {"wall_s": wall, "cpu_s": cpu + kids, "tasks": tasks, "coordinator": coordinator,
                     "serial_fraction": coordinator["wall_s"] / wall if wall else 0.0}
 
@@ -168,13 +202,18 @@ def run_stage(args) -> None:
     """One stage in this (fresh) process; prints ``RESULT {json}`` for bench_scale.child."""
     store = Store(args.store)
     config = bench_scale.stage_config(args)
+    meter = Meter()
     if args.stage == "generate":
-        from cycles.generate.generate import generate
-        result, measured = measure_stage(lambda ex: generate(store, config, top_n=args.top_n, executor=ex))
+        from cycles.generate import generate as module
+        time_coordinator_steps(module, meter, "generate")
+        result, measured = measure_stage(
+            lambda ex: module.generate(store, config, top_n=args.top_n, executor=ex), meter)
         out = {"segment": result.segment, "urls": result.urls, "hosts": result.hosts}
     else:
-        from cycles.update.update import update_segment
-        result, measured = measure_stage(lambda ex: update_segment(store, config, args.segment, executor=ex))
+        from cycles.update import update as module
+        time_coordinator_steps(module, meter, "update_segment")
+        result, measured = measure_stage(
+            lambda ex: module.update_segment(store, config, args.segment, executor=ex), meter)
         out = {"applied": result.applied, "counters": dict(result.counters)}
     out.update(measured, seconds=measured["wall_s"], own_cpu_s=measured["cpu_s"], peak_rss=bench_scale.own_peak_rss())
     print("RESULT " + json.dumps(out, default=str), flush=True)
@@ -239,6 +278,11 @@ def show(size: int, stage: str, r: dict) -> None:
     print(f"    {COORDINATOR:29} wall {c['wall_s']:7.1f} s {'':14} CPU {c['cpu_s']:7.1f} s = {c['cpu_s'] / m:6.1f} "
           f"CPU-s per M URLs; read {mb(c['read_bytes'])} MB, written {mb(c['written_bytes'])} MB; "
           f"store {ops_text(c['store_ops'], c['store_bytes'])}", flush=True)
+    steps = c.get("steps", {})
+    named = sum(step["wall_s"] for step in steps.values())
+    print("      its steps (wall s / CPU s): " + ", ".join(
+        f"{name} {step['wall_s']:.1f}/{step['cpu_s']:.1f}" for name, step in list(steps.items())[:12])
+          + f"; not in a named step {c['wall_s'] - named:.1f} s", flush=True)
 
 
 def coordinator_cpu_share(stage: dict) -> float:

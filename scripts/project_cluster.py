@@ -106,6 +106,17 @@ def cost_model(rows: list[dict], serial: str) -> dict[str, dict[str, Fit]]:
     return model
 
 
+def serial_steps(rows: list[dict], stage: str, serial: str) -> list[tuple[str, float]]:
+    """The coordinator's steps (bench_cost's step timers) at the largest crawl DB measured,
+    by share of its serial time, largest first."""
+    row = max(rows, key=lambda r: (r["size"], segment_urls(r, stage)))
+    coordinator = row[stage]["coordinator"]
+    total = coordinator["wall_s"] if serial == "wall" else coordinator["cpu_s"]
+    steps = coordinator.get("steps", {})
+    key = "wall_s" if serial == "wall" else "cpu_s"
+    return sorted(((name, step[key] / total) for name, step in steps.items() if total), key=lambda kv: -kv[1])
+
+
 def s3_per_cycle(formulas: dict, buckets: float, partitions: float, chunks: float) -> dict[str, dict[str, float]]:
     """Requests per stage and kind from bench_cluster's formulas."""
     units = {"fixed": 1.0, "bucket": buckets, "partition": partitions, "chunk": chunks}
@@ -304,6 +315,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"- {stage} {name}: {part.per_known * 1e6:,.2f} | {part.per_fetched * 1e6:,.2f} s")
             else:  # bytes per URL
                 print(f"- {stage} {name}: {part.per_known:,.0f} | {part.per_fetched:,.0f} bytes per URL")
+    for stage in STAGES:
+        steps = serial_steps(cost_rows, stage, args.serial)
+        if steps:
+            print(f"- {stage}'s serial part by step: " + ", ".join(f"{name} {share:.0%}" for name, share in steps[:6]))
     print()
     rows = [project(args, model, cluster["formulas"], float(k), float(h))
             for k in args.known.split(",") for h in args.cycle_hours.split(",")]
