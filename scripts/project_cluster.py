@@ -247,7 +247,7 @@ def print_assumptions(args, cost_rows: list[dict], formulas_from: str) -> None:
 
 def print_table(rows: list[Row], args) -> None:
     print("| known URLs | cycle | fetched per cycle | generate+update task CPU-h | coordinator serial (share) "
-          "| workers (gen/upd + fetch) | gen+upd wall | DB bytes moved | S3 requests per cycle | S3 $/month "
+          "| workers (gen/upd + fetch) | gen+upd wall | DB bytes moved | S3 requests per cycle | S3 request $/month "
           "| update prefix writes/s, reads/s | bottleneck |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
