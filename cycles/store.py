@@ -69,7 +69,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -90,6 +90,28 @@ better and cost less CPU; readers still skip by row-group statistics."""
 
 ROW_GROUP_BYTES = 128 << 20
 """...or fewer, when their Arrow size reaches this (the pages feed, with page texts)."""
+
+IoObserver = Callable[[str, StorePath, "int | None"], None]
+"""Called after each store operation with its kind (``GET``, ``PUT``, ``LIST``, ``HEAD``,
+``DELETE``), the path and the bytes moved (None: the whole file, for the observer to size)."""
+
+_io_observer: IoObserver | None = None
+"""Off (None) unless a benchmark counts the store's requests (scripts/bench_cost.py); a
+store operation then costs one test of this global more."""
+
+
+def observe_io(observer: IoObserver | None) -> IoObserver | None:
+    """Count every store operation of this process with ``observer`` (None: stop); returns
+    the one before. One request per call, as the store asks for it: on S3 pyarrow may
+    split it (a multipart upload, ranged GETs per column chunk), which moto's log shows."""
+    global _io_observer
+    previous, _io_observer = _io_observer, observer
+    return previous
+
+
+def _observed(kind: str, path: StorePath, nbytes: int | None = None) -> None:
+    if _io_observer is not None:
+        _io_observer(kind, path, nbytes)
 
 
 def utcnow() -> dt.datetime:
@@ -179,6 +201,7 @@ class Store:
         return str(path) if self.local else "s3://" + str(path)
 
     def _info(self, path: StorePath) -> pafs.FileInfo:
+        _observed("HEAD", path, 0)
         return self.fs.get_file_info(str(path))
 
     def exists(self, path: StorePath) -> bool:
@@ -189,6 +212,7 @@ class Store:
         return self._info(path).type == pafs.FileType.Directory
 
     def _entries(self, folder: StorePath) -> list[pafs.FileInfo]:
+        _observed("LIST", folder, 0)
         return self.fs.get_file_info(pafs.FileSelector(str(folder), allow_not_found=True))
 
     def names(self, folder: StorePath) -> set[str]:
@@ -214,6 +238,7 @@ class Store:
     # --- reading ---------------------------------------------------------------------
     def read_bytes(self, path: StorePath) -> bytes:
         """The whole file; ``FileNotFoundError`` if it does not exist."""
+        _observed("GET", path)
         if self.local:
             return Path(path).read_bytes()
         try:
@@ -237,6 +262,7 @@ class Store:
     def read_table(self, path: StorePath, schema: pa.Schema | None = None,
                    columns: list[str] | None = None) -> pa.Table:
         """One Parquet file; a missing or corrupt file is a StoreError that says what to do."""
+        _observed("GET", path)
         return read_parquet_checked(path, schema, filesystem=self.fs, columns=columns)
 
     def read_tables(self, paths: Iterable[StorePath], schema: pa.Schema,
@@ -248,10 +274,12 @@ class Store:
 
     def read_range(self, path: StorePath, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (one ranged GET on S3): a WARC record, for example."""
+        _observed("GET", path, length)
         with self.fs.open_input_file(str(path)) as fh:
             return fh.read_at(length, offset)
 
     def read_metadata(self, path: StorePath) -> pq.FileMetaData:
+        _observed("GET", path, 0)  # the footer: small, left out of the bytes
         return pq.read_metadata(str(path), filesystem=self.fs)
 
     def read_metadata_checked(self, path: StorePath) -> pq.FileMetaData:
@@ -265,6 +293,8 @@ class Store:
         with DuckDB has them verified here first: one flipped bit in a data page was once
         read without an error and carried into every later version.
         """
+        for path in paths:
+            _observed("GET", path)
         if threads <= 1 or len(paths) <= 1:
             for path in paths:
                 verify_parquet_file(path, filesystem=self.fs)
@@ -277,6 +307,8 @@ class Store:
 
     def check_parquet(self, paths: list[StorePath]) -> None:
         """Open each file's footer: fails fast, naming the file, before a long query starts."""
+        for path in paths:
+            _observed("GET", path, 0)
         check_parquet_files(paths, filesystem=self.fs)
 
     def dataset(self, paths: list[StorePath], segment_column: bool = False) -> ds.Dataset:
@@ -285,6 +317,8 @@ class Store:
         With ``segment_column`` the files must lie under ``segments/<id>/``, and the
         dataset gets a ``segment`` column from that folder name.
         """
+        for path in paths:
+            _observed("GET", path)  # at most the whole file: a query reads only its columns
         extra = {}
         if segment_column:
             extra = dict(partitioning=ds.DirectoryPartitioning(pa.schema([("segment", pa.string())])),
@@ -300,6 +334,8 @@ class Store:
         if not paths:
             raise ValueError("duckdb_source needs at least one file")
         if self.local:
+            for path in paths:
+                _observed("GET", path)  # at most the whole file: a query reads only its columns
             quoted = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
             if segment_column:
                 return (f"(SELECT * EXCLUDE (filename), split_part(filename, '/', -3) AS segment "
@@ -347,6 +383,7 @@ class Store:
 
     def write_bytes(self, path: StorePath, data: bytes) -> None:
         """Write a whole file atomically (local: temporary name, fsync, rename; S3: one PUT)."""
+        _observed("PUT", path, len(data))
         if not self.local:
             commit_point(path)
             with self.fs.open_output_stream(str(path), compression=None) as out:
@@ -365,6 +402,7 @@ class Store:
 
     def put_file(self, local_file: Path, path: StorePath) -> None:
         """Move a finished local file into the store (rename locally, upload to S3)."""
+        _observed("PUT", path, Path(local_file).stat().st_size if _io_observer is not None else 0)
         if self.local:
             self._make_dirs(path.parent)
             fsync_file(local_file)
@@ -391,6 +429,7 @@ class Store:
             self._rename_durably(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+        _observed("PUT", path)
 
     def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
         """Stream record batches into one Parquet file atomically; returns rows written.
@@ -431,7 +470,9 @@ class Store:
             commit_point(path)
             try:
                 with self.fs.open_output_stream(str(path), compression=None) as out:
-                    return write(out)
+                    rows = write(out)
+                _observed("PUT", path)
+                return rows
             except BaseException:
                 # Closing the stream completed the upload: remove the partial file.
                 with contextlib.suppress(OSError):
@@ -445,6 +486,7 @@ class Store:
             self._rename_durably(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+        _observed("PUT", path)
         return rows
 
     @staticmethod
@@ -471,11 +513,13 @@ class Store:
 
     def delete(self, path: StorePath) -> None:
         """Delete one file; a missing file is fine."""
+        _observed("DELETE", path, 0)
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_file(str(path))
 
     def delete_dir(self, folder: StorePath) -> None:
         """Delete a folder and everything in it; a missing folder is fine."""
+        _observed("DELETE", folder, 0)
         if self.local:
             shutil.rmtree(folder, ignore_errors=True)
             return

@@ -10,16 +10,22 @@ file as one), a listing of the bucket before and after each stage the bytes it w
 
 Prints, per cycle and stage: tasks by type with CPU-s and CPU-s per million URLs, the
 coordinator's CPU-s and its share of the stage, S3 requests by kind, MB written; then the
-totals. The machine this was written on had 2 cores shared with other work: CPU seconds
+totals, and each stage's requests as a formula of the counts that drive them: every request
+is put, by the key it names (a LIST by its prefix), on a crawl DB/host DB/link DB bucket file
+(``bucket-NNNNN``: per bucket), a fetch chunk (``part-NNNNN-cNNNNNN``: per chunk), a
+partition's file (``part-NNNNN``: per partition) or a fixed key (markers, ``CURRENT``, the
+lock, stats: per cycle), and divided by how many of those the cycle had. ``--json`` writes
+it all for scripts/project_cluster.py. The machine this was written on had 2 cores shared with other work: CPU seconds
 are comparable between runs, wall times are not.
 
     .venv/bin/python scripts/bench_cluster.py                       # 20 hosts x 10 pages, 3 cycles
-    .venv/bin/python scripts/bench_cluster.py --hosts 50 --pages 20 --cycles 4
+    .venv/bin/python scripts/bench_cluster.py --hosts 50 --pages 20 --cycles 4 --json /tmp/bench-cluster.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -28,8 +34,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
+from urllib.parse import parse_qs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -47,6 +54,13 @@ BUCKET = "crawl-bench"
 REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 """moto's server colours some log lines (a 206 of a ranged GET) with terminal escapes."""
+UNITS = (("chunk", re.compile(r"part-\d{5}-c\d{6}")), ("bucket", re.compile(r"bucket-\d{5}")),
+         ("partition", re.compile(r"part-\d{5}")))
+"""What a request's key is one of (the first that matches); anything else is per cycle ("fixed")."""
+
+
+def unit_of(key: str) -> str:
+    return next((unit for unit, pattern in UNITS if pattern.search(key)), "fixed")
 
 
 class MeasuringExecutor:
@@ -86,8 +100,9 @@ def start_moto(log: Path) -> tuple[subprocess.Popen, dict]:
     return proc, env
 
 
-def s3_requests(log: Path, skip: int) -> tuple[Counter, int]:
-    """Requests in moto's log after its first ``skip`` lines, by kind; and the new line count."""
+def s3_requests(log: Path, skip: int, by_unit: dict | None = None) -> tuple[Counter, int]:
+    """Requests in moto's log after its first ``skip`` lines, by kind; and the new line count.
+    ``by_unit``: also counted there by the unit their key belongs to (:func:`unit_of`)."""
     lines = log.read_text(errors="replace").splitlines()
     kinds: Counter = Counter()
     for line in lines[skip:]:
@@ -96,10 +111,13 @@ def s3_requests(log: Path, skip: int) -> tuple[Counter, int]:
             continue
         method, target = match.groups()
         path, _, query = target.partition("?")
+        key = path
         if method == "GET" and path.strip("/").count("/") == 0 and ("list-type" in query or "prefix" in query):
-            kinds["LIST"] += 1
-        else:
-            kinds[method] += 1
+            method = "LIST"
+            key = parse_qs(query).get("prefix", [""])[0]
+        kinds[method] += 1
+        if by_unit is not None:
+            by_unit[unit_of(key)][method] += 1
     return kinds, len(lines)
 
 
@@ -126,11 +144,12 @@ def measure(stage: str, run, store: Store, client, prefix: str, log: Path, skip:
     cpu, wall = cpu_now(), time.monotonic()
     result = run(executor)
     cpu, wall = cpu_now() - cpu, time.monotonic() - wall
-    kinds, skip = s3_requests(log, skip)
+    by_unit: dict = defaultdict(Counter)
+    kinds, skip = s3_requests(log, skip, by_unit)
     task_cpu = sum(executor.cpu.values())
     row = {"stage": stage, "result": result, "urls": urls, "wall_s": wall, "cpu_s": cpu,
            "tasks": {name: (executor.tasks[name], executor.cpu[name]) for name in executor.cpu},
-           "coordinator_cpu_s": max(0.0, cpu - task_cpu), "s3": kinds,
+           "coordinator_cpu_s": max(0.0, cpu - task_cpu), "s3": kinds, "s3_by_unit": by_unit,
            "written_mb": written_bytes(before, objects(client, prefix)) / 1e6}
     return row, skip
 
@@ -154,6 +173,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--json", help="also write the rows and the formulas to this file (scripts/project_cluster.py)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
@@ -185,6 +205,7 @@ def main() -> None:
                     rows.append(row)
                     segment = row["result"].segment
                     if segment is None:
+                        row["units"] = {"bucket": store.manifest("crawldb").buckets, "partition": 0, "chunk": 0}
                         break
                     listed = row["result"].urls
                     for stage, run, urls in (
@@ -193,10 +214,61 @@ def main() -> None:
                         row, skip = measure(stage, run, store, client, prefix, log, skip, urls)
                         show(cycle, row)
                         rows.append(row)
+                    units = cycle_units(store, segment, rows[-3]["result"].partitions)
+                    for row in rows[-3:]:
+                        row["units"] = units
                 totals(rows)
+                formulas = request_formulas(rows)
+                print_formulas(formulas)
+                if args.json:
+                    write_json(Path(args.json), args, rows, formulas)
         finally:
             moto.terminate()
             moto.wait(10)
+
+
+def cycle_units(store: Store, segment: str, partitions: int) -> dict[str, int]:
+    """The counts a cycle's requests scale with: crawl DB buckets, fetch partitions, fetch chunks."""
+    chunks = len(store.list(store.segment_dir(segment) / "fetched", "part-*-c*.parquet"))
+    return {"bucket": store.manifest("crawldb").buckets, "partition": partitions, "chunk": chunks}
+
+
+def request_formulas(rows: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per stage and request kind: requests per cycle ("fixed") and per bucket, partition and
+    chunk, from the requests on each kind of key over all the cycles measured."""
+    formulas = {}
+    for stage in ("generate", "fetch", "update"):
+        mine = [r for r in rows if r["stage"] == stage and "units" in r]
+        if not mine:
+            continue
+        per: dict[str, dict[str, float]] = defaultdict(dict)
+        for unit in ("fixed", "bucket", "partition", "chunk"):
+            count = len(mine) if unit == "fixed" else sum(r["units"][unit] for r in mine)
+            for kind in sorted({k for r in mine for k in r["s3_by_unit"].get(unit, {})}):
+                total = sum(r["s3_by_unit"].get(unit, {}).get(kind, 0) for r in mine)
+                per[kind][unit] = total / count if count else 0.0
+        formulas[stage] = dict(per)
+    return formulas
+
+
+def print_formulas(formulas: dict) -> None:
+    print("\nS3 requests per cycle as a formula (B buckets, P partitions, C fetch chunks):")
+    for stage, kinds in formulas.items():
+        terms = []
+        for kind, per in sorted(kinds.items()):
+            parts = [f"{per[u]:.1f}{'' if u == 'fixed' else ' ' + u[0].upper()}" for u in
+                     ("fixed", "bucket", "partition", "chunk") if per.get(u)]
+            terms.append(f"{kind} = " + " + ".join(parts))
+        print(f"  {stage:8} " + "; ".join(terms))
+
+
+def write_json(path: Path, args, rows: list[dict], formulas: dict) -> None:
+    keep = ("stage", "urls", "wall_s", "cpu_s", "coordinator_cpu_s", "s3", "s3_by_unit", "written_mb", "units")
+    out = [{k: r[k] for k in keep if k in r} | {"tasks": {n: {"count": c, "cpu_s": cpu} for n, (c, cpu) in r["tasks"].items()}}
+           for r in rows]
+    path.write_text(json.dumps({"bench": "bench_cluster", "hosts": args.hosts, "pages": args.pages,
+                                "buckets": args.buckets, "partitions": args.partitions, "rows": out,
+                                "formulas": formulas}, indent=1, default=str))
 
 
 def totals(rows: list[dict]) -> None:

@@ -1,0 +1,338 @@
+"""Workers and time per cycle for 1 B and 10 B known URLs at 400 pages/s (issue #11), on paper.
+
+Reads what the benchmarks measured and projects it, printing every assumption:
+
+- ``--cost`` (scripts/bench_cost.py ``--json``): per task type of generate and update its
+  CPU seconds and bytes, and the coordinator's serial seconds, on synthetic crawl DBs. Each
+  figure is fitted as ``a × known URLs + b × URLs fetched in the cycle`` over the rows
+  (bench_cost runs each size with two segment shares, so the two terms can be told apart;
+  from one share alone everything is taken as growing with the crawl DB, which overstates
+  what grows with the segment when a cycle fetches a smaller share than measured);
+- ``--cluster`` (scripts/bench_cluster.py ``--json``): S3 requests per cycle by stage and
+  kind as a formula of the crawl DB's buckets, the fetch partitions and the fetch chunks;
+  large files cost more requests than the test web's small ones: one per ``--part-mb`` written
+  (multipart parts) and one per ``--get-mb`` read (ranged GETs).
+
+For each known-URL count and cycle length: URLs fetched per cycle = pages/s × cycle length;
+generate and update of one cycle run while the next segment is fetched (``crawl run``), so
+they must finish within the cycle: the coordinator's serial part first, the tasks on
+``--cores-per-worker`` × workers cores (at ``--efficiency``) in the rest. Fetch workers come
+from CPU per page and the bandwidth per worker. S3: requests per cycle and per month, their
+price, and the request rate if all of a stage's requests went to one prefix, against S3's
+per-prefix limits (3,500 PUT/COPY/POST/DELETE and 5,500 GET/HEAD per second; LIST counted with
+GETs for the rate, with PUTs for the price). Prints a markdown table and names the bottleneck.
+
+    .venv/bin/python scripts/project_cluster.py --cost /tmp/bench-cost.json --cluster /tmp/bench-cluster.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+STAGES = ("generate", "update")
+WRITE_KINDS = ("PUT", "POST", "DELETE")
+"""S3's 3,500-a-second class (COPY too; the crawler sends none)."""
+READ_KINDS = ("GET", "HEAD", "LIST")
+"""S3's 5,500-a-second class; LIST is priced like a PUT but limited with the reads here."""
+
+
+@dataclass
+class Fit:
+    """``per_known × known URLs + per_fetched × fetched URLs`` (both per URL)."""
+    per_known: float
+    per_fetched: float
+
+    def at(self, known: float, fetched: float) -> float:
+        return self.per_known * known + self.per_fetched * fetched
+
+
+def fit(points: list[tuple[float, float, float]]) -> Fit:
+    """Least squares of y = a·K + b·F over (K, F, y), both coefficients kept non-negative.
+    With one ratio F/K the two cannot be told apart: all of it goes to K (the larger
+    projection whenever a cycle fetches a smaller share of the crawl DB than measured)."""
+    if not points:
+        return Fit(0.0, 0.0)
+    kk = sum(k * k for k, _, _ in points)
+    ff = sum(f * f for _, f, _ in points)
+    kf = sum(k * f for k, f, _ in points)
+    ky = sum(k * y for k, _, y in points)
+    fy = sum(f * y for _, f, y in points)
+    det = kk * ff - kf * kf
+    if det > 1e-9 * kk * ff:
+        a, b = (ky * ff - fy * kf) / det, (fy * kk - ky * kf) / det
+        if a >= 0 and b >= 0:
+            return Fit(a, b)
+        if a < 0:
+            return Fit(0.0, max(0.0, fy / ff) if ff else 0.0)
+    return Fit(max(0.0, ky / kk) if kk else 0.0, 0.0)
+
+
+def ratios_measured(rows: list[dict]) -> int:
+    return len({round(segment_urls(r, "update") / r["size"], 4) for r in rows})
+
+
+def segment_urls(row: dict, stage: str) -> float:
+    return float(row["selected"] if stage == "generate" else row.get("fetched", row["selected"]))
+
+
+def cost_model(rows: list[dict], serial: str) -> dict[str, dict[str, Fit]]:
+    """Per stage: a Fit for each task type's CPU seconds, the tasks' bytes moved, and the
+    coordinator's serial seconds (its wall time, or with ``serial='cpu'`` its CPU time
+    and its own pools' over 2: less disturbed on a shared machine)."""
+    model: dict[str, dict[str, Fit]] = {}
+    for stage in STAGES:
+        names = sorted({n for r in rows for n in r[stage]["tasks"]})
+        parts = {}
+        for name in names:
+            parts[f"task {name}"] = fit([(r["size"], segment_urls(r, stage), r[stage]["tasks"].get(name, {}).get("cpu_s", 0.0))
+                                         for r in rows])
+        parts["read bytes"] = fit([(r["size"], segment_urls(r, stage), sum(
+            t["store_bytes"].get("GET", 0) for t in r[stage]["tasks"].values())
+            + r[stage]["coordinator"]["store_bytes"].get("GET", 0)) for r in rows])
+        parts["written bytes"] = fit([(r["size"], segment_urls(r, stage), sum(
+            t["store_bytes"].get("PUT", 0) for t in r[stage]["tasks"].values())
+            + r[stage]["coordinator"]["store_bytes"].get("PUT", 0)) for r in rows])
+
+        def serial_s(r: dict) -> float:
+            c = r[stage]["coordinator"]
+            return c["wall_s"] if serial == "wall" else c["cpu_s"] + c.get("child_cpu_s", 0.0) / 2
+        parts["serial"] = fit([(r["size"], segment_urls(r, stage), serial_s(r)) for r in rows])
+        model[stage] = parts
+    return model
+
+
+def serial_steps(rows: list[dict], stage: str, serial: str) -> list[tuple[str, float]]:
+    """The coordinator's steps (bench_cost's step timers) at the largest crawl DB measured,
+    by share of its serial time, largest first."""
+    row = max(rows, key=lambda r: (r["size"], segment_urls(r, stage)))
+    coordinator = row[stage]["coordinator"]
+    total = coordinator["wall_s"] if serial == "wall" else coordinator["cpu_s"]
+    steps = coordinator.get("steps", {})
+    key = "wall_s" if serial == "wall" else "cpu_s"
+    return sorted(((name, step[key] / total) for name, step in steps.items() if total), key=lambda kv: -kv[1])
+
+
+def s3_per_cycle(formulas: dict, buckets: float, partitions: float, chunks: float) -> dict[str, dict[str, float]]:
+    """Requests per stage and kind from bench_cluster's formulas."""
+    units = {"fixed": 1.0, "bucket": buckets, "partition": partitions, "chunk": chunks}
+    return {stage: {kind: sum(per.get(u, 0.0) * n for u, n in units.items()) for kind, per in kinds.items()}
+            for stage, kinds in formulas.items()}
+
+
+@dataclass
+class Row:
+    known: float
+    cycle_h: float
+    fetched: float
+    task_cpu_h: dict
+    serial_s: dict
+    db_workers: int
+    fetch_workers: int
+    db_wall_h: float
+    s3_requests: float
+    s3_usd_month: float
+    peak_write_rate: float
+    peak_read_rate: float
+    db_bytes: float
+    feasible: bool
+    bottleneck: str
+
+
+def project(args, model: dict, formulas: dict, known: float, cycle_h: float) -> Row:
+    cycle_s = cycle_h * 3600
+    fetched = args.pages_per_s * cycle_s
+    cores = args.cores_per_worker * args.efficiency
+    task_cpu = {f"{stage} {name[5:]}": part.at(known, fetched) for stage in STAGES
+                for name, part in model[stage].items() if name.startswith("task ")}
+    serial = {stage: model[stage]["serial"].at(known, fetched) for stage in STAGES}
+    serial_total = sum(serial.values())
+    db_bytes = sum(model[stage]["read bytes"].at(known, fetched) + model[stage]["written bytes"].at(known, fetched)
+                   for stage in STAGES)
+    left = cycle_s - serial_total
+    feasible = left > 0
+    cpu_total = sum(task_cpu.values())
+    bandwidth = args.worker_gbit * 1e9 / 8
+    if feasible:
+        db_workers = max(1, math.ceil(max(cpu_total / (cores * left),
+                                          db_bytes / (bandwidth * left))))
+        db_wall = serial_total + max(cpu_total / (cores * db_workers), db_bytes / (bandwidth * db_workers))
+    else:
+        db_workers, db_wall = 0, serial_total + cpu_total / cores
+    fetch_workers = max(1, math.ceil(max(args.pages_per_s * args.fetch_cpu_ms / 1000 / cores,
+                                         args.pages_per_s * args.page_kb * 1e3 / bandwidth)))
+    buckets = math.ceil(known / args.bucket_rows)
+    partitions = args.partitions or fetch_workers * args.cores_per_worker
+    chunks = math.ceil(fetched / args.flush_pages)
+    per_stage = s3_per_cycle(formulas, buckets, partitions, chunks)
+    read_bytes = sum(model[s]["read bytes"].at(known, fetched) for s in STAGES)
+    written_bytes = sum(model[s]["written bytes"].at(known, fetched) for s in STAGES)
+    fetch_stored = fetched * args.stored_kb * 1e3
+    extra_get = read_bytes / (args.get_mb * 1e6)
+    extra_put = (written_bytes + fetch_stored) / (args.part_mb * 1e6)
+    totals = {k: sum(kinds.get(k, 0.0) for kinds in per_stage.values())
+              for k in ("GET", "HEAD", "LIST", "PUT", "POST", "DELETE")}
+    totals["GET"] += extra_get
+    totals["PUT"] += extra_put
+    priced_put = totals["PUT"] + totals["POST"] + totals["LIST"]
+    priced_get = totals["GET"] + totals["HEAD"]
+    usd_cycle = priced_put / 1000 * args.put_usd_per_1000 + priced_get / 1000 * args.get_usd_per_1000
+    cycles_month = 30 * 86400 / cycle_s
+    # The busiest prefix: a crawl DB version's folder takes every bucket file of update.
+    db_parallel_s = max(1.0, db_wall - serial_total)
+    upd = per_stage.get("update", {})
+    upd_written = model["update"]["written bytes"].at(known, fetched)
+    upd_read = model["update"]["read bytes"].at(known, fetched)
+    write_rate = (sum(upd.get(k, 0.0) for k in WRITE_KINDS) + upd_written / (args.part_mb * 1e6)) / db_parallel_s
+    read_rate = (sum(upd.get(k, 0.0) for k in READ_KINDS) + upd_read / (args.get_mb * 1e6)) / db_parallel_s
+    bottleneck = name_bottleneck(args, serial, serial_total, cycle_s, task_cpu, fetch_workers, db_workers,
+                                 write_rate, read_rate, cpu_total, db_bytes, bandwidth, cores)
+    return Row(known, cycle_h, fetched, {k: v / 3600 for k, v in task_cpu.items()}, serial, db_workers, fetch_workers,
+               db_wall / 3600, sum(totals.values()), usd_cycle * cycles_month, write_rate, read_rate, db_bytes,
+               feasible, bottleneck)
+
+
+def name_bottleneck(args, serial: dict, serial_total: float, cycle_s: float, task_cpu: dict, fetch_workers: int,
+                    db_workers: int, write_rate: float, read_rate: float, cpu_total: float, db_bytes: float,
+                    bandwidth: float, cores: float) -> str:
+    """The limit that binds first: the coordinator's serial part (over the target share of
+    the cycle), an S3 prefix's request rate, or the worker-hours of one task type."""
+    worst = max(serial, key=serial.get)
+    if serial_total >= cycle_s:
+        return f"{worst}'s coordinator: {serial_total / 3600:.1f} h serial > the cycle"
+    if serial_total > args.serial_target * cycle_s:
+        return f"{worst}'s coordinator: serial {serial_total / cycle_s:.0%} of the cycle > {args.serial_target:.0%}"
+    if write_rate > args.prefix_writes_per_s or read_rate > args.prefix_reads_per_s:
+        return f"S3 prefix rate ({write_rate:,.0f} writes/s, {read_rate:,.0f} reads/s)"
+    if db_bytes / bandwidth > cpu_total / cores:
+        return "S3 bandwidth of generate/update workers"
+    top = max(task_cpu, key=task_cpu.get)
+    if db_workers >= fetch_workers:
+        return f"{top} CPU ({task_cpu[top] / cpu_total:.0%} of task CPU)"
+    return "fetch CPU/bandwidth"
+
+
+def human(n: float) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:g} {unit}" if n % div == 0 else f"{n / div:.1f} {unit}"
+    return f"{n:.0f}"
+
+
+def print_assumptions(args, cost_rows: list[dict], formulas_from: str) -> None:
+    sizes = ", ".join(f"{human(r['size'])} ({r.get('top_n_pct', '?')} % fetched)" for r in cost_rows)
+    print("Assumptions")
+    print(f"- {args.pages_per_s:g} pages/s sustained; URLs fetched per cycle = {args.pages_per_s:g} x cycle length")
+    print(f"- workers of {args.cores_per_worker} cores at {args.efficiency:.0%} efficiency, {args.worker_gbit:g} Gbit/s to S3 each")
+    print(f"- generate and update of a cycle run during the next cycle's fetch: they must finish within the cycle; "
+          f"serial target {args.serial_target:.0%} of a cycle")
+    print(f"- task CPU and the coordinator's serial {args.serial} time from bench_cost at {sizes}, fitted as "
+          "a x known + b x fetched; the coordinator runs as measured (2 DuckDB threads)")
+    print(f"- fetch: {args.fetch_cpu_ms:g} CPU-ms per page (bench_fetch), {args.page_kb:g} KB downloaded and "
+          f"{args.stored_kb:g} KB stored (WARC + Parquet) per page")
+    print(f"- crawl DB buckets of {args.bucket_rows:,.0f} URLs; fetch chunks of {args.flush_pages:,} pages; "
+          f"fetch partitions {'= fetch processes' if not args.partitions else args.partitions}")
+    print(f"- S3 requests per cycle from bench_cluster's formula ({formulas_from}), plus one PUT per {args.part_mb:g} MB "
+          f"written and one GET per {args.get_mb:g} MB read")
+    print(f"- S3 prices: ${args.put_usd_per_1000:g} per 1,000 PUT/POST/LIST, ${args.get_usd_per_1000:g} per 1,000 "
+          f"GET/HEAD, DELETE free; limits per prefix {args.prefix_writes_per_s:,}/s PUT/COPY/POST/DELETE, "
+          f"{args.prefix_reads_per_s:,}/s GET/HEAD (LIST counted here); rate = update's requests to one "
+          "crawl DB version prefix over its parallel phase")
+    print()
+
+
+def print_table(rows: list[Row], args) -> None:
+    print("| known URLs | cycle | fetched per cycle | generate+update task CPU-h | coordinator serial (share) "
+          "| workers (gen/upd + fetch) | gen+upd wall | DB bytes moved | S3 requests per cycle | S3 request $/month "
+          "| update prefix writes/s, reads/s | bottleneck |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        serial = sum(r.serial_s.values())
+        share = serial / (r.cycle_h * 3600)
+        workers = f"{r.db_workers} + {r.fetch_workers}" if r.feasible else "none suffices"
+        print(f"| {human(r.known)} | {r.cycle_h:g} h | {human(r.fetched)} | {sum(r.task_cpu_h.values()):,.1f} "
+              f"| {serial / 60:,.1f} min ({share:.1%}) | {workers} | {r.db_wall_h:.2f} h | {r.db_bytes / 1e12:,.2f} TB "
+              f"| {human(r.s3_requests)} | {r.s3_usd_month:,.0f} | {r.peak_write_rate:,.1f}, {r.peak_read_rate:,.1f} "
+              f"| {r.bottleneck} |")
+
+
+def shortest_cycle(args, model: dict, known: float) -> float | None:
+    """The shortest cycle (hours) whose coordinator serial part is within the target share."""
+    per_known = sum(model[s]["serial"].per_known for s in STAGES) * known
+    per_second = sum(model[s]["serial"].per_fetched for s in STAGES) * args.pages_per_s
+    room = args.serial_target - per_second
+    return None if room <= 0 else per_known / room / 3600
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cost", required=True, nargs="+", help="bench_cost.py --json file(s)")
+    p.add_argument("--cluster", required=True, help="bench_cluster.py --json file")
+    p.add_argument("--known", default="1e9,1e10", help="known URLs to project, comma-separated")
+    p.add_argument("--cycle-hours", default="1,6,24", help="cycle lengths to project, hours")
+    p.add_argument("--pages-per-s", type=float, default=400.0)
+    p.add_argument("--cores-per-worker", type=int, default=8)
+    p.add_argument("--efficiency", type=float, default=0.7, help="share of a worker's cores the tasks keep busy")
+    p.add_argument("--worker-gbit", type=float, default=10.0, help="network to S3 per worker, Gbit/s")
+    p.add_argument("--serial", choices=("wall", "cpu"), default="wall",
+                   help="the coordinator's serial part: its wall time (quiet machine) or CPU time (shared one)")
+    p.add_argument("--serial-target", type=float, default=0.05, help="issue #11: at most 5 %% of a cycle")
+    p.add_argument("--fetch-cpu-ms", type=float, default=3.05,
+                   help="fetch CPU per page (bench_fetch.py on this 2-core VM, quiet: 3.05)")
+    p.add_argument("--page-kb", type=float, default=60.0, help="bytes downloaded per page, KB")
+    p.add_argument("--stored-kb", type=float, default=20.0, help="bytes stored per page (WARC, Parquet), KB")
+    p.add_argument("--bucket-rows", type=float, default=1.6e6, help="URLs per crawl DB bucket (README)")
+    p.add_argument("--flush-pages", type=int, default=0, help="pages per fetch chunk (0: fetch.flush_pages)")
+    p.add_argument("--partitions", type=int, default=0, help="fetch partitions (0: one per fetch core)")
+    p.add_argument("--part-mb", type=float, default=10.0, help="bytes per multipart part (one PUT each), MB")
+    p.add_argument("--get-mb", type=float, default=8.0, help="bytes per ranged GET of a large file, MB")
+    p.add_argument("--put-usd-per-1000", type=float, default=0.005, help="S3 Standard us-east-1 PUT/COPY/POST/LIST")
+    p.add_argument("--get-usd-per-1000", type=float, default=0.0004, help="S3 Standard us-east-1 GET/HEAD")
+    p.add_argument("--prefix-writes-per-s", type=int, default=3500)
+    p.add_argument("--prefix-reads-per-s", type=int, default=5500)
+    args = p.parse_args(argv)
+    if not args.flush_pages:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from cycles.config import Config
+        args.flush_pages = Config().fetch.flush_pages
+
+    cost_rows = [row for path in args.cost for row in json.loads(Path(path).read_text())["rows"]]
+    cluster = json.loads(Path(args.cluster).read_text())
+    model = cost_model(cost_rows, args.serial)
+    print_assumptions(args, cost_rows, f"test web of {cluster['hosts']} x {cluster['pages']} pages, "
+                                       f"{cluster['buckets']} buckets, {cluster['partitions']} partitions")
+    if ratios_measured(cost_rows) < 2:
+        print("Note: one segment share measured: every cost taken as growing with the crawl DB "
+              "(run bench_cost with --top-n-pct 10,2 to separate the segment's part).\n")
+    print("Fitted costs (per million known URLs | per million fetched in the cycle; bytes per URL)")
+    for stage in STAGES:
+        for name, part in model[stage].items():
+            if name.startswith("task") or name == "serial":
+                print(f"- {stage} {name}: {part.per_known * 1e6:,.2f} | {part.per_fetched * 1e6:,.2f} s")
+            else:  # bytes per URL
+                print(f"- {stage} {name}: {part.per_known:,.0f} | {part.per_fetched:,.0f} bytes per URL")
+    for stage in STAGES:
+        steps = serial_steps(cost_rows, stage, args.serial)
+        if steps:
+            print(f"- {stage}'s serial part by step: " + ", ".join(f"{name} {share:.0%}" for name, share in steps[:6]))
+    print()
+    rows = [project(args, model, cluster["formulas"], float(k), float(h))
+            for k in args.known.split(",") for h in args.cycle_hours.split(",")]
+    print_table(rows, args)
+    print()
+    for known in sorted({r.known for r in rows}):
+        shortest = shortest_cycle(args, model, known)
+        print(f"{human(known)} known URLs: the shortest cycle with the coordinator within "
+              f"{args.serial_target:.0%} is " + (f"{shortest:.1f} h" if shortest is not None else
+                                                 "none: the serial part per fetched page alone exceeds it"))
+    worst = max(rows, key=lambda r: r.known)
+    print(f"Bottleneck at {human(worst.known)}: " + "; ".join(f"{r.cycle_h:g} h cycle: {r.bottleneck}"
+                                                             for r in rows if r.known == worst.known))
+
+
+if __name__ == "__main__":
+    main()
