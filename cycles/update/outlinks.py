@@ -199,3 +199,27 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
         FROM outlinks_merged WHERE depth <= {max_depth}""").to_arrow_table()
     con.execute("DROP TABLE outlinks_merged")
     return prepared
+
+
+def normalised_links(con: duckdb.DuckDBPyConnection, table: str, config: Config, counters: Counter) -> pa.Table:
+    """Normalise and filter the links of ``table`` (url, nofollow, depth) in this process:
+    one row per distinct followed raw URL kept (:data:`KEPT`, with its smallest depth).
+
+    The steps of :func:`prepare_outlinks` for one group of fetch chunks (cycles/update/route.py;
+    there the executor's tasks are the parallelism, not a pool): counts ``outlinks/found``,
+    ``outlinks/nofollow`` and ``filter/<reason>`` per distinct raw URL dropped. The merge
+    of spellings and ``update.max_depth`` are left to the bucket task, which sees a URL's
+    links from every chunk.
+    """
+    found, nofollow = con.execute(f"SELECT count(*), count(*) FILTER (WHERE nofollow) FROM {table}").fetchall()[0]
+    counters["outlinks/found"] += found
+    counters["outlinks/nofollow"] += nofollow
+    # Grouped by authority (hashed), so a slice holds few hosts and the normaliser's caches hit.
+    distinct = con.sql(f"""SELECT url, min(depth)::SMALLINT AS depth FROM {table} WHERE NOT nofollow GROUP BY url
+                           ORDER BY hash(split_part(url, '/', 3))""").to_arrow_table()
+    parts = []
+    for chunk in _chunks(distinct, CHUNK_ROWS):
+        kept, dropped = prepare_chunk(chunk, config.urls)
+        parts.append(_from_ipc(kept))
+        counters.update(dropped)
+    return pa.concat_tables(parts) if parts else KEPT.empty_table()
