@@ -148,9 +148,10 @@ def chunk_rows(store: Store, seg_dir: StorePath, names: list[str], fetched: dict
 
 
 def route_tasks(store: Store, config: Config, segment: str, buckets: int, workers: int,
-                max_rows: int = ROUTE_TASK_ROWS) -> list[RouteTask]:
+                max_rows: int | None = None) -> list[RouteTask]:
     """The segment's chunks in groups: consecutive chunks of one partition, at most
-    ``max_rows`` rows a group (a larger chunk alone)."""
+    ``max_rows`` (default :data:`ROUTE_TASK_ROWS`) rows a group (a larger chunk alone)."""
+    max_rows = ROUTE_TASK_ROWS if max_rows is None else max_rows
     seg_dir = seg.segment_dir(store, segment)
     fetched = {p.name: p for p in seg.output_files(store, seg_dir, seg.FETCHED)}
     outlinks = {p.name: p for p in seg.output_files(store, seg_dir, seg.OUTLINKS)}
