@@ -19,6 +19,11 @@ Only one chunk per process is ever a list of Python strings, so memory is the Ar
 columns plus a chunk per worker, whatever the segment's size. The counters are those of
 the single-loop version: ``filter/<reason>`` per distinct raw URL dropped,
 ``filter/max_depth`` per distinct normalised URL too deep.
+
+Update itself now prepares links per group of fetch chunks, in its routing tasks
+(cycles/update/route.py, :func:`normalised_links`: the same :func:`prepare_chunk`, run
+in the task's process; the executor's tasks are the parallelism), and each bucket task
+merges a URL's spellings and depths; :func:`prepare_outlinks` is the whole-table version.
 """
 
 from __future__ import annotations

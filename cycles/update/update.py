@@ -214,9 +214,10 @@ class UpdateBucketTask:
 def update_bucket(task: UpdateBucketTask) -> dict:
     """Merge one bucket: its old rows, its fetch results and its new outlinks → its new file.
 
-    Reads only this bucket's files (the old bucket, ``update/fetched|links/bucket-N``) and
-    the segment's small marks tables; writes only ``new_folder/bucket-N``. Returns counts
-    (rows, new URLs, URLs over a trap cap).
+    Reads only this bucket's files (the old bucket; ``update/fetched|links|sitemaps/bucket-N/``,
+    one file per group of chunks routed by cycles/update/route.py, merged here) and the
+    segment's small marks tables; writes only ``new_folder/bucket-N.<attempt>.parquet``.
+    Returns counts (rows, new URLs, URLs over a trap cap …) and ``file``, the name written.
     """
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
@@ -334,9 +335,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    The segment-wide steps (dedup, outlink preparation, routing inputs to buckets) run
-    here; each bucket's merge is an :func:`update_bucket` task run by ``executor``
-    (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    Dedup and the link DB's merge run here; outlink preparation and routing inputs to
+    buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
+    chunks, and each bucket's merge is an :func:`update_bucket` task, both run by
+    ``executor`` (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    The manifest installed names each bucket's committed file.
     """
     if segment is None:
         segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/segment.py)
