@@ -7,7 +7,7 @@ partition (at most :data:`ROUTE_TASK_ROWS` rows) runs on the stage's executor â€
 as the bucket tasks, so on a cluster no process reads the whole segment â€” and writes, for
 each bucket its rows fall in (``update/`` is ``seg.UPDATE_INPUTS``)::
 
-    update/fetched/bucket-NNNNN/<group>.parquet   fetch results, redirect targets normalised (ROUTED_FETCHED)
+    update/results/bucket-NNNNN/<group>.parquet   fetch results, redirect targets normalised (ROUTED_FETCHED)
     update/links/bucket-NNNNN/<group>.parquet     followed links, normalised and filtered (ROUTED_LINKS)
     update/sitemaps/bucket-NNNNN/<group>.parquet  the sitemaps' hints (cycles/update/sitemaps.py HINTS)
     update/inlinks/bucket-NNNNN/<group>.parquet   link graph: links from other hosts (ROUTED_INLINKS)
@@ -78,8 +78,9 @@ ROUTED_INLINKS = pa.schema([("url", pa.string()), ("host_hash", pa.uint64()), ("
 HOST_LINKS = pa.schema([("host", pa.string()), ("from_host", pa.string())])
 """A (target host, linking host) pair of followed links, for the host graph."""
 
-KINDS = {"fetched": ROUTED_FETCHED, "links": ROUTED_LINKS, "sitemaps": HINTS, "inlinks": ROUTED_INLINKS}
-"""The routed inputs' folders under ``update/`` and their rows."""
+KINDS = {"results": ROUTED_FETCHED, "links": ROUTED_LINKS, "sitemaps": HINTS, "inlinks": ROUTED_INLINKS}
+"""The routed inputs' folders under ``update/`` and their rows (``results``, not ``fetched``:
+a path with ``/fetched/`` is a fetch chunk's, which the fault tests match on, cycles/faults.py)."""
 
 # A canonical URL has no userinfo: its host runs from "://" to ":", "/" (or "]" for IPv6).
 HOST_OF_URL = r"^[a-z]+://(\[[^\]]*\]|[^:/?#]*)"
@@ -243,7 +244,7 @@ def route_fetched(con, store: Store, task: RouteTask, inputs: StorePath, counter
         JOIN host_hashes h USING (host)""")
     for name in ("renamed", "host_hashes"):
         con.unregister(name)
-    write_by_bucket(store, con, "fetched_routed", inputs, "fetched", task.name, task.buckets)
+    write_by_bucket(store, con, "fetched_routed", inputs, "results", task.name, task.buckets)
     con.execute("DROP TABLE fetched_raw")
     con.execute("DROP TABLE fetched_routed")
 
@@ -347,5 +348,5 @@ def route_segment(store: Store, config: Config, segment: str, buckets: int, exec
 def routed_results_sql(con, store: Store, inputs: StorePath, buckets: int) -> str:
     """SQL source of every bucket's routed fetch results, resolved (one aggregate over the
     segment's results reads it: the optimal schedule's plan)."""
-    files = [path for bucket in range(buckets) for path in routed_files(store, inputs, "fetched", bucket)]
+    files = [path for bucket in range(buckets) for path in routed_files(store, inputs, "results", bucket)]
     return resolved_fetched_sql(routed_source(con, store, files, ROUTED_FETCHED, "no_routed_results"))

@@ -214,7 +214,7 @@ class UpdateBucketTask:
 def update_bucket(task: UpdateBucketTask) -> dict:
     """Merge one bucket: its old rows, its fetch results and its new outlinks → its new file.
 
-    Reads only this bucket's files (the old bucket; ``update/fetched|links|sitemaps/bucket-N/``,
+    Reads only this bucket's files (the old bucket; ``update/results|links|sitemaps/bucket-N/``,
     one file per group of chunks routed by cycles/update/route.py, merged here) and the
     segment's small marks tables; writes only ``new_folder/bucket-N.<attempt>.parquet``.
     Returns counts (rows, new URLs, URLs over a trap cap …) and ``file``, the name written.
@@ -302,7 +302,7 @@ def load_bucket_results(con, store: Store, inputs: StorePath, bucket: int) -> in
     A URL fetched twice in one segment keeps its newest result (route.resolved_fetched_sql
     first drops inline results of a URL that has a listed one).
     """
-    source = routed_source(con, store, routed_files(store, inputs, "fetched", bucket), ROUTED_FETCHED, "no_fetched")
+    source = routed_source(con, store, routed_files(store, inputs, "results", bucket), ROUTED_FETCHED, "no_fetched")
     con.execute(f"CREATE TEMP TABLE fetched_routed AS SELECT * FROM {source}")
     con.execute(f"CREATE TEMP TABLE fetched_resolved AS SELECT * FROM {resolved_fetched_sql('fetched_routed')}")
     con.execute("DROP TABLE fetched_routed")
