@@ -140,7 +140,7 @@ def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | 
     manifest = store.manifest("crawldb")
     if manifest is None:
         return None, []
-    files = [store.bucket_file(store.path("crawldb", manifest.version), b) for b in range(manifest.buckets)]
+    files = [store.version_bucket_file("crawldb", manifest, b) for b in range(manifest.buckets)]
     store.check_parquet(files)
     if verify:
         store.verify_parquet(files, threads=min(VERIFY_THREADS, os.cpu_count() or 1))
@@ -313,15 +313,37 @@ def bucket_violation(batch: pa.RecordBatch, last: tuple[str, str] | None, bucket
 
 
 def install_version(store: Store, config: Config, manifest: Manifest | None, version: str, buckets: int, *,
-                    who: str, applied_segment: str | None = None) -> None:
-    """Make a fully written crawl DB version current (the atomic swap of ``CURRENT``)."""
+                    who: str, applied_segment: str | None = None, bucket_files: list[str] | None = None) -> None:
+    """Make a fully written crawl DB version current (the atomic swap of ``CURRENT``).
+
+    ``bucket_files``: each bucket's file name in the version folder, when the bucket tasks
+    wrote attempt-unique names (update); the new manifest names them, and the folder's
+    other bucket files — attempts of a retried task that were not committed — are deleted
+    first, so that the seal and ``crawl recover`` see only the committed ones.
+    """
     applied = tuple(manifest.applied_segments) if manifest else ()
     if applied_segment:
         applied = (applied + (applied_segment,))[-config.db.applied_segments_kept:]
+    if bucket_files:
+        remove_uncommitted_attempts(store, store.path("crawldb", version), bucket_files)
     store.install("crawldb", Manifest(
         version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
         written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",
-        applied_segments=applied), keep=config.db.keep_versions)
+        applied_segments=applied, bucket_files=tuple(bucket_files or ())), keep=config.db.keep_versions)
+
+
+def remove_uncommitted_attempts(store: Store, folder: StorePath, committed: list[str]) -> int:
+    """Delete the bucket files in ``folder`` that ``committed`` does not name; returns how many.
+
+    A task attempt still running after its retry committed (a zombie) may write its file
+    later: readers go by the manifest's names, so such a file is never read, and it goes
+    with its version folder when that is pruned.
+    """
+    keep = set(committed)
+    stray = [path for path in store.list(folder, "bucket-*.parquet") if path.name not in keep]
+    for path in stray:
+        store.delete(path)
+    return len(stray)
 
 
 def bucket_executor(store: Store, config: Config, files: list[StorePath],

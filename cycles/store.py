@@ -140,17 +140,30 @@ class Manifest:
     applied_segments: tuple[str, ...] = ()
     """Segments already merged into this version (the newest few hundred); update uses it
     to stay idempotent even if it crashed between the swap and its marker."""
+    bucket_files: tuple[str, ...] = ()
+    """Each bucket's file in the version folder, in bucket order, when its writer named them
+    (update's bucket tasks write ``bucket-NNNNN.<attempt>.parquet``: a retried task's two
+    attempts never share a file, and this names the committed one); empty: the plain
+    ``bucket-NNNNN.parquet`` (other writers, and manifests written before)."""
 
     def to_json(self) -> str:
         data = self.__dict__.copy()
         data["applied_segments"] = list(self.applied_segments)
+        data["bucket_files"] = list(self.bucket_files)
+        if not self.bucket_files:  # manifests without names read as before (and by older versions)
+            del data["bucket_files"]
         return json.dumps(data, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
         data = json.loads(text)
         data["applied_segments"] = tuple(data.get("applied_segments", ()))
+        data["bucket_files"] = tuple(data.get("bucket_files", ()))
         return cls(**data)
+
+    def bucket_file_name(self, bucket: int) -> str:
+        """The name of ``bucket``'s file in this version's folder."""
+        return self.bucket_files[bucket] if self.bucket_files else f"bucket-{bucket:05d}.parquet"
 
 
 _source_names = itertools.count()
@@ -720,7 +733,14 @@ class Store:
         self.delete_dir(self.path(name, version))
 
     def version_files(self, name: str, manifest: Manifest) -> list[StorePath]:
+        """The version's Parquet files: those the manifest names, else every one in its folder."""
+        if manifest.bucket_files:
+            return [self.path(name, manifest.version, file) for file in manifest.bucket_files]
         return self.list(self.path(name, manifest.version), "*.parquet")
+
+    def version_bucket_file(self, name: str, manifest: Manifest, bucket: int) -> StorePath:
+        """``bucket``'s file of the version ``manifest`` names (:meth:`Manifest.bucket_file_name`)."""
+        return self.path(name, manifest.version, manifest.bucket_file_name(bucket))
 
     def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"

@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import importlib
 import json
 import math
 import os
@@ -633,7 +634,8 @@ def time_bucket_tasks(module, phases: Phases) -> None:
             try:
                 return run(fn, tasks)
             finally:
-                phases.t[f"bucket tasks ({type(executor).__name__}, {executor.workers} workers)"] += time.perf_counter() - t0
+                what = "route_chunks tasks" if fn.__name__ == "route_chunks" else "bucket tasks"
+                phases.t[f"{what} ({type(executor).__name__}, {executor.workers} workers)"] += time.perf_counter() - t0
         executor.map = timed_map
         return executor
     module.bucket_executor = bucket_executor
@@ -714,7 +716,8 @@ def run_stage(args) -> None:
         from cycles.update import update as upd
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
                      "current_bucket_files", "stored_pages", "find_duplicates", "feed_candidates",
-                     "write_feed_batch", "load_fetch_results", "update_linkdb"):
+                     "write_feed_batch", "load_fetch_results", "update_linkdb", "refresh_multiplier",
+                     "route_segment"):
             if hasattr(upd, name):
                 phases.wrap(upd, name)
         original_replace = getattr(upd, "replace_crawldb", None)
@@ -738,7 +741,9 @@ def run_stage(args) -> None:
                 phases.wrap(upd, name)
         time_bucket_tasks(upd, phases)
         # inside prepare_outlinks: the Python normalisation loop
-        orig_norm = upd.Normalizer
+        # where redirect targets are normalised: update itself, or its routing tasks (cycles/update/route.py)
+        norm_module = upd if hasattr(upd, "Normalizer") else importlib.import_module("cycles.update.route")
+        orig_norm = norm_module.Normalizer
 
         class TimedNormalizer(orig_norm):
             def normalize(self, url, base=None):
@@ -749,8 +754,8 @@ def run_stage(args) -> None:
                     phases.t["  Normalizer.normalize"] += time.perf_counter() - t0
                     phases.n["  Normalizer.normalize"] += 1
         if args.fine:
-            upd.Normalizer = TimedNormalizer
-            phases.wrap(upd, "url_host", "  url_host (per new link)")
+            norm_module.Normalizer = TimedNormalizer
+            phases.wrap(norm_module, "url_host", "  url_host (per new link)")
         result = upd.update_segment(store, config, args.segment)
         out = {"applied": result.applied, "counters": dict(result.counters)}
     out["seconds"] = round(time.perf_counter() - started, 3)

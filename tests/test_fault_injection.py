@@ -98,7 +98,7 @@ def crawldb_state(data) -> dict[str, str]:
     assert manifest is not None, "CURRENT is gone"
     rows: dict[str, str] = {}
     for bucket in range(manifest.buckets):
-        table = pq.read_table(store.bucket_file(store.path("crawldb", manifest.version), bucket))
+        table = pq.read_table(store.version_bucket_file("crawldb", manifest, bucket))
         for row in table.select(["url", "host", "host_hash", "status"]).to_pylist():
             assert row["url"] not in rows, f"two rows for {row['url']}"
             assert row["host_hash"] % manifest.buckets == bucket, f"{row['url']} in bucket {bucket}"

@@ -32,7 +32,7 @@ def fetched_not_due(store: Store, manifest: Manifest, host: str, now: dt.datetim
 
     Reads only the host's bucket file, only the row groups whose host range holds it (bucket
     files are sorted by host, url), only four columns, batch by batch."""
-    path = store.bucket_file(store.path("crawldb", manifest.version), host_hash(host) % manifest.buckets)
+    path = store.version_bucket_file("crawldb", manifest, host_hash(host) % manifest.buckets)
     now_scalar = pa.scalar(now, type=schema.TS)
     urls: set[str] = set()
     try:

@@ -22,7 +22,7 @@ linked. Dangling hosts (no out-links) spread their rank over every host, as netw
 so the ranks stay a distribution; ``importance`` = rank × hosts puts 1 at the average.
 
 Same-host links are not edges, and nofollow links and the links of exact copies are left
-out, as they are for discovery (cycles/update/update.py followed_outlinks). The cost of a
+out, as they are for discovery (cycles/update/route.py route_links). The cost of a
 cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
 ``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
 last cycle's ranks).
@@ -41,20 +41,12 @@ import numpy as np
 import pyarrow as pa
 
 from cycles import schema
-from cycles import segment as seg
 from cycles.config import Config
 from cycles.store import Manifest, Store, StorePath, utcnow
+from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_files, routed_source
 
 LINKDB = "linkdb"
 """The store table (``linkdb/CURRENT`` and its version folders)."""
-
-RAW_MAP = "outlinks_raw_map"
-"""The temp table prepare_outlinks leaves on update's connection when asked
-(``keep_raw_map``): each raw outlink spelling → its normalised url, host, host_hash."""
-
-# A canonical URL has no userinfo: its host runs from "://" to ":", "/" (or "]" for IPv6).
-HOST_OF_URL = r"^[a-z]+://(\[[^\]]*\]|[^:/?#]*)"
-
 
 # Every file at the version's top level: the seal (_COMPLETE) and `crawl recover` see only those.
 def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
@@ -63,26 +55,6 @@ def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> 
 
 def urls_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
     return folder / f"urls-{bucket:05d}.parquet"
-
-
-def segment_links(con: duckdb.DuckDBPyConnection, store: Store, seg_dir, marks: pa.Table) -> int:
-    """Temp table ``seg_links`` (url, host, host_hash, from_host): the segment's followed links
-    as distinct (target, linking host) pairs, targets normalised (by the raw map prepare_outlinks
-    left, RAW_MAP). Same-host pairs are kept here (they make a host a node of the graph)."""
-    files = seg.output_files(store, seg_dir, seg.OUTLINKS)
-    if not files:
-        con.execute("CREATE OR REPLACE TEMP TABLE seg_links (url VARCHAR, host VARCHAR, host_hash UBIGINT, "
-                    "from_host VARCHAR)")
-        return 0
-    con.register("linkgraph_marks", marks)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE seg_links AS
-        SELECT DISTINCT m.url, m.host, m.host_hash, regexp_extract(o.from_url, '{HOST_OF_URL}', 1) AS from_host
-        FROM {store.duckdb_source(con, files)} o JOIN {RAW_MAP} m ON o.url = m.raw
-        WHERE NOT o.nofollow
-          AND o.from_url NOT IN (SELECT url FROM linkgraph_marks WHERE kind = 'duplicate')""")
-    con.unregister("linkgraph_marks")
-    con.execute("DELETE FROM seg_links WHERE from_host = '' OR host IS NULL OR host = ''")
-    return con.execute("SELECT count(*) FROM seg_links").fetchall()[0][0]
 
 
 IN_MEMORY_EDGES = 4_000_000
@@ -204,15 +176,18 @@ def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: St
     return store.write_batches(path, con.sql(sql).to_arrow_reader(64 * 1024), table_schema)
 
 
-def merge_inlinks(store: Store, con: duckdb.DuckDBPyConnection, old: Manifest | None, routed: StorePath,
+def merge_inlinks(store: Store, con: duckdb.DuckDBPyConnection, old: Manifest | None, inputs: StorePath,
                   folder: StorePath, buckets: int) -> int:
-    """Each bucket's inlinks: the old ones plus the segment's (routed to ``routed/bucket-N``),
-    distinct, and their per-URL counts. One bucket at a time: memory bounded by a bucket."""
+    """Each bucket's inlinks: the old ones plus the segment's (routed by update's routing
+    tasks to ``inputs/inlinks/bucket-N/``, cycles/update/route.py), distinct, and their
+    per-URL counts. One bucket at a time: memory bounded by a bucket."""
+
     total = 0
     for bucket in range(buckets):
         files, where = old_bucket_files(store, old, bucket, buckets)
         before = old_source(con, store, files, schema.LINK_INLINKS, "linkdb_no_inlinks")
-        new = store.duckdb_source(con, [store.bucket_file(routed, bucket)])
+        new = routed_source(con, store, routed_files(store, inputs, "inlinks", bucket), ROUTED_INLINKS,
+                            "linkdb_no_new_inlinks")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE link_bucket AS
             SELECT DISTINCT url, host_hash, from_host FROM (
                 SELECT url, host_hash, from_host FROM {before} WHERE {where}
@@ -258,32 +233,31 @@ def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old
     return hosts, edges, iterations
 
 
-def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, seg_dir, marks: pa.Table,
-                  inputs: StorePath, buckets: int, segment: str, counters: Counter) -> None:
+def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, inputs: StorePath, buckets: int,
+                  segment: str, counters: Counter) -> None:
     """Fold the segment's followed links into a new link DB version and install it.
 
-    Needs the RAW_MAP temp table on ``con`` (prepare_outlinks with ``keep_raw_map``). Called
+    Reads what update's routing tasks wrote under ``inputs`` (cycles/update/route.py): each
+    bucket's other-host links (``inlinks/bucket-N/``) and the (host, linking host) pairs
+    (``host_links/``); ``linkgraph/links`` in ``counters`` is their count of links. Called
     by update under the crawl DB lock, before the crawl DB swap: a crash between the two
     applies the segment again, and the link DB's rows are distinct pairs, so that changes
-    nothing. ``inputs``: update's scratch folder of the segment (the routed inlinks go there).
+    nothing.
     """
-    from cycles.update.update import write_routed  # update imports this module
-
     started = time.monotonic()
-    links = segment_links(con, store, seg_dir, marks)
-    counters["linkgraph/links"] += links
-    if not links:  # nothing to fold in: the link DB stays as it is (no rewrite, no version)
-        con.execute("DROP TABLE seg_links")
+    if not counters["linkgraph/links"]:  # nothing to fold in: the link DB stays as it is (no rewrite, no version)
         return
-    con.execute("""CREATE OR REPLACE TEMP TABLE seg_inlinks AS
-        SELECT url, host_hash, from_host FROM seg_links WHERE from_host <> host""")
-    routed = inputs / "inlinks"
-    write_routed(store, con, "seg_inlinks", routed, buckets)
-    con.execute("DROP TABLE seg_inlinks")
+    pairs = store.list(inputs / "host_links", "*.parquet")
+    source = store.duckdb_source(con, pairs) if pairs else None
+    if source is None:
+        con.register("linkdb_no_pairs", HOST_LINKS.empty_table())
+        source = "linkdb_no_pairs"
+    # The host graph's input: the segment's distinct (host, linking host) pairs (rank_hosts).
+    con.execute(f"CREATE OR REPLACE TEMP TABLE seg_links AS SELECT DISTINCT host, from_host FROM {source}")
     old = store.manifest(LINKDB)
     version, folder = store.new_version_dir(LINKDB)
     try:
-        counters["linkgraph/inlinks"] = merge_inlinks(store, con, old, routed, folder, buckets)
+        counters["linkgraph/inlinks"] = merge_inlinks(store, con, old, inputs, folder, buckets)
         hosts, edges, iterations = rank_hosts(store, config, con, old, folder)
     except BaseException:
         store.discard_version(LINKDB, version)

@@ -19,6 +19,11 @@ Only one chunk per process is ever a list of Python strings, so memory is the Ar
 columns plus a chunk per worker, whatever the segment's size. The counters are those of
 the single-loop version: ``filter/<reason>`` per distinct raw URL dropped,
 ``filter/max_depth`` per distinct normalised URL too deep.
+
+Update itself now prepares links per group of fetch chunks, in its routing tasks
+(cycles/update/route.py, :func:`normalised_links`: the same :func:`prepare_chunk`, run
+in the task's process; the executor's tasks are the parallelism), and each bucket task
+merges a URL's spellings and depths; :func:`prepare_outlinks` is the whole-table version.
 """
 
 from __future__ import annotations
@@ -199,3 +204,27 @@ def prepare_outlinks(links: pa.Table, config: Config, counters: Counter, *,
         FROM outlinks_merged WHERE depth <= {max_depth}""").to_arrow_table()
     con.execute("DROP TABLE outlinks_merged")
     return prepared
+
+
+def normalised_links(con: duckdb.DuckDBPyConnection, table: str, config: Config, counters: Counter) -> pa.Table:
+    """Normalise and filter the links of ``table`` (url, nofollow, depth) in this process:
+    one row per distinct followed raw URL kept (:data:`KEPT`, with its smallest depth).
+
+    The steps of :func:`prepare_outlinks` for one group of fetch chunks (cycles/update/route.py;
+    there the executor's tasks are the parallelism, not a pool): counts ``outlinks/found``,
+    ``outlinks/nofollow`` and ``filter/<reason>`` per distinct raw URL dropped. The merge
+    of spellings and ``update.max_depth`` are left to the bucket task, which sees a URL's
+    links from every chunk.
+    """
+    found, nofollow = con.execute(f"SELECT count(*), count(*) FILTER (WHERE nofollow) FROM {table}").fetchall()[0]
+    counters["outlinks/found"] += found
+    counters["outlinks/nofollow"] += nofollow
+    # Grouped by authority (hashed), so a slice holds few hosts and the normaliser's caches hit.
+    distinct = con.sql(f"""SELECT url, min(depth)::SMALLINT AS depth FROM {table} WHERE NOT nofollow GROUP BY url
+                           ORDER BY hash(split_part(url, '/', 3))""").to_arrow_table()
+    parts = []
+    for chunk in _chunks(distinct, CHUNK_ROWS):
+        kept, dropped = prepare_chunk(chunk, config.urls)
+        parts.append(_from_ipc(kept))
+        counters.update(dropped)
+    return pa.concat_tables(parts) if parts else KEPT.empty_table()

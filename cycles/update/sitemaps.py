@@ -56,7 +56,13 @@ def sitemap_links(con, store: Store, seg_dir: StorePath, counters: Counter) -> p
 
 def sitemap_hints(con, store: Store, seg_dir: StorePath, config: Config) -> pa.Table:
     """The listed URLs that carry a lastmod, changefreq or priority, normalised (:data:`HINTS`)."""
-    files = sitemap_files(store, seg_dir)
+    return hints_of_files(con, store, sitemap_files(store, seg_dir), config)
+
+
+def hints_of_files(con, store: Store, files: list[StorePath], config: Config) -> pa.Table:
+    """:func:`sitemap_hints` of some sitemap files (update's routing reads a group of chunks'
+    files, cycles/update/route.py; the bucket task merges a URL's hints of every group the
+    same way: newest lastmod, shortest changefreq, highest priority)."""
     if not files:
         return HINTS.empty_table()
     freq = "CASE changefreq " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in CHANGEFREQ_S.items()) + " END"

@@ -25,32 +25,29 @@ again changes nothing.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, bucket_of, connect, plain_connection, crawldb_source_sql, current_bucket_files,
+from cycles.crawldb import (bucket_executor, connect, plain_connection, crawldb_source_sql, current_bucket_files,
                             install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
-from cycles.store import Store, StorePath
+from cycles.store import Store, StorePath, new_id
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import merge_hostdb
 from cycles.progress import StepProgress
 from cycles.update.linkgraph import update_linkdb
-from cycles.update.outlinks import prepare_outlinks
+from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
+                                  routed_results_sql, routed_source)
 from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for
-from cycles.update.sitemaps import hinted_sql, lastmod_due_count, sitemap_hints, sitemap_links
-from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+from cycles.update.sitemaps import hinted_sql, lastmod_due_count
 
 
 @dataclass
@@ -176,72 +173,6 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
         FROM ranked"""
 
 
-def load_fetch_results(con, store: Store, seg_dir, config: Config, counters: Counter) -> int:
-    """Load the segment's fetch results into DuckDB table ``fetched_all``; returns their number.
-
-    Read by DuckDB straight from the Parquet files (a Python copy of 10 M results held
-    gigabytes). Each row gets its host's hash; a result for a URL that is not in the fetch
-    list (a redirect target followed inline) gets its URL normalised like an outlink, and
-    is dropped when the URL filters reject it.
-    """
-    files = seg.output_files(store, seg_dir, seg.FETCHED)
-    columns = ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
-               "redirect_to", "error", "content_hash", "simhash"]
-    source = store.duckdb_source(con, files) if files else "empty_fetched"
-    if not files:
-        con.register("empty_fetched", schema.FETCHED.empty_table())
-    listed = store.list(seg_dir / seg.FETCHLIST, seg.PART_GLOB)
-    fetchlist = store.duckdb_source(con, listed) if listed else "(SELECT NULL::VARCHAR AS url WHERE false)"
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE fetched_raw AS
-        SELECT {", ".join(columns)}, url IN (SELECT url FROM {fetchlist}) AS listed FROM {source}""")
-    extra = [u for (u,) in con.execute("SELECT DISTINCT url FROM fetched_raw WHERE NOT listed").fetchall()]
-    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
-    renamed = []
-    for url in extra:
-        norm = normalizer.normalize(url)
-        if norm is None or url_filter.reason(norm):
-            counters["update/followed_target_rejected"] += 1
-            continue
-        renamed.append((url, norm))
-    con.register("renamed", pa.table({"raw": pa.array([r for r, _ in renamed], pa.string()),
-                                      "url": pa.array([n for _, n in renamed], pa.string()),
-                                      "host": pa.array([url_host(n) for _, n in renamed], pa.string())}))
-    hosts = [h for (h,) in con.execute("SELECT DISTINCT host FROM fetched_raw WHERE listed").fetchall()]
-    hosts = sorted(set(hosts) | {url_host(n) for _, n in renamed})
-    con.register("host_hashes", pa.table({"host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts)}))
-    con.execute("""CREATE OR REPLACE TEMP TABLE fetched_all AS
-        SELECT f.* EXCLUDE (listed), h.host_hash
-        FROM (SELECT * FROM fetched_raw WHERE listed
-              UNION ALL BY NAME
-              -- the last result per normalised target (two spellings may name one URL)
-              SELECT f.* REPLACE (r.url AS url, r.host AS host)
-              FROM fetched_raw f JOIN renamed r ON f.url = r.raw
-              WHERE NOT f.listed AND r.url NOT IN (SELECT url FROM fetched_raw WHERE listed)
-              QUALIFY row_number() OVER (PARTITION BY r.url ORDER BY f.fetched_at DESC NULLS LAST) = 1) f
-        JOIN host_hashes h USING (host)""")
-    con.execute("DROP TABLE fetched_raw")
-    total = con.execute("SELECT count(*) FROM fetched_all").fetchall()[0][0]
-    counters["update/results"] += total
-    return total
-
-
-def followed_outlinks(con, store: Store, seg_dir, marks: pa.Table, counters: Counter) -> pa.Table:
-    """The segment's outlinks (url, nofollow, depth), minus those found on exact copies.
-
-    An exact copy's outlinks were already followed from its canonical page. DuckDB reads
-    only these three columns of the files (the anchors stay on disk).
-    """
-    files = seg.output_files(store, seg_dir, seg.OUTLINKS)
-    if not files:
-        return schema.OUTLINKS.empty_table().select(["url", "nofollow", "depth"])
-    con.register("copy_marks", marks)
-    copies = "(SELECT url FROM copy_marks WHERE kind = 'duplicate')"
-    source = store.duckdb_source(con, files)
-    counters["outlinks/from_duplicates"] += con.execute(
-        f"SELECT count(*) FROM {source} WHERE from_url IN {copies}").fetchall()[0][0]
-    return con.sql(f"SELECT url, nofollow, depth FROM {source} WHERE from_url NOT IN {copies}").to_arrow_table()
-
-
 def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
     """This segment's stored pages, for dedup: (url, host, content_hash, simhash, text_chars).
 
@@ -258,34 +189,6 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
     return con.sql(f"""
         SELECT url, host, content_hash, simhash, coalesce(length(text), 0)::BIGINT AS text_chars
         FROM {store.duckdb_source(con, files)} WHERE outcome = 'ok'""").to_arrow_table()
-
-
-def write_routed(store: Store, con, table: str, folder, buckets: int) -> None:
-    """One Parquet file per bucket of ``table``'s rows, by their ``host_hash``.
-
-    One pass: the rows come sorted by bucket and are cut into files as the bucket changes
-    (a query per bucket scanned the whole table 64 times at 100 M URLs).
-    """
-    reader = con.sql(f"SELECT *, {bucket_of('host_hash', buckets)} AS _bucket FROM {table} ORDER BY _bucket"
-                     ).to_arrow_reader(64 * 1024)
-    out_schema = pa.schema([f for f in reader.schema if f.name != "_bucket"])
-    written = set()
-    for bucket, pieces in itertools.groupby(bucket_runs(reader), key=lambda piece: piece[0]):
-        store.write_batches(store.bucket_file(folder, bucket), (batch for _, batch in pieces), out_schema)
-        written.add(bucket)
-    for bucket in set(range(buckets)) - written:  # every bucket task finds its file
-        store.write_batches(store.bucket_file(folder, bucket), iter(()), out_schema)
-
-
-def bucket_runs(batches) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(bucket, rows) for each run of one bucket in batches sorted by ``_bucket``."""
-    for batch in batches:
-        column = batch.column("_bucket").to_numpy()
-        rows = batch.drop_columns(["_bucket"])
-        edges = [0, *(np.flatnonzero(column[1:] != column[:-1]) + 1).tolist(), len(column)]
-        for start, end in zip(edges, edges[1:]):
-            if end > start:
-                yield int(column[start]), rows.slice(start, end - start)
 
 
 @dataclass(frozen=True)
@@ -311,22 +214,17 @@ class UpdateBucketTask:
 def update_bucket(task: UpdateBucketTask) -> dict:
     """Merge one bucket: its old rows, its fetch results and its new outlinks → its new file.
 
-    Reads only this bucket's files (the old bucket, ``update/fetched|links/bucket-N``) and
-    the segment's small marks tables; writes only ``new_folder/bucket-N``. Returns counts
-    (rows, new URLs, URLs over a trap cap).
+    Reads only this bucket's files (the old bucket; ``update/results|links|sitemaps/bucket-N/``,
+    one file per group of chunks routed by cycles/update/route.py, merged here) and the
+    segment's small marks tables; writes only ``new_folder/bucket-N.<attempt>.parquet``.
+    Returns counts (rows, new URLs, URLs over a trap cap …) and ``file``, the name written.
     """
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
     inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
     old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
-    # Every table joined to the crawl DB rows holds one row per key: a key matched twice
-    # would write that URL's row twice (a host both mirror and duplicate-heavy once did).
-    # A URL fetched twice in one segment keeps its newest result.
-    con.execute(f"""CREATE TEMP TABLE fetched_all AS SELECT * FROM
-        {store.duckdb_source(con, [store.bucket_file(inputs / 'fetched', task.bucket)])}
-        QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1""")
-    con.execute(f"CREATE TEMP TABLE links_all AS SELECT * FROM "
-                f"{store.duckdb_source(con, [store.bucket_file(inputs / 'links', task.bucket)])}")
+    results = load_bucket_results(con, store, inputs, task.bucket)
+    links_rows, too_deep = load_bucket_links(con, store, inputs, task.bucket, config)
     # A URL marked twice keeps one mark: an exact copy before a near one, then the first canonical.
     con.execute(f"""CREATE TEMP TABLE marks AS SELECT * FROM {store.duckdb_source(con, [inputs / 'marks.parquet'])}
         QUALIFY row_number() OVER (PARTITION BY url ORDER BY kind = 'duplicate' DESC, canonical) = 1""")
@@ -368,26 +266,80 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
-    hints_file = store.bucket_file(inputs / "sitemaps", task.bucket)
+    hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
     lastmod_due = 0
-    if store.exists(hints_file):  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
-        con.execute(f"CREATE TEMP TABLE sitemap_hints AS SELECT * FROM {store.duckdb_source(con, [hints_file])}")
+    if hint_files:  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
+        # A URL's hints from several groups of chunks: the newest lastmod, the shortest
+        # changefreq, the highest priority (as sitemap_hints merges two spellings).
+        con.execute(f"""CREATE TEMP TABLE sitemap_hints AS
+            SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, max(lastmod) AS lastmod,
+                   min(changefreq_s) AS changefreq_s, max(priority) AS priority
+            FROM {store.duckdb_source(con, hint_files)} GROUP BY url""")
         lastmod_due = lastmod_due_count(con, old, "sitemap_hints", "fetched_all", task.now)
         sql = hinted_sql(sql, "sitemap_hints", config)
-    rows = write_bucket(store, con, sql, store.bucket_file(task.new_folder, task.bucket), task.now,
-                        bucket=task.bucket, buckets=task.buckets)
+    # A name of this attempt's own: a task run twice (its worker lost, the task retried
+    # elsewhere while the first still ran) never writes over the other attempt's file; the
+    # coordinator's manifest names the one it committed (crawldb.install_version).
+    name = attempt_bucket_name(task.bucket)
+    rows = write_bucket(store, con, sql, task.new_folder / name, task.now, bucket=task.bucket, buckets=task.buckets)
     con.close()
     return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
-            "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due}
+            "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due, "update/results": results,
+            "links": links_rows, "filter/max_depth": too_deep, "file": name}
+
+
+def attempt_bucket_name(bucket: int) -> str:
+    """``bucket-NNNNN.<attempt id>.parquet``: the file name of one attempt of a bucket task."""
+    return f"bucket-{bucket:05d}.{new_id()}.parquet"
+
+
+def load_bucket_results(con, store: Store, inputs: StorePath, bucket: int) -> int:
+    """The bucket's fetch results of every group of chunks as temp table ``fetched_all``,
+    one per URL; returns the results update counts (``update/results``).
+
+    Every table joined to the crawl DB rows holds one row per key: a key matched twice
+    would write that URL's row twice (a host both mirror and duplicate-heavy once did).
+    A URL fetched twice in one segment keeps its newest result (route.resolved_fetched_sql
+    first drops inline results of a URL that has a listed one).
+    """
+    source = routed_source(con, store, routed_files(store, inputs, "results", bucket), ROUTED_FETCHED, "no_fetched")
+    con.execute(f"CREATE TEMP TABLE fetched_routed AS SELECT * FROM {source}")
+    con.execute(f"CREATE TEMP TABLE fetched_resolved AS SELECT * FROM {resolved_fetched_sql('fetched_routed')}")
+    con.execute("DROP TABLE fetched_routed")
+    results = con.execute("SELECT count(*) FROM fetched_resolved").fetchall()[0][0]
+    con.execute("""CREATE TEMP TABLE fetched_all AS SELECT * FROM fetched_resolved
+        QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1""")
+    con.execute("DROP TABLE fetched_resolved")
+    return results
+
+
+def load_bucket_links(con, store: Store, inputs: StorePath, bucket: int, config: Config) -> tuple[int, int]:
+    """The bucket's new links of every group of chunks as temp table ``links_all`` (url,
+    host, host_hash, score, depth): one row per URL at its smallest depth, within
+    ``update.max_depth``, score 1/(depth + 1) (outlinks.prepare_outlinks' rule). Returns
+    (links kept, URLs too deep: ``filter/max_depth``)."""
+    source = routed_source(con, store, routed_files(store, inputs, "links", bucket), ROUTED_LINKS, "no_links")
+    max_depth = int(config.update.max_depth)
+    con.execute(f"""CREATE TEMP TABLE links_merged AS
+        SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, min(depth) AS depth
+        FROM {source} GROUP BY url""")
+    too_deep = con.execute(f"SELECT count(*) FROM links_merged WHERE depth > {max_depth}").fetchall()[0][0]
+    con.execute(f"""CREATE TEMP TABLE links_all AS
+        SELECT url, host, host_hash, (1.0::DOUBLE / (depth::DOUBLE + 1.0))::FLOAT AS score, depth::SMALLINT AS depth
+        FROM links_merged WHERE depth <= {max_depth}""")
+    con.execute("DROP TABLE links_merged")
+    return con.execute("SELECT count(*) FROM links_all").fetchall()[0][0], too_deep
 
 
 def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    The segment-wide steps (dedup, outlink preparation, routing inputs to buckets) run
-    here; each bucket's merge is an :func:`update_bucket` task run by ``executor``
-    (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    Dedup and the link DB's merge run here; outlink preparation and routing inputs to
+    buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
+    chunks, and each bucket's merge is an :func:`update_bucket` task, both run by
+    ``executor`` (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    The manifest installed names each bucket's committed file.
     """
     if segment is None:
         segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/segment.py)
@@ -417,50 +369,35 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
         seg.verify_fetched(store, segment)  # before anything is written: a lost chunk fails here
         con = connect(store, config)
-        results = load_fetch_results(con, store, seg_dir, config, counters)
         pages = stored_pages(seg_dir, store, con)
         db_source = crawldb_source_sql(files, con, store, manifest.schema_version)
         dedup = find_duplicates(con, db_source, pages, config, counters)
         changed = feed_candidates(con, db_source, pages, dedup)
-        # The optimal schedule's plan needs every page's learned rate: one aggregate, here.
-        multiplier = (refresh_multiplier(con, db_source, config, "fetched_all", SEEN_SQL, CHANGED_SQL)
-                      if config.update.schedule == "optimal" else None)
         con.unregister("seg_pages")
         con.unregister("feed_pages")
         del pages
-        # Outlinks of an exact copy were already followed from its canonical page.
-        followed = followed_outlinks(con, store, seg_dir, dedup.marks, counters)
-        # The URLs the hosts' sitemaps listed are merged as followed links (cycles/update/sitemaps.py).
-        followed = pa.concat_tables([followed, sitemap_links(con, store, seg_dir, counters).cast(followed.schema)])
-        hints = sitemap_hints(con, store, seg_dir, config)
-        links = prepare_outlinks(followed, config, counters, con=con, keep_raw_map=config.update.link_graph)
-        links_rows = links.num_rows
         inputs = seg_dir / seg.UPDATE_INPUTS
-        # Route every input to its bucket: each bucket is then a task reading only its files.
-        write_routed(store, con, "fetched_all", inputs / "fetched", manifest.buckets)
-        con.register("links_all", links)
-        write_routed(store, con, "links_all", inputs / "links", manifest.buckets)
-        con.unregister("links_all")
-        if hints.num_rows:
-            con.register("sitemap_hints", hints)
-            write_routed(store, con, "sitemap_hints", inputs / "sitemaps", manifest.buckets)
-            con.unregister("sitemap_hints")
-        del hints
-        if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
-            update_linkdb(store, config, con, seg_dir, dedup.marks, inputs, manifest.buckets, segment, counters)
-            con.execute("DROP TABLE outlinks_raw_map")
-        # The bucket tasks get the memory now: nothing of the segment-wide steps but the
-        # feed's candidate list is kept while they run.
-        con.close()
-        del links, followed
+        # The marks before the routing tasks: they leave out the outlinks of exact copies.
         store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
         demoted = pa.table({
             "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
             "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
                                + [config.update.mirror_score_factor] * len(dedup.mirrors), pa.float32())})
         store.write_table(inputs / "demoted_hosts.parquet", demoted, demoted.schema)
-        merge_hostdb(store, config, segment)
         executor = bucket_executor(store, config, files, executor)
+        # Route every input to its bucket, a task per group of chunks on the bucket tasks'
+        # executor (cycles/update/route.py): each bucket is then a task reading only its files.
+        route_segment(store, config, segment, manifest.buckets, executor, counters)
+        # The optimal schedule's plan needs every page's learned rate: one aggregate, here.
+        multiplier = (refresh_multiplier(con, db_source, config, routed_results_sql(con, store, inputs, manifest.buckets),
+                                         SEEN_SQL, CHANGED_SQL)
+                      if config.update.schedule == "optimal" else None)
+        if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
+            update_linkdb(store, config, con, inputs, manifest.buckets, segment, counters)
+        # The bucket tasks get the memory now: nothing of the segment-wide steps but the
+        # feed's candidate list is kept while they run.
+        con.close()
+        merge_hostdb(store, config, segment)
         version, folder = store.new_version_dir("crawldb")
         tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
                                   folder, now, executor.workers, manifest.buckets,
@@ -468,9 +405,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()
+            written: list[str] = []
             with StepProgress(f"update {segment}", len(tasks), "buckets merged", config.log.redraw_s,
                               config.log.progress_interval_s) as merged:
                 for done in executor.map(update_bucket, tasks):
+                    written.append(done.pop("file"))
                     added.update(done)  # update(), not +: a cap that held nothing back still shows 0
                     merged.advance()
             # The feed batch before the swap: once the segment counts as applied, what
@@ -479,8 +418,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         except BaseException:
             store.discard_version("crawldb", version)
             raise
-        install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment)
+        install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment,
+                        bucket_files=written)
         store.delete_dir(inputs)
+    links_rows = added.pop("links", 0)
     added.pop("rows", None)
     counters["outlinks/new"] += added.pop("new", 0)
     counters.update(added)
@@ -491,6 +432,6 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     if dedup.mirrors:
         store.write_json(seg.stats_file(seg_dir, "mirrors"), dedup.mirrors)
     seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat(), new_urls=counters["outlinks/new"],
-                                        results=results, feed_batch=batch))
+                                        results=counters["update/results"], feed_batch=batch))
     metrics.publish(store, config, "update", metrics.update_families(stats, segment, started_wall))
     return UpdateResult(segment, True, counters)
