@@ -549,6 +549,13 @@ class FetchConfig:
     """At most this many URLs discovered inside the fetch per host and segment (the rest are
     outlinks for update, as before). At a 1 s delay, 100 pages take a host 100 s."""
 
+    follow_new_hosts: Annotated[bool, Flag()] = True
+    """With discovery on: a link to a host the crawl DB does not know at all (and no segment
+    in flight claimed) is fetched in the same segment by the worker that found it, which
+    claims the host for the segment (cycles/fetch/newhosts.py) — robots.txt first, its own
+    delay, the budget and trap caps above. Off: such a host waits for the segment's update
+    and a later generate (a whole segment of its delay budget lost)."""
+
     follow_seen_fp: Annotated[float, Float(above=0, below=1)] = 0.01
     """False-positive rate of the seen-set generate writes beside each partition's fetch
     list (the URLs the crawl DB holds for the partition's hosts; cycles/bloom.py, 1.2 bytes

@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
+import threading
 from collections import defaultdict
 from typing import Iterable
 
@@ -134,6 +135,7 @@ MERGE_SQL = """
 schema.HOSTS column order, sorted by host. The rule: the table above."""
 
 _connection: tuple[int, duckdb.DuckDBPyConnection] | None = None
+_merge_lock = threading.Lock()
 
 
 def _merge_connection() -> duckdb.DuckDBPyConnection:
@@ -153,12 +155,16 @@ def merge_host_rows(tables: list[pa.Table]) -> dict[str, dict]:
     tables = [conform(t) for t in tables if t.num_rows]
     if not tables:
         return {}
-    con = _merge_connection()
-    con.register("host_rows", pa.concat_tables(tables))
-    try:
-        merged = con.sql(MERGE_SQL.format(source=f"SELECT {HOSTS_COLUMNS} FROM host_rows")).to_arrow_table()
-    finally:
-        con.unregister("host_rows")
+    # One query at a time: `crawl run` fetches in its main thread (a new host's slot reads
+    # its rows) while its coordinator thread updates and generates; a DuckDB connection
+    # used by two threads at once raises "connection is busy".
+    with _merge_lock:
+        con = _merge_connection()
+        con.register("host_rows", pa.concat_tables(tables))
+        try:
+            merged = con.sql(MERGE_SQL.format(source=f"SELECT {HOSTS_COLUMNS} FROM host_rows")).to_arrow_table()
+        finally:
+            con.unregister("host_rows")
     return {row["host"]: row for row in merged.cast(schema.HOSTS).to_pylist()}
 
 

@@ -9,6 +9,16 @@ not for update too; what a segment discovers is fetched one segment later. Only 
 nothing is due without it (a small crawl, every due URL in the segment just fetched) is the
 segment updated before the next is generated, as ``crawl cycle`` does.
 
+Such a segment, generated before the update of the one just fetched, is often *thin*: only
+what was due without that update (the big hosts' URLs past their per-host budget). A thin
+segment is fetched only while the update runs (about as long as the last updates took,
+:func:`thin_segment_seconds`), not to ``fetch.max_duration_s``, so the hundreds of hosts the
+update makes due do not wait for a few big ones.
+
+Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
+that claims them (cycles/fetch/newhosts.py); a segment generated while it is in flight
+leaves them out like the hosts of its fetch list.
+
 With ``generate_ahead`` the coordinator also generates the next segment *while* the fetch
 runs, for the hosts not in it, so it is ready the moment the fetch ends. That pays when
 hosts outside the running segment have due URLs and generate is slow; on a link-following
@@ -46,6 +56,7 @@ SIGINT stop it the same way (exit 4, :class:`cycles.errors.Interrupted`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -78,6 +89,8 @@ class RunState:
     counters: Counter = field(default_factory=Counter)
     stopped_by: str = ""
     """"deadline", "signal", "nothing due" (or "" while running)."""
+    update_seconds: list[float] = field(default_factory=list)
+    """How long each update took (the estimate of how long a thin segment is fetched)."""
 
 
 class RunStop:
@@ -134,7 +147,9 @@ def next_to_fetch(store: Store) -> str | None:
 def update_fetched(store: Store, config: Config, state: RunState) -> Iterator[str]:
     """Update every fetched segment, oldest first (the order that keeps the crawl DB exact)."""
     while (segment := seg.oldest(store, seg.State.FETCHED)) is not None:
+        started = time.monotonic()
         result = update_segment(store, config, segment)
+        state.update_seconds.append(time.monotonic() - started)
         state.updated.append(segment)
         state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
         yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
@@ -239,10 +254,48 @@ class FetchPool:
         self.pool.__exit__(None, None, None)
 
 
+THIN_SHARE = 0.25
+"""A segment is *thin* when it has fewer hosts than this share of the fetched segment
+waiting for its update (:func:`thin_segment_seconds`)."""
+
+THIN_MIN_S = 2.0
+"""The shortest fetch of a thin segment (its hosts' robots.txt and first pages)."""
+
+
+def thin_segment_seconds(store: Store, segment: str, state: RunState) -> float | None:
+    """How long to fetch ``segment`` when it is thin, else None (``fetch.max_duration_s`` holds).
+
+    A segment generated right after a fetch, before that fetch's update, holds only what was
+    due without it: the big hosts' URLs past their per-host budget — a few hosts, while the
+    update is about to make hundreds due. Fetched to ``fetch.max_duration_s`` it kept those
+    hundreds waiting (bench_crawl: 2 hosts for 16 s, between segments of 250 hosts). It is
+    fetched while the update runs and ends when the update should have ended (the longer of
+    the last two updates), so the next generate has the update's URLs; its hosts' URLs not
+    reached are handed back, due at that generate."""
+    waiting = seg.oldest(store, seg.State.FETCHED)
+    if waiting is None or not state.update_seconds:
+        return None
+    this = seg.read_marker(store, segment, seg.Generated)
+    before = seg.read_marker(store, waiting, seg.Generated)
+    if this is None or before is None or this.hosts >= THIN_SHARE * before.hosts:
+        return None
+    return max(THIN_MIN_S, *state.update_seconds[-2:])
+
+
+def fetch_config(store: Store, config: Config, segment: str, state: RunState) -> tuple[Config, str]:
+    """The config to fetch ``segment`` with, and a note for the progress line."""
+    seconds = thin_segment_seconds(store, segment, state)
+    limit = config.fetch.max_duration_s
+    if seconds is None or (limit > 0 and limit <= seconds):
+        return config, ""
+    return (dataclasses.replace(config, fetch=dataclasses.replace(config.fetch, max_duration_s=seconds)),
+            f" (thin: at most {seconds:.1f}s, while the update runs)")
+
+
 def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None, state: RunState,
-              stop: RunStop) -> Iterator[str]:
+              stop: RunStop, note: str = "") -> Iterator[str]:
     """Fetch ``segment`` (in ``pool``; None: in this process); a stop (deadline or signal)
-    commits and ends the run's fetching."""
+    commits and ends the run's fetching. ``note``: appended to the progress line."""
     try:
         result = fetch_segment(store, config, segment, 1, executor=pool)
     except FetchInterrupted:
@@ -255,7 +308,7 @@ def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None
     state.counters["fetch/requests"] += c.get("fetch/requests", 0)
     state.counters["fetch/outcome/ok"] += c.get("fetch/outcome/ok", 0)
     yield (f"run: fetched {segment}: {c.get('fetch/requests', 0)} requests, {c.get('fetch/outcome/ok', 0)} pages "
-           f"in {result.seconds:.1f}s")
+           f"in {result.seconds:.1f}s{note}")
 
 
 def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n: int | None = None,
@@ -299,10 +352,12 @@ def crawl_loop(store: Store, config: Config, top_n: int | None, pool: FetchPool 
             yield f"run: resuming the fetch of {segment}"
         if stop.requested:
             break
+        # Before the coordinator starts: whether the segment is thin depends on the update it runs.
+        segment_config, note = fetch_config(store, config, segment, state)
         helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
         helper.start()
         try:
-            yield from fetch_one(store, config, segment, pool, state, stop)
+            yield from fetch_one(store, segment_config, segment, pool, state, stop, note)
         finally:
             lines = helper.finish()
         yield from lines

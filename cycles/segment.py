@@ -7,6 +7,10 @@ Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.store.new
     seen/part-NNNNN.bloom                 generate: the URLs the crawl DB holds for the partition's
                                           hosts, a Bloom filter (cycles/bloom.py), for discovery
     seen/part-NNNNN.parquet               generate: those URLs counted by host and pattern (schema.SEEN_COUNTS)
+    seen/hosts.bloom                      generate: the hosts the crawl DB (or a pending segment) knows,
+                                          a Bloom filter, for new-host discovery (cycles/fetch/newhosts.py)
+    newhosts/<host>.json                  fetch (and a later overlapped generate): one claim per host the
+                                          crawl DB did not know, created if absent (cycles/fetch/newhosts.py)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
     warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
@@ -61,6 +65,8 @@ ARCHIVE = "archive"
 """``crawl export``'s indexes and text of the segment's WARC files (cycles/archive/)."""
 HOSTS = "hosts"
 SEEN = "seen"
+NEWHOSTS = "newhosts"
+"""Claims of hosts the crawl DB did not know, fetched inside this segment (cycles/fetch/newhosts.py)."""
 STATS = "stats"
 UPDATE_INPUTS = "update"
 """update's routed inputs (removed after the swap)."""
@@ -219,6 +225,23 @@ def seen_bloom_file(seg_dir: StorePath, partition: int) -> StorePath:
 def seen_counts_file(seg_dir: StorePath, partition: int) -> StorePath:
     """Those URLs counted by host and pattern (schema.SEEN_COUNTS): the inline trap caps."""
     return seg_dir / SEEN / f"{part_name(partition)}.parquet"
+
+
+def known_hosts_file(seg_dir: StorePath) -> StorePath:
+    """The hosts the crawl DB or a pending segment knew at generate: a Bloom filter (cycles/fetch/newhosts.py)."""
+    return seg_dir / SEEN / "hosts.bloom"
+
+
+def newhost_claims_dir(seg_dir: StorePath) -> StorePath:
+    """One claim object per new host fetched in this segment (cycles/fetch/newhosts.py)."""
+    return seg_dir / NEWHOSTS
+
+
+def newhost_claim_file(seg_dir: StorePath, host: str) -> StorePath:
+    """The claim of ``host`` (its name %-quoted: IPv6 brackets and colons stay out of file names)."""
+    from urllib.parse import quote
+
+    return seg_dir / NEWHOSTS / f"{quote(host, safe='.-_')}.json"
 
 
 def hosts_file(seg_dir: StorePath, partition: int) -> StorePath:

@@ -293,3 +293,36 @@ def test_crawl_run_has_help_with_an_example():
     result = CliRunner().invoke(app, ["run", "--help"])
     assert result.exit_code == 0 and "Example: crawl run --seconds" in result.output
     assert "--generate-ahead" in result.output
+
+
+def test_a_thin_segment_is_fetched_only_while_the_update_before_it_runs(store):
+    """A segment with few hosts, generated before the fetched one's update, is cut at about
+    the update's duration (cycles/run.py ``thin_segment_seconds``); any other keeps the limit."""
+    from cycles.run import fetch_config, thin_segment_seconds
+
+    def marker(hosts: int) -> str:
+        segment = store_new_id()
+        store.segment_dir(segment, must_exist=False).mkdir(parents=True)
+        seg.write_marker(store, seg.Generated(segment, generated_at="2026-01-01T00:00:00+00:00", urls=hosts,
+                                              hosts=hosts, partitions=1, lease_until="2999-01-01T00:00:00+00:00"))
+        return segment
+
+    from cycles.store import new_id as store_new_id
+
+    fetched = marker(200)
+    seg.write_marker(store, seg.Fetched(fetched))
+    thin, wide = marker(4), marker(120)
+    state = RunState()
+    assert thin_segment_seconds(store, thin, state) is None  # no update measured yet
+    state.update_seconds += [3.0, 6.5, 4.0]
+    assert thin_segment_seconds(store, thin, state) == 6.5
+    assert thin_segment_seconds(store, wide, state) is None
+    config = Config()
+    config.fetch.max_duration_s = 15.0
+    cut, note = fetch_config(store, config, thin, state)
+    assert cut.fetch.max_duration_s == 6.5 and "thin" in note and config.fetch.max_duration_s == 15.0
+    state.update_seconds.append(0.1)
+    assert thin_segment_seconds(store, thin, state) == 4.0
+    # Once the fetched segment is updated, nothing is waiting: no segment is thin.
+    seg.write_marker(store, seg.Updated(fetched))
+    assert fetch_config(store, config, thin, state)[0] is config

@@ -431,3 +431,18 @@ def test_the_s3_lock_object_carries_the_configured_lease(s3_store, config):
         holder = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
     lease = dt.datetime.fromisoformat(holder["expires_at"]) - dt.datetime.fromisoformat(holder["acquired_at"])
     assert lease.total_seconds() == pytest.approx(600.0, abs=1.0)
+
+
+def test_a_new_host_claim_is_created_once_on_s3(s3_store):
+    """cycles/fetch/newhosts.py: the claim is a conditional PUT (If-None-Match: *); the
+    second writer learns it lost, and the claims list back by host name."""
+    from cycles import segment as seg
+    from cycles.fetch.newhosts import claim_body, claimed_hosts, create_if_absent, read_claim
+
+    folder = s3_store.segment_dir("s1", must_exist=False)
+    path = seg.newhost_claim_file(folder, "new.example")
+    assert create_if_absent(s3_store, path, claim_body("s1", 0, "new.example"))
+    assert not create_if_absent(s3_store, path, claim_body("s1", 1, "new.example"))
+    assert read_claim(s3_store, path)["partition"] == 0
+    assert create_if_absent(s3_store, seg.newhost_claim_file(folder, "[::1]"), claim_body("s1", 1, "[::1]"))
+    assert claimed_hosts(s3_store, "s1") == {"new.example", "[::1]"}

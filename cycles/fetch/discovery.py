@@ -10,7 +10,9 @@ link that update would add to the crawl DB as a new URL and that this worker may
 - the link is not nofollow (rel or meta robots), and normalised it passes the URL filters
   (cycles/fetch/inline.py, with update's functions);
 - its host is one of this partition's fetch-list hosts — the hosts the seen-set covers —
-  and not set aside; its robots.txt, when already read, allows it;
+  or a host nobody knows that this worker just claimed (cycles/fetch/newhosts.py: the crawl
+  DB holds none of its URLs, so the seen-set needs none), and it is not set aside; its
+  robots.txt, when already read, allows it;
 - the crawl DB does not hold it: not in the partition's seen-set (generate's Bloom filter of
   the URLs the crawl DB holds for these hosts; a false positive leaves the URL to the next
   cycle), and no row in this segment yet (:meth:`InlineFetches.claim`);
@@ -111,11 +113,13 @@ class Discovery:
         self.host_known[host] += 1
         self.pattern_known[(host, pattern)] += 1
 
-    def offer(self, item: dict, links: list[dict], slot_for: Callable[[str], HostSlot | None]) -> list[HostSlot]:
+    def offer(self, item: dict, links: list[dict],
+              slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
         """Queue the page's links this worker fetches now; returns the slots that got work.
 
         ``links`` are the page's outlink rows (the worker's ``_link``); a link taken gets
-        ``inline = True``, so the outlink writer keeps it. ``slot_for(host)``: the host's slot."""
+        ``inline = True``, so the outlink writer keeps it. ``slot_for(host, url)``: the host's
+        slot (a claimed new host's is set up at its first URL)."""
         hop = int(item.get("hop") or 0) + 1
         depth = int(item["depth"]) + 1
         if self.seen is None or hop > self.max_hops or depth > min(self.max_depth, MAX_DEPTH_VALUE):
@@ -133,7 +137,7 @@ class Discovery:
                 self.stats["discover/filtered"] += 1
                 continue
             host = url_host(url)
-            if host not in self.inline.own_hosts:
+            if host not in self.inline.own_hosts and not self.inline.take_new_host(host):
                 continue  # another partition's, or a host whose known URLs we were not given
             if url in self.inline.listed_urls:
                 continue
@@ -160,7 +164,7 @@ class Discovery:
         return list(slots.values())
 
     def _slot_if_allowed(self, url: str, host: str, pattern: int,
-                         slot_for: Callable[[str], HostSlot | None]) -> HostSlot | None:
+                         slot_for: Callable[[str, str], HostSlot | None]) -> HostSlot | None:
         """The host's slot when budget, trap caps, set-aside and robots.txt let ``url`` be queued."""
         if self.taken[host] >= self.per_host:
             self.stats["discover/host_budget"] += 1
@@ -171,7 +175,7 @@ class Discovery:
         if self.pattern_known[(host, pattern)] >= self.max_pattern:
             self.stats["discover/trap_pattern_cap"] += 1
             return None
-        slot = slot_for(host)
+        slot = slot_for(host, url)
         if slot is None or slot.set_aside:
             self.stats["discover/host_set_aside"] += 1
             return None

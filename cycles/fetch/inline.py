@@ -10,7 +10,9 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
   cycles/generate/assign.py); a host in no fetch list belongs to partition
   ``host_hash % partitions`` (so exactly one worker may take it up). A segment without an
   assignment file (made by an older generate, or by hand) uses ``host_hash % partitions``
-  for every host;
+  for every host. A host the crawl DB does not know at all (generate's known-hosts filter)
+  is instead the worker's that claims it first, across partitions and segments in flight
+  (:meth:`~InlineFetches.take_new_host`, cycles/fetch/newhosts.py);
 - :meth:`~InlineFetches.claim`: a URL is fetched at most once a segment. Every URL of the
   fetch list, every URL committed by an earlier run of the partition and every URL claimed
   inline is in :attr:`~InlineFetches.listed_urls`; a second claim (another path to the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from cycles import segment as seg
 from cycles.config import Config
+from cycles.fetch.newhosts import NewHosts
 from cycles.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter, host_hash
 
@@ -41,6 +44,8 @@ class InlineFetches:
         self.own_hosts: set[str] = set()
         """The hosts of this partition's fetch list."""
         self._assignment: dict[str, int] | None = None
+        self.new_hosts: NewHosts | None = None
+        """Claims of hosts nobody knows (set by the worker; None: no new host is taken)."""
 
     def prepare(self, url: str) -> str | None:
         """``url`` normalised, if the URL filters keep it (None: update would drop it too)."""
@@ -50,12 +55,26 @@ class InlineFetches:
         return norm
 
     def owns(self, host: str) -> bool:
-        if host in self.own_hosts or self.partitions <= 1:
+        if host in self.own_hosts:
+            return True
+        if self.new_hosts is not None and self.new_hosts.is_new(host):
+            # Nobody knows it: ours only by claim, so no other worker — of this segment
+            # or of another in flight — fetches it too.
+            return self.take_new_host(host)
+        if self.partitions <= 1:
             return True
         owner = self.assignment().get(host)
         if owner is not None:
             return owner == self.partition
         return host_hash(host) % self.partitions == self.partition
+
+    def take_new_host(self, host: str) -> bool:
+        """Claim ``host``, which the crawl DB does not know, for this partition (then it is
+        one of :attr:`own_hosts`); False when it is known or another worker has it."""
+        if self.new_hosts is None or not self.new_hosts.is_new(host) or not self.new_hosts.claim(host):
+            return False
+        self.own_hosts.add(host)
+        return True
 
     def assignment(self) -> dict[str, int]:
         """host → partition from generate's assignment file (read once; {} when there is none)."""

@@ -20,7 +20,7 @@ import email.utils
 from collections import Counter
 
 from cycles.config import FetchConfig
-from cycles.fetch.frontier import SPACING_MARGIN_S, HostSlot
+from cycles.fetch.frontier import ABORTED_MARGIN_S, SPACING_MARGIN_S, HostSlot
 from cycles.fetch.transfer import Transfer
 
 
@@ -84,7 +84,13 @@ def delay_after(slot: HostSlot, transfer: Transfer, fc: FetchConfig) -> float:
 def space_after_response(slot: HostSlot, transfer: Transfer, fc: FetchConfig) -> None:
     """After the response's handlers: robots.txt may just have raised the delay (Crawl-delay),
     and a back-off may already have pushed next_allowed further."""
-    slot.next_allowed = max(slot.next_allowed, transfer.ended + delay_after(slot, transfer, fc) + SPACING_MARGIN_S)
+    slot.next_allowed = max(slot.next_allowed, transfer.ended + delay_after(slot, transfer, fc) + margin_after(transfer))
+
+
+def margin_after(transfer: Transfer) -> float:
+    """:data:`~cycles.fetch.frontier.SPACING_MARGIN_S` after a complete response, the larger
+    :data:`~cycles.fetch.frontier.ABORTED_MARGIN_S` after one cut short (its end is the server's to notice)."""
+    return ABORTED_MARGIN_S if transfer.abort or transfer.error is not None else SPACING_MARGIN_S
 
 
 def count_failure(slot: HostSlot, fc: FetchConfig) -> str | None:

@@ -66,6 +66,7 @@ from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.inline import InlineFetches
+from cycles.fetch.newhosts import NewHosts
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
@@ -108,6 +109,7 @@ class PartitionFetcher:
         self.inline = InlineFetches(store, config, self.seg_dir, partition)
         self.redirects = Redirects(store, config, self.inline, self.stats)
         self.discovery = Discovery(store, config, self.seg_dir, partition, self.inline, self.stats)
+        self.new_hosts = NewHosts(store, self.seg_dir, segment, partition, self.stats)
         self.multi = pycurl.CurlMulti()
         # One DNS cache and TLS session cache for every transfer of this worker. Connections
         # stay in the multi handle's pool (sized by M_MAXCONNECTS below), where libcurl
@@ -148,6 +150,9 @@ class PartitionFetcher:
         items = [i for i in items if i["url"] not in done]
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
+        if self.discovery.enabled and self.fc.follow_new_hosts:
+            self.new_hosts.load()
+            self.inline.new_hosts = self.new_hosts
         bloom = None
         if self.fc.outlink_bloom_fp > 0:
             bloom = BloomFilter(max(100_000, len(items) * self.fc.outlink_bloom_links_per_page),
@@ -393,11 +398,25 @@ class PartitionFetcher:
         slot = self.frontier.slots.get(host)
         if slot is None:
             self.stats["fetch/redirect_new_host"] += 1
-            slot = self.frontier.slot(host)
-            state = load_host_state(self.store, {host}, self.segment).get(host)
-            now_mono = time.monotonic()
-            self._init_slot(slot, first_url, state, now_mono, time.time(), self._resumed_run)
-            self._set_aside_if_far(slot, now_mono)
+            slot = self._outside_slot(host, first_url)
+        return slot
+
+    def _discovery_slot(self, host: str, url: str) -> HostSlot | None:
+        """The host's slot for a discovered link; a new host this worker claimed
+        (cycles/fetch/newhosts.py) gets one set up as a redirect target's."""
+        slot = self.frontier.slots.get(host)
+        if slot is None and host in self.inline.own_hosts:
+            self.stats["discover/new_host_slots"] += 1
+            slot = self._outside_slot(host, url)
+        return slot
+
+    def _outside_slot(self, host: str, first_url: str) -> HostSlot:
+        """A slot for a host not in the fetch list, set up as load() would."""
+        slot = self.frontier.slot(host)
+        state = load_host_state(self.store, {host}, self.segment).get(host)
+        now_mono = time.monotonic()
+        self._init_slot(slot, first_url, state, now_mono, time.time(), self._resumed_run)
+        self._set_aside_if_far(slot, now_mono)
         return slot
 
     def _link(self, item: dict, url: str, anchor: str, nofollow: bool) -> dict:
@@ -422,7 +441,7 @@ class PartitionFetcher:
         links = [self._link(item, link.url, link.anchor, link.nofollow) for link in page.links]
         self.stats["parse/links"] += len(links)
         if self.discovery.enabled:
-            for target in self.discovery.offer(item, links, self.frontier.slots.get):
+            for target in self.discovery.offer(item, links, self._discovery_slot):
                 if target is not slot:  # the finishing slot is rescheduled by _finish
                     self.frontier.schedule(target)
         self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,

@@ -17,7 +17,10 @@ gets the URLs the crawl DB holds for its hosts as a Bloom filter (``seen/part-N.
 ``fetch.follow_seen_fp``: ~1.2 bytes a URL at 1 %), and their count per host and URL
 pattern (``seen/part-N.parquet``, schema.SEEN_COUNTS) for the trap caps. Written only when
 ``fetch.follow_outlinks_depth`` is on; one scan of the crawl DB's url, host and
-pattern_hash columns for the fetch list's hosts.
+pattern_hash columns for the fetch list's hosts. Beside them, with ``fetch.follow_new_hosts``,
+the segment's known-hosts filter (``seen/hosts.bloom``: the crawl DB's hosts and those
+claimed by pending segments), by which a worker tells a host nobody knows
+(cycles/fetch/newhosts.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from cycles import schema
 from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config
+from cycles.fetch.newhosts import write_known_hosts
 from cycles.hostdb import load_host_state
 from cycles.store import Store, StorePath
 
@@ -101,5 +105,8 @@ def write_seen_sets(store: Store, config: Config, folder: StorePath, con, crawld
             blooms[part].add_new(urls)
     for part, bloom in blooms.items():
         store.write_bytes(seg.seen_bloom_file(folder, part), bloom.to_bytes())
-    return {"generate/seen_urls": sum(totals.values()),
-            "generate/seen_bytes": sum(len(b._array) for b in blooms.values())}
+    counters = {"generate/seen_urls": sum(totals.values()),
+                "generate/seen_bytes": sum(len(b._array) for b in blooms.values())}
+    if config.fetch.follow_new_hosts:
+        counters.update(write_known_hosts(store, folder, con, crawldb_sql))
+    return counters

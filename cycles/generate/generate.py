@@ -31,6 +31,7 @@ from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
 from cycles.executor import Executor
+from cycles.fetch.newhosts import leave_out_claimed
 from cycles.generate.assign import plan_partitions, write_seen_sets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
@@ -269,6 +270,9 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
             selected = con.sql(f"""SELECT {", ".join(schema.FETCHLIST.names)}
                 FROM {store.duckdb_source(con, [t.out for t in tasks])}
                 ORDER BY priority DESC, next_fetch, url LIMIT {int(top_n)}""").to_arrow_table()
+            if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
+                # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
+                selected = leave_out_claimed(store, segment, selected)
             if selected.num_rows:
                 crawldb_sql = upgraded_sql(store.duckdb_source(con, files), manifest.schema_version)
                 write_fetchlists(store, segment, selected, partitions, con, config, crawldb_sql)

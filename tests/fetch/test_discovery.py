@@ -152,8 +152,9 @@ def test_the_seen_set_keeps_known_urls_from_being_fetched_again(capped):
     assert_polite(all_requests)
     seen_dir = store.segment_dir(cycles[1][0]) / seg.SEEN
     parts = seg.partitions_of(store, cycles[1][0])
+    # each partition's seen-set and pattern counts, and the segment's known-hosts filter
     assert sorted(p.name for p in seen_dir.iterdir()) == sorted(
-        f"part-{p:05d}.{ext}" for p in parts for ext in ("bloom", "parquet"))
+        [f"part-{p:05d}.{ext}" for p in parts for ext in ("bloom", "parquet")] + ["hosts.bloom"])
 
 
 # --- a crash mid-partition, then the resumed run ------------------------------------------
