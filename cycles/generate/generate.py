@@ -19,11 +19,17 @@ URLs are not generated again. Generate only reads the crawl DB; it never rewrite
 from __future__ import annotations
 
 import datetime as dt
+import heapq
+import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cycles import clock, metrics, schema
 from cycles import segment as seg
@@ -31,7 +37,8 @@ from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
 from cycles.executor import Executor
-from cycles.generate.assign import plan_partitions, write_seen_sets
+from cycles.generate.assign import plan_partitions, write_seen_set
+from cycles.hostdb import host_buckets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
@@ -197,27 +204,119 @@ def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[i
     return top_n, ""
 
 
-def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con,
-                     config: Config | None = None, crawldb_sql: str | None = None) -> dict[str, int]:
-    """The partitions' fetch lists and the segment's host assignment (cycles/generate/assign.py);
-    with ``crawldb_sql`` (the crawl DB read) and discovery on, each partition's seen-set too.
-    Returns counters."""
-    folder = seg.segment_dir(store, segment, must_exist=False)
-    config = config or Config()
-    assignment = plan_partitions(store, config, selected, partitions)
-    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
-    con.register("selected", selected)
-    con.register("assignment", assignment)
-    for part in range(partitions):
-        table = con.sql(f"""
-            SELECT s.* FROM selected s JOIN assignment a USING (host) WHERE a.partition = {part}
-            ORDER BY host, score DESC, url""").to_arrow_table().select(schema.FETCHLIST.names)
-        store.write_table(seg.fetchlist_file(folder, part), table, schema.FETCHLIST)
-    counters = {}
-    if crawldb_sql is not None and config.fetch.follow_outlinks_depth > 0:
-        counters = write_seen_sets(store, config, folder, con, crawldb_sql, partitions)
-    con.unregister("assignment")
+MERGE_BATCH_ROWS = 16 * 1024
+"""Rows a bucket's stream of ranking keys holds at once in the top-N merge."""
+
+KEY_COLUMNS = ["priority", "next_fetch", "url", "host"]
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """The ranking key of the last URL of the fetch list: every URL ranked at or before it
+    (priority DESC, then next_fetch, then url — due_sql's order) is in, none after it."""
+
+    priority: float
+    next_fetch_us: int
+    """next_fetch in microseconds since the epoch."""
+    url: str
+
+
+def ranked_keys(store: Store, path: StorePath) -> Iterator[tuple[float, int, str, str]]:
+    """A bucket's candidates as (-priority, next_fetch µs, url, host), in ranking order (the
+    order select_bucket_due wrote them in), one batch of MERGE_BATCH_ROWS in memory."""
+    with store.fs.open_input_file(str(path)) as fh:
+        parquet = pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
+        for batch in parquet.iter_batches(batch_size=MERGE_BATCH_ROWS, columns=KEY_COLUMNS, use_threads=False):
+            next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            yield from zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
+                           batch.column("url").to_pylist(), batch.column("host").to_pylist())
+
+
+def top_n_cutoff(store: Store, candidates: list[StorePath], top_n: int) -> tuple[Cutoff | None, dict[str, int]]:
+    """The key of the ``top_n``-th best candidate over every bucket and the chosen URLs'
+    count per host (for the assignment), by a k-way merge of the buckets' sorted keys.
+
+    Memory: one batch of keys per bucket and one counter per chosen host; the chosen rows
+    themselves stay in the candidate files, which the partition tasks read. The tuple order
+    is due_sql's ORDER BY (priority DESC, next_fetch, url: url is unique, so no two keys
+    tie), and the candidates are each bucket's best, so the set is the one the single
+    ``ORDER BY ... LIMIT top_n`` over all candidates chose."""
+    urls_per_host: Counter = Counter()
+    last = None
+    for last in itertools.islice(heapq.merge(*(ranked_keys(store, path) for path in candidates)), top_n):
+        urls_per_host[last[3]] += 1
+    if last is None:
+        return None, {}
+    return Cutoff(-last[0], last[1], last[2]), dict(urls_per_host)
+
+
+AT_OR_BEFORE_CUTOFF_SQL = """priority >= $priority AND (priority > $priority OR epoch_us(next_fetch) < $next_fetch_us
+    OR (epoch_us(next_fetch) = $next_fetch_us AND url <= $url))"""
+"""Rows ranked at or before the cutoff. The first term alone prunes the row groups past the
+cutoff by their statistics (a bucket file is in ranking order)."""
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """One partition's fetch list and seen-set: locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    partition: int
+    folder: StorePath
+    """The segment's folder."""
+    candidates: tuple
+    """Every bucket's candidate file (select_bucket_due)."""
+    cutoff: Cutoff
+    crawldb_files: tuple
+    """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
+    schema_version: int
+    workers: int = 1
+
+
+def write_partition(task: PartitionTask) -> dict[str, int]:
+    """Write ``fetchlist/part-P`` — the candidates of the partition's hosts ranked at or
+    before the cutoff, ordered by host, then score — and, with discovery on, its seen-set
+    (cycles/generate/assign.py). Reads the segment's assignment, the candidate files and the
+    crawl DB buckets of its hosts; returns counters."""
+    store, config = Store(task.store_uri), task.config
+    assignment = store.read_table(seg.assignment_file(task.folder))
+    mine = assignment.filter(pc.equal(assignment["partition"], task.partition))
+    con = connect(store, config, task.workers)
+    con.register("assignment", mine)
+    cutoff = {"priority": task.cutoff.priority, "next_fetch_us": task.cutoff.next_fetch_us, "url": task.cutoff.url}
+    table = con.sql(f"""
+        SELECT {", ".join(schema.FETCHLIST.names)} FROM {store.duckdb_source(con, list(task.candidates))}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} AND host IN (SELECT host FROM assignment)
+        ORDER BY host, score DESC, url""", params=cutoff).to_arrow_table()
+    store.write_table(seg.fetchlist_file(task.folder, task.partition), table, schema.FETCHLIST)
+    counters = {"generate/urls": table.num_rows}
+    if config.fetch.follow_outlinks_depth > 0:
+        # Only the buckets that hold the partition's hosts (a host lives in one bucket).
+        buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
+        # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
+        files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
+        crawldb_sql = upgraded_sql(store.duckdb_source(con, files), task.schema_version)
+        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition))
+    con.close()
     return counters
+
+
+def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath], cutoff: Cutoff,
+                     urls_per_host: dict[str, int], partitions: int, config: Config, crawldb_files: list[StorePath],
+                     schema_version: int) -> dict[str, int]:
+    """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
+    per host), then one :func:`write_partition` task per partition on ``executor``: the
+    coordinator never holds the chosen rows. Returns the tasks' counters, summed."""
+    folder = seg.segment_dir(store, segment, must_exist=False)
+    assignment = plan_partitions(store, config, urls_per_host, partitions)
+    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
+    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), cutoff, tuple(crawldb_files),
+                           schema_version, executor.workers) for part in range(partitions)]
+    counters: Counter = Counter()
+    for result in executor.map(write_partition, tasks):
+        counters.update(result)
+    return dict(counters)
 
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
@@ -265,28 +364,25 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                  for bucket, file in enumerate(files)]
         try:
             executor.map(select_bucket_due, tasks)
-            con = connect(store, config)
-            selected = con.sql(f"""SELECT {", ".join(schema.FETCHLIST.names)}
-                FROM {store.duckdb_source(con, [t.out for t in tasks])}
-                ORDER BY priority DESC, next_fetch, url LIMIT {int(top_n)}""").to_arrow_table()
-            if selected.num_rows:
-                crawldb_sql = upgraded_sql(store.duckdb_source(con, files), manifest.schema_version)
-                write_fetchlists(store, segment, selected, partitions, con, config, crawldb_sql)
+            cutoff, urls_per_host = top_n_cutoff(store, [t.out for t in tasks], top_n)
+            if cutoff is not None:
+                write_fetchlists(store, executor, segment, [t.out for t in tasks], cutoff, urls_per_host,
+                                 partitions, config, files, manifest.schema_version)
         finally:
             store.delete_dir(candidates)
-        if selected.num_rows == 0:
+        urls, hosts = sum(urls_per_host.values()), len(urls_per_host)
+        if urls == 0:
             store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
         # The marker makes the fetch list a lease: written last, under the lock, so a
         # generate running next sees either no segment or a complete, leased one.
-        hosts = pc.count_distinct(selected["host"]).as_py()
         seg.write_marker(store, seg.Generated(
-            segment, generated_at=now.isoformat(), urls=selected.num_rows, hosts=hosts, partitions=partitions,
+            segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
             lease_until=lease_until.isoformat(), crawldb_version=manifest.version))
-    write_generate_stats(store, config, segment, selected.num_rows, hosts, partitions,
+    write_generate_stats(store, config, segment, urls, hosts, partitions,
                          time.monotonic() - started, started_wall)
-    return GenerateResult(segment, selected.num_rows, hosts, partitions)
+    return GenerateResult(segment, urls, hosts, partitions)
 
 
 def write_generate_stats(store: Store, config: Config, segment: str, urls: int, hosts: int, partitions: int,
