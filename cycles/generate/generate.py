@@ -155,8 +155,9 @@ class GenerateBucketTask:
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
 
 
-def select_bucket_due(task: GenerateBucketTask) -> int:
-    """Write the bucket's best ``top_n`` due URLs to ``task.out``; returns how many.
+def select_bucket_due(task: GenerateBucketTask) -> dict[int, int]:
+    """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
+    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
@@ -176,9 +177,30 @@ def select_bucket_due(task: GenerateBucketTask) -> int:
     leased = leased_urls_sql(store, con, list(task.lease_files))
     reader = con.sql(due_sql(source, leased, task.config, task.top_n),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)
-    rows = store.write_batches(task.out, reader, reader.schema)
+    histogram: Counter = Counter()
+
+    def counted(batches):
+        for batch in batches:
+            histogram.update(priority_bins(batch.column("priority")))
+            yield batch
+    store.write_batches(task.out, counted(reader), reader.schema)
     con.close()
-    return rows
+    return dict(histogram)
+
+
+PRIORITY_BIN_SHIFT = 44
+"""A priority's bin is its float64 bit pattern shifted right this much: sign, exponent and 8
+mantissa bits, so bins are 1/256 of an octave (0.4 %) wide."""
+
+
+def priority_bins(priority: pa.Array) -> dict[int, int]:
+    """URLs per priority bin. For priorities >= 0 the IEEE bit pattern orders as the value
+    does, so the bins are in priority order exactly (no rounding of a logarithm can put a
+    row in a bin out of its file order); zero, -0.0 and below share bin -1."""
+    values = priority.cast(pa.float64())
+    bits = pc.shift_right(values.view(pa.int64()), PRIORITY_BIN_SHIFT)
+    bins = pc.if_else(pc.less_equal(values, 0.0), pa.scalar(-1, pa.int64()), bits)
+    return {row["values"]: row["counts"] for row in pc.value_counts(bins).to_pylist()}
 
 
 def link_source(store: Store, con, files: tuple, table_schema) -> str:
@@ -207,7 +229,7 @@ def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[i
 MERGE_BATCH_ROWS = 16 * 1024
 """Rows a bucket's stream of ranking keys holds at once in the top-N merge."""
 
-KEY_COLUMNS = ["priority", "next_fetch", "url", "host"]
+KEY_COLUMNS = ["priority", "next_fetch", "url"]
 
 
 @dataclass(frozen=True)
@@ -221,39 +243,90 @@ class Cutoff:
     url: str
 
 
-def ranked_keys(store: Store, path: StorePath) -> Iterator[tuple[float, int, str, str]]:
-    """A bucket's candidates as (-priority, next_fetch µs, url, host), in ranking order (the
-    order select_bucket_due wrote them in), one batch of MERGE_BATCH_ROWS in memory."""
+def ranked_keys(store: Store, path: StorePath, skip: int = 0) -> Iterator[tuple[float, int, str]]:
+    """A bucket's candidates from row ``skip`` on as (-priority, next_fetch µs, url), in
+    ranking order (the order select_bucket_due wrote them in), one batch of MERGE_BATCH_ROWS
+    turned into Python objects at a time; the row groups before ``skip`` are not read."""
     with store.fs.open_input_file(str(path)) as fh:
         parquet = pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
-        for batch in parquet.iter_batches(batch_size=MERGE_BATCH_ROWS, columns=KEY_COLUMNS, use_threads=False):
+        first, start = 0, 0
+        while first < parquet.num_row_groups and start + parquet.metadata.row_group(first).num_rows <= skip:
+            start += parquet.metadata.row_group(first).num_rows
+            first += 1
+        groups = list(range(first, parquet.num_row_groups))
+        if not groups:
+            return
+        for batch in parquet.iter_batches(batch_size=MERGE_BATCH_ROWS, row_groups=groups, columns=KEY_COLUMNS,
+                                          use_threads=False):
+            if start + batch.num_rows <= skip:
+                start += batch.num_rows
+                continue
+            batch, start = batch.slice(max(0, skip - start)), max(start, skip)
             next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
             yield from zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
-                           batch.column("url").to_pylist(), batch.column("host").to_pylist())
+                           batch.column("url").to_pylist())
 
 
-def top_n_cutoff(store: Store, candidates: list[StorePath], top_n: int) -> tuple[Cutoff | None, dict[str, int]]:
-    """The key of the ``top_n``-th best candidate over every bucket and the chosen URLs'
-    count per host (for the assignment), by a k-way merge of the buckets' sorted keys.
+def top_n_cutoff(store: Store, candidates: list[StorePath], histograms: list[dict[int, int]],
+                 top_n: int) -> Cutoff | None:
+    """The key of the ``top_n``-th best candidate over every bucket (None: no candidate).
 
-    Memory: one batch of keys per bucket and one counter per chosen host; the chosen rows
-    themselves stay in the candidate files, which the partition tasks read. The tuple order
-    is due_sql's ORDER BY (priority DESC, next_fetch, url: url is unique, so no two keys
-    tie), and the candidates are each bucket's best, so the set is the one the single
-    ``ORDER BY ... LIMIT top_n`` over all candidates chose."""
-    urls_per_host: Counter = Counter()
-    last = None
-    for last in itertools.islice(heapq.merge(*(ranked_keys(store, path) for path in candidates)), top_n):
-        urls_per_host[last[3]] += 1
-    if last is None:
-        return None, {}
-    return Cutoff(-last[0], last[1], last[2]), dict(urls_per_host)
+    The buckets' histograms (:func:`priority_bins`) give the bin the cutoff falls in and how
+    many URLs rank above it; a k-way merge of the buckets' sorted keys, each started at its
+    first row of that bin, finds the key inside it. Memory: one batch of keys per bucket; the
+    Python work is the URLs of one bin, not of the fetch list (all of them when every
+    priority ties, as with ``ranking = 'depth'`` and no overdue boost). The tuple order is
+    due_sql's ORDER BY (priority DESC, next_fetch, url: url is unique, so no two keys tie),
+    and the candidates are each bucket's best, so the set is the one the single ``ORDER BY
+    ... LIMIT top_n`` over all candidates chose."""
+    total: Counter = Counter()
+    for histogram in histograms:
+        total.update(histogram)
+    wanted = min(top_n, sum(total.values()))
+    if wanted == 0:
+        return None
+    above = 0
+    for cut in sorted(total, reverse=True):  # best bin first
+        if above + total[cut] >= wanted:
+            break
+        above += total[cut]
+    # A bucket file is in ranking order, so its rows of better bins come first.
+    starts = [sum(n for b, n in histogram.items() if b > cut) for histogram in histograms]
+    keys = heapq.merge(*(ranked_keys(store, path, skip) for path, skip in zip(candidates, starts)))
+    last = next(itertools.islice(keys, wanted - above - 1, None))
+    return Cutoff(-last[0], last[1], last[2])
 
 
 AT_OR_BEFORE_CUTOFF_SQL = """priority >= $priority AND (priority > $priority OR epoch_us(next_fetch) < $next_fetch_us
     OR (epoch_us(next_fetch) = $next_fetch_us AND url <= $url))"""
 """Rows ranked at or before the cutoff. The first term alone prunes the row groups past the
 cutoff by their statistics (a bucket file is in ranking order)."""
+
+
+@dataclass(frozen=True)
+class ChosenHostsTask:
+    """Count one bucket's chosen URLs by host (picklable)."""
+
+    store_uri: str
+    config: Config
+    candidates: StorePath
+    cutoff: Cutoff
+    workers: int = 1
+
+
+def count_chosen_hosts(task: ChosenHostsTask) -> dict[str, int]:
+    """host → URLs of the bucket's candidates ranked at or before the cutoff: the per-host
+    stats the assignment is planned from (a bucket's hosts of the segment, small)."""
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    rows = con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall()
+    con.close()
+    return dict(rows)
+
+
+def cutoff_params(cutoff: Cutoff) -> dict:
+    return {"priority": cutoff.priority, "next_fetch_us": cutoff.next_fetch_us, "url": cutoff.url}
 
 
 @dataclass(frozen=True)
@@ -284,11 +357,10 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
     mine = assignment.filter(pc.equal(assignment["partition"], task.partition))
     con = connect(store, config, task.workers)
     con.register("assignment", mine)
-    cutoff = {"priority": task.cutoff.priority, "next_fetch_us": task.cutoff.next_fetch_us, "url": task.cutoff.url}
     table = con.sql(f"""
         SELECT {", ".join(schema.FETCHLIST.names)} FROM {store.duckdb_source(con, list(task.candidates))}
         WHERE {AT_OR_BEFORE_CUTOFF_SQL} AND host IN (SELECT host FROM assignment)
-        ORDER BY host, score DESC, url""", params=cutoff).to_arrow_table()
+        ORDER BY host, score DESC, url""", params=cutoff_params(task.cutoff)).to_arrow_table()
     store.write_table(seg.fetchlist_file(task.folder, task.partition), table, schema.FETCHLIST)
     counters = {"generate/urls": table.num_rows}
     if config.fetch.follow_outlinks_depth > 0:
@@ -363,9 +435,13 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                                     *current_link_files(store, bucket, len(files)), host_lease_files)
                  for bucket, file in enumerate(files)]
         try:
-            executor.map(select_bucket_due, tasks)
-            cutoff, urls_per_host = top_n_cutoff(store, [t.out for t in tasks], top_n)
+            outs = [t.out for t in tasks]
+            cutoff = top_n_cutoff(store, outs, executor.map(select_bucket_due, tasks), top_n)
+            urls_per_host: dict[str, int] = {}
             if cutoff is not None:
+                for counts in executor.map(count_chosen_hosts, [ChosenHostsTask(store.uri, config, out, cutoff,
+                                                                                executor.workers) for out in outs]):
+                    urls_per_host.update(counts)
                 write_fetchlists(store, executor, segment, [t.out for t in tasks], cutoff, urls_per_host,
                                  partitions, config, files, manifest.schema_version)
         finally:

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import cycles.generate.generate as gen
+import cycles.store
 from cycles.config import Config
 from cycles.crawldb import connect, current_bucket_files, replace_crawldb, upgraded_sql
 from cycles.executor import InProcess
@@ -61,10 +62,12 @@ def fetchlist_urls(store, segment) -> list[str]:
     return [r["url"] for r in pq.read_table(store.segment_dir(segment) / "fetchlist").to_pylist()]
 
 
-@pytest.mark.parametrize("top_n", [1, 10, 23, 50, 63, 1000])
+@pytest.mark.parametrize("top_n", [1, 10, 23, 50, 62, 63, 1000])
 def test_merged_cutoff_chooses_the_urls_one_sorted_query_chose(store, config, tmp_path, monkeypatch, top_n):
-    # Tiny batches: the cut falls across batch boundaries of several buckets.
+    # Tiny batches and row groups: the merge starts inside a row group, past skipped ones,
+    # and the cut falls across batch boundaries of several buckets.
     monkeypatch.setattr(gen, "MERGE_BATCH_ROWS", 4)
+    monkeypatch.setattr(cycles.store, "ROW_GROUP_ROWS", 5)
     seed_with_ties(store, config, tmp_path)
     now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
     expected = reference_urls(store, config, now, top_n)
@@ -87,7 +90,8 @@ def test_each_partition_is_written_by_its_own_task(store, config, tmp_path):
 
     executor = Recording()
     result = gen.generate(store, config, top_n=40, executor=executor)
-    assert executor.calls == [("select_bucket_due", 4), ("write_partition", 3)]
+    # Per bucket: its top, then its chosen URLs per host; then one task per partition.
+    assert executor.calls == [("select_bucket_due", 4), ("count_chosen_hosts", 4), ("write_partition", 3)]
     folder = store.segment_dir(result.segment)
     assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
     for part in range(3):
@@ -149,3 +153,17 @@ def test_partition_by_domain_puts_a_sites_subdomains_in_one_partition(store, con
     assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
     for s in range(2):
         assert len({assignment[f"{sub}.site{s}.com"] for sub in ("www", "blog", "shop")}) == 1
+
+
+def test_priority_bins_follow_the_priority_order():
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(3)
+    values = sorted([0.0, -0.0, 5e-324, 1e-300, 1.0, 1.0000001, 2.0, 3.5, 1e300]
+                    + [rng.uniform(0, 10) for _ in range(2000)] + [rng.uniform(0, 1e-6) for _ in range(200)])
+    bins = [next(iter(gen.priority_bins(pa.array([v])))) for v in values]
+    assert bins == sorted(bins)  # never a lower bin for a higher priority
+    assert bins[0] == bins[1] == -1  # zero and -0.0 tie in the sort, so share a bin
+    assert gen.priority_bins(pa.array([1.0, 1.0, 2.0])) == {bins[values.index(1.0)]: 2, bins[values.index(2.0)]: 1}
