@@ -52,7 +52,7 @@ def make_buckets(folder: Path, buckets: int, rows: int, seed: int = 7) -> list[P
                    ((1 + (hash(i * 7 + {b} + {seed}) % 400)) / 100.0)::DOUBLE AS priority,
                    TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_seconds((hash(i * 13 + {b}) % 5000)::BIGINT) AS next_fetch
             FROM range({rows}) t(i)
-            ORDER BY priority DESC, next_fetch, url) TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE 1048576)""")
+            ORDER BY priority DESC, next_fetch, url) TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE 65536)""")
         files.append(path)
     return files
 

@@ -11,13 +11,15 @@ fair share ends up alone, and the makespan is within 4/3 of the best. The result
 segment's assignment (``assignment.parquet``, schema.ASSIGNMENT): every host in
 exactly one partition. Everything that asks "whose is this host" reads it
 (cycles/fetch/inline.py); a host in no fetch list falls back to ``host_hash % partitions``.
+With ``generate.partition_by`` = domain or ip, the hosts sharing a slot key
+(cycles/slotkey.py) are placed as one item, at the sum of their expected times.
 
 **The seen-set.** For discovery inside the fetch (cycles/fetch/discovery.py) each partition
 gets the URLs the crawl DB holds for its hosts as a Bloom filter (``seen/part-N.bloom``,
 ``fetch.follow_seen_fp``: ~1.2 bytes a URL at 1 %), and their count per host and URL
 pattern (``seen/part-N.parquet``, schema.SEEN_COUNTS) for the trap caps. Written only when
-``fetch.follow_outlinks_depth`` is on; one scan of the crawl DB's url, host and
-pattern_hash columns for the fetch list's hosts.
+``fetch.follow_outlinks_depth`` is on, by the partition's own task: a scan of the url, host
+and pattern_hash columns of the crawl DB buckets that hold its hosts.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import cycles.generate.generate as gen
-import cycles.store
 from cycles.config import Config
 from cycles.crawldb import connect, current_bucket_files, replace_crawldb, upgraded_sql
 from cycles.executor import InProcess
@@ -67,7 +66,7 @@ def test_merged_cutoff_chooses_the_urls_one_sorted_query_chose(store, config, tm
     # Tiny batches and row groups: the merge starts inside a row group, past skipped ones,
     # and the cut falls across batch boundaries of several buckets.
     monkeypatch.setattr(gen, "MERGE_BATCH_ROWS", 4)
-    monkeypatch.setattr(cycles.store, "ROW_GROUP_ROWS", 5)
+    monkeypatch.setattr(gen, "CANDIDATE_ROW_GROUP_ROWS", 5)
     seed_with_ties(store, config, tmp_path)
     now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
     expected = reference_urls(store, config, now, top_n)
