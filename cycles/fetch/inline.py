@@ -8,7 +8,10 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
 - :meth:`~InlineFetches.owns`: is the host this worker's? A host of this partition's fetch
   list is; a host of another partition's is not (the segment's assignment,
   cycles/generate/assign.py); a host in no fetch list belongs to partition
-  ``host_hash % partitions`` (so exactly one worker may take it up). A segment without an
+  ``host_hash % partitions`` (so exactly one worker may take it up). With
+  ``generate.partition_by`` = domain or ip, a host goes with its slot key
+  (cycles/slotkey.py): to the partition of a host of the assignment with the same key,
+  else by the key's hash, so two workers never ask one server at once. A segment without an
   assignment file (made by an older generate, or by hand) uses ``host_hash % partitions``
   for every host;
 - :meth:`~InlineFetches.claim`: a URL is fetched at most once a segment. Every URL of the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from cycles import segment as seg
 from cycles.config import Config
+from cycles.slotkey import slot_key
 from cycles.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter, host_hash
 
@@ -34,6 +38,7 @@ class InlineFetches:
         self.partition = partition
         self.partitions = 1
         """How many partitions generate made (set by the worker from the Generated marker)."""
+        self.config = config
         self.normalizer = Normalizer(config.urls)
         self.url_filter = UrlFilter(config.urls)
         self.listed_urls: set[str] = set()
@@ -41,6 +46,7 @@ class InlineFetches:
         self.own_hosts: set[str] = set()
         """The hosts of this partition's fetch list."""
         self._assignment: dict[str, int] | None = None
+        self._key_owners: dict[str, int] | None = None
 
     def prepare(self, url: str) -> str | None:
         """``url`` normalised, if the URL filters keep it (None: update would drop it too)."""
@@ -55,7 +61,11 @@ class InlineFetches:
         owner = self.assignment().get(host)
         if owner is not None:
             return owner == self.partition
-        return host_hash(host) % self.partitions == self.partition
+        key = slot_key(host, self.config)  # the host itself unless generate.partition_by groups hosts
+        owner = self.key_owners().get(key) if key != host else None
+        if owner is not None:
+            return owner == self.partition
+        return host_hash(key) % self.partitions == self.partition
 
     def assignment(self) -> dict[str, int]:
         """host → partition from generate's assignment file (read once; {} when there is none)."""
@@ -66,6 +76,12 @@ class InlineFetches:
                 table = self.store.read_table(path, columns=["host", "partition"])
                 self._assignment = dict(zip(table["host"].to_pylist(), table["partition"].to_pylist()))
         return self._assignment
+
+    def key_owners(self) -> dict[str, int]:
+        """slot key → partition of the assignment's hosts (generate placed a key's hosts together)."""
+        if self._key_owners is None:
+            self._key_owners = {slot_key(host, self.config): part for host, part in self.assignment().items()}
+        return self._key_owners
 
     def claim(self, url: str) -> bool:
         """Take ``url`` for an inline fetch; False when this segment already has (or will

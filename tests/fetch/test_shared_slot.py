@@ -94,3 +94,35 @@ def test_generate_puts_names_of_one_address_in_one_partition(store, tmp_path):
     assert len({assignment[f"n{i}.web.test"] for i in (0, 2, 4)}) == 1
     assert len({assignment[f"n{i}.web.test"] for i in (1, 3, 5)}) == 1
     assert len(set(assignment.values())) == 2
+
+
+def test_a_host_outside_the_fetch_list_goes_with_its_slot_key(store):
+    """A redirect or discovery target on a domain whose hosts partition 1 fetches is partition
+    1's too: another worker taking it would ask the same server at the same time."""
+    import pyarrow as pa
+
+    from cycles import schema
+    from cycles import segment as seg
+    from cycles.config import Config
+    from cycles.fetch.inline import InlineFetches
+    from cycles.urls import host_hash
+
+    seg_dir = store.path("segments", "s1")
+    store.write_table(seg.assignment_file(seg_dir), pa.table(
+        {"host": ["www.site.com", "other.org"], "partition": pa.array([1, 0], pa.int32())}), schema.ASSIGNMENT)
+    config = Config()
+    config.generate.partition_by = "domain"
+    owners = {}
+    for part in range(4):
+        inline = InlineFetches(store, config, seg_dir, part)
+        inline.partitions = 4
+        owners[part] = inline
+    new = [f"s{i}.site.com" for i in range(12)]
+    assert all(owners[1].owns(h) and not any(owners[p].owns(h) for p in (0, 2, 3)) for h in new)
+    # A domain in no fetch list: all its hosts in one partition, by the domain's hash.
+    fresh = [f"s{i}.fresh.net" for i in range(12)]
+    assert {p for h in fresh for p in range(4) if owners[p].owns(h)} == {host_hash("fresh.net") % 4}
+    # partition_by = host keeps the old rule: by the host's own hash.
+    plain = InlineFetches(store, Config(), seg_dir, 0)
+    plain.partitions = 4
+    assert [plain.owns(h) for h in fresh] == [host_hash(h) % 4 == 0 for h in fresh]
