@@ -468,7 +468,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                 for counts in executor.map(count_chosen_hosts, [ChosenHostsTask(store.uri, config, out, cutoff,
                                                                                 executor.workers) for out in outs]):
                     urls_per_host.update(counts)
-                write_fetchlists(store, executor, segment, [t.out for t in tasks], cutoff, urls_per_host,
+                write_fetchlists(store, executor, segment, outs, cutoff, urls_per_host,
                                  partitions, config, files, manifest.schema_version)
         finally:
             store.delete_dir(candidates)
