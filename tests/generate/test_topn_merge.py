@@ -61,7 +61,7 @@ def fetchlist_urls(store, segment) -> list[str]:
     return [r["url"] for r in pq.read_table(store.segment_dir(segment) / "fetchlist").to_pylist()]
 
 
-@pytest.mark.parametrize("top_n", [1, 10, 23, 50, 62, 63, 1000])
+@pytest.mark.parametrize("top_n", [1, 23, 62, 1000])
 def test_merged_cutoff_chooses_the_urls_one_sorted_query_chose(store, config, tmp_path, monkeypatch, top_n):
     # Tiny batches and row groups: the merge starts inside a row group, past skipped ones,
     # and the cut falls across batch boundaries of several buckets.
