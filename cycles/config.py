@@ -411,6 +411,14 @@ class GenerateConfig:
     ``max_urls_per_host`` URLs in one fetch list (politeness still spaces their requests, so a
     larger budget only helps while the cycle has time for it)."""
 
+    partition_by: Annotated[str, Choice(("host", "domain", "ip"))] = "host"
+    """Which hosts share one politeness slot (one request in flight, the delay between the end
+    of one response and the next request, whichever of its names is asked) and so one
+    fetch-list partition (cycles/slotkey.py). ``host``: every host name its own. ``domain``:
+    the names of one registered domain (Public Suffix List, bundled snapshot). ``ip``: the
+    names ``fetch.resolve`` pins to one address (others: each its own). Sharing is slower for
+    sites with many sub-domains, which the server then sees at the one delay it asked for."""
+
 
 @dataclass
 class FetchConfig:

@@ -444,13 +444,17 @@ class Store:
             tmp.unlink(missing_ok=True)
         _observed("PUT", path)
 
-    def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> int:
+    def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema,
+                      row_group_rows: int | None = None) -> int:
         """Stream record batches into one Parquet file atomically; returns rows written.
 
         The file always exists afterwards, with no rows if no batch had any. On S3 it is a
         multipart upload that only becomes an object when complete; if the batches fail
-        midway the object is deleted again.
+        midway the object is deleted again. ``row_group_rows``: rows per row group, if not
+        ROW_GROUP_ROWS (a reader streaming several files at once wants smaller groups).
         """
+        group_rows = row_group_rows or ROW_GROUP_ROWS
+
         def write(sink) -> int:
             rows = 0
             pending: list[pa.RecordBatch] = []
@@ -459,7 +463,7 @@ class Store:
             with pq.ParquetWriter(sink, schema, compression="zstd", write_page_checksum=True) as writer:
                 def flush() -> None:
                     writer.write_table(pa.Table.from_batches(pending).select(schema.names).cast(schema),
-                                       row_group_size=ROW_GROUP_ROWS)
+                                       row_group_size=group_rows)
                     pending.clear()
                 # Gather batches into row groups of ~ROW_GROUP_ROWS rows: one row group per
                 # 64 K-row batch cost a quarter more CPU and a tenth more bytes
@@ -472,7 +476,7 @@ class Store:
                         pending_rows += batch.num_rows
                         pending_bytes += batch.nbytes
                         rows += batch.num_rows
-                        if pending_rows >= ROW_GROUP_ROWS or pending_bytes >= ROW_GROUP_BYTES:
+                        if pending_rows >= group_rows or pending_bytes >= ROW_GROUP_BYTES:
                             flush()
                             pending_rows = pending_bytes = 0
                 if pending:

@@ -5,6 +5,11 @@ exactly one partition). A slot holds at most one request in flight; when the res
 ends, the slot's next-allowed time becomes ``end + delay`` and it goes back on the heap.
 Times are on the monotonic clock, so a wall-clock jump cannot shorten a delay. The rules
 that move a slot's times (spacing, back-off, set-aside) are in cycles/fetch/politeness.py.
+
+With ``generate.partition_by`` = domain or ip, host names that share a server share a
+:class:`ServerGate` too (cycles/slotkey.py; generate put them in one partition): one request
+in flight among them, and the spacing after it holds for all of them. Each name keeps its
+own slot for what is the name's (robots.txt, queue, failures, back-off).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from cycles.fetch.robots_state import RobotsState
 
@@ -30,6 +36,18 @@ ABORTED_MARGIN_S = 0.02
 """The margin after a transfer we aborted or that failed (too large, not HTML, a timeout, a
 network error): the server notices the end only when our close reaches its event loop, a
 later moment we do not see."""
+
+
+@dataclass
+class ServerGate:
+    """What the host names of one slot key share: one request in flight, and no request
+    before ``next_allowed`` (the end of the last response plus its delay)."""
+
+    in_flight: bool = False
+    next_allowed: float = 0.0
+    """Monotonic time before which none of its hosts may be asked."""
+    waiting: set = field(default_factory=set)
+    """Hosts that were ready while another host of the key was in flight."""
 
 
 @dataclass
@@ -51,21 +69,55 @@ class HostSlot:
     """Why the host is not fetched further this cycle (its URLs are deferred)."""
     last_request_end_wall: float | None = None
     """Wall-clock end of the last response, persisted so the next cycle keeps the spacing."""
+    gate: ServerGate | None = None
+    """Shared with the other hosts of its slot key (``generate.partition_by``); None: its own."""
 
 
 class Frontier:
     """Hosts ordered by when they may next be asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_of: Callable[[str], str] | None = None) -> None:
         self.slots: dict[str, HostSlot] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
+        self.key_of = key_of
+        """host → slot key (cycles/slotkey.py); None: every host its own slot."""
+        self.gates: dict[str, ServerGate] = {}
 
     def slot(self, host: str) -> HostSlot:
         slot = self.slots.get(host)
         if slot is None:
             slot = self.slots[host] = HostSlot(host)
+            if self.key_of is not None:
+                slot.gate = self.gates.setdefault(self.key_of(host), ServerGate())
         return slot
+
+    def started(self, slot: HostSlot) -> None:
+        """A request of ``slot`` is in flight: none of its gate's other hosts may start."""
+        slot.in_flight = True
+        if slot.gate is not None:
+            slot.gate.in_flight = True
+
+    def finished(self, slot: HostSlot, spaced_until: float) -> None:
+        """``slot``'s response ended and was handled: its gate's hosts wait until
+        ``spaced_until`` (the end plus the delay) and those that were ready meanwhile go back
+        on the heap. (The slot's own ``in_flight`` was cleared before the handlers ran.)"""
+        gate = slot.gate
+        if gate is None:
+            return
+        gate.in_flight = False
+        gate.next_allowed = max(gate.next_allowed, spaced_until)
+        for host in gate.waiting:
+            self.schedule(self.slots[host])
+        gate.waiting.clear()
+
+    def restore_gates(self, now_mono: float, now_wall: float) -> None:
+        """Each gate's next-allowed time from its hosts' last responses (the host DB): a
+        host asked at the end of the last cycle delays its key-mates too."""
+        for slot in self.slots.values():
+            if slot.gate is not None and slot.last_request_end_wall is not None:
+                wait = slot.last_request_end_wall + slot.delay_s + SPACING_MARGIN_S - now_wall
+                slot.gate.next_allowed = max(slot.gate.next_allowed, now_mono + wait)
 
     def schedule(self, slot: HostSlot) -> None:
         """Put a host (back) on the heap at its next-allowed time, if it has work."""
@@ -82,6 +134,13 @@ class Frontier:
                 continue
             if slot.next_allowed > now:
                 self.schedule(slot)
+                continue
+            gate = slot.gate
+            if gate is not None and gate.in_flight:
+                gate.waiting.add(host)  # back on the heap when the gate's request ends
+                continue
+            if gate is not None and gate.next_allowed > now:
+                heapq.heappush(self._heap, (gate.next_allowed, next(self._seq), host))
                 continue
             return slot
         return None

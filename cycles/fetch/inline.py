@@ -8,7 +8,10 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
 - :meth:`~InlineFetches.owns`: is the host this worker's? A host of this partition's fetch
   list is; a host of another partition's is not (the segment's assignment,
   cycles/generate/assign.py); a host in no fetch list belongs to partition
-  ``host_hash % partitions`` (so exactly one worker may take it up). A segment without an
+  ``host_hash % partitions`` (so exactly one worker may take it up). With
+  ``generate.partition_by`` = domain or ip, a host goes with its slot key
+  (cycles/slotkey.py): to the partition of a host of the assignment with the same key,
+  else by the key's hash, so two workers never ask one server at once. A segment without an
   assignment file (made by an older generate, or by hand) uses ``host_hash % partitions``
   for every host. A host the crawl DB does not know at all (generate's known-hosts filter)
   is instead the worker's that claims it first, across partitions and segments in flight
@@ -24,6 +27,7 @@ from __future__ import annotations
 from cycles import segment as seg
 from cycles.config import Config
 from cycles.fetch.newhosts import NewHosts
+from cycles.slotkey import slot_key
 from cycles.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter, host_hash
 
@@ -37,6 +41,7 @@ class InlineFetches:
         self.partition = partition
         self.partitions = 1
         """How many partitions generate made (set by the worker from the Generated marker)."""
+        self.config = config
         self.normalizer = Normalizer(config.urls)
         self.url_filter = UrlFilter(config.urls)
         self.listed_urls: set[str] = set()
@@ -46,6 +51,7 @@ class InlineFetches:
         self._assignment: dict[str, int] | None = None
         self.new_hosts: NewHosts | None = None
         """Claims of hosts nobody knows (set by the worker; None: no new host is taken)."""
+        self._key_owners: dict[str, int] | None = None
 
     def prepare(self, url: str) -> str | None:
         """``url`` normalised, if the URL filters keep it (None: update would drop it too)."""
@@ -57,7 +63,7 @@ class InlineFetches:
     def owns(self, host: str) -> bool:
         if host in self.own_hosts:
             return True
-        if self.new_hosts is not None and self.new_hosts.is_new(host):
+        if self.new_hosts is not None and self.new_hosts.is_new(host) and self.config.generate.partition_by == "host":
             # Nobody knows it: ours only by claim, so no other worker — of this segment
             # or of another in flight — fetches it too.
             return self.take_new_host(host)
@@ -66,12 +72,22 @@ class InlineFetches:
         owner = self.assignment().get(host)
         if owner is not None:
             return owner == self.partition
-        return host_hash(host) % self.partitions == self.partition
+        key = slot_key(host, self.config)  # the host itself unless generate.partition_by groups hosts
+        owner = self.key_owners().get(key) if key != host else None
+        if owner is not None:
+            return owner == self.partition
+        return host_hash(key) % self.partitions == self.partition
 
     def take_new_host(self, host: str) -> bool:
         """Claim ``host``, which the crawl DB does not know, for this partition (then it is
         one of :attr:`own_hosts`); False when it is known or another worker has it."""
-        if self.new_hosts is None or not self.new_hosts.is_new(host) or not self.new_hosts.claim(host):
+        if self.new_hosts is None or not self.new_hosts.is_new(host):
+            return False
+        if self.config.generate.partition_by != "host":
+            # A claim is per host name, and hosts sharing a server must share one worker:
+            # with partition_by = domain | ip a new host waits for generate to place it.
+            return False
+        if not self.new_hosts.claim(host):
             return False
         self.own_hosts.add(host)
         return True
@@ -85,6 +101,12 @@ class InlineFetches:
                 table = self.store.read_table(path, columns=["host", "partition"])
                 self._assignment = dict(zip(table["host"].to_pylist(), table["partition"].to_pylist()))
         return self._assignment
+
+    def key_owners(self) -> dict[str, int]:
+        """slot key → partition of the assignment's hosts (generate placed a key's hosts together)."""
+        if self._key_owners is None:
+            self._key_owners = {slot_key(host, self.config): part for host, part in self.assignment().items()}
+        return self._key_owners
 
     def claim(self, url: str) -> bool:
         """Take ``url`` for an inline fetch; False when this segment already has (or will

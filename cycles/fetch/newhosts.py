@@ -152,15 +152,24 @@ def read_known_hosts(store: Store, folder: StorePath) -> BloomFilter | None:
 
 
 def leave_out_claimed(store: Store, segment: str, selected: pa.Table, counters: Counter | None = None) -> pa.Table:
-    """``selected`` without the hosts a segment in flight claimed (module doc).
-
-    For each other segment generated or fetching, each selected host its known-hosts filter
-    lacks is claimed in its name for ``segment``; a host whose claim is another's is dropped."""
-    others = [s for s, state in seg.states(store) if state in IN_FLIGHT and s != segment]
-    if not others or selected.num_rows == 0:
+    """``selected`` without the hosts a segment in flight claimed (:func:`claimed_elsewhere`)."""
+    if selected.num_rows == 0:
         return selected
-    hosts = pc.unique(selected["host"]).to_pylist()
+    dropped = claimed_elsewhere(store, segment, pc.unique(selected["host"]).to_pylist(), counters)
+    if not dropped:
+        return selected
+    return selected.filter(pc.invert(pc.is_in(selected["host"], pa.array(sorted(dropped), pa.string()))))
+
+
+def claimed_elsewhere(store: Store, segment: str, hosts: list[str], counters: Counter | None = None) -> set[str]:
+    """The ``hosts`` a segment in flight claimed, which ``segment`` must leave out (module doc).
+
+    For each other segment generated or fetching, each host its known-hosts filter lacks is
+    claimed in its name for ``segment``; a host whose claim is another's is left out."""
+    others = [s for s, state in seg.states(store) if state in IN_FLIGHT and s != segment]
     dropped: set[str] = set()
+    if not others or not hosts:
+        return dropped
     for other in others:
         folder = store.segment_dir(other, must_exist=False)
         known = read_known_hosts(store, folder)
@@ -175,11 +184,9 @@ def leave_out_claimed(store: Store, segment: str, selected: pa.Table, counters: 
                 continue
             if read_claim(store, path).get("segment") != segment:
                 dropped.add(host)
-    if not dropped:
-        return selected
-    if counters is not None:
+    if dropped and counters is not None:
         counters["generate/new_hosts_left_out"] += len(dropped)
-    return selected.filter(pc.invert(pc.is_in(selected["host"], pa.array(sorted(dropped), pa.string()))))
+    return dropped
 
 
 # --- the worker's side ----------------------------------------------------------------------

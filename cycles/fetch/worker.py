@@ -43,6 +43,7 @@ to the URL itself is recorded, its target dropped.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import time
@@ -58,8 +59,9 @@ from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config
 from cycles.fetch import politeness
-from cycles.fetch.frontier import Frontier, HostSlot
+from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.hostdb import load_host_state
+from cycles.slotkey import slot_key
 from cycles.metrics import allowed_requests
 from cycles.fetch.archive import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
@@ -104,7 +106,9 @@ class PartitionFetcher:
         self.stats: Counter = Counter()
         self.robots = RobotsSteps(self.fc, self.stats, clock.offset_s(), self.floor_s)
         self.sitemaps = SitemapSteps(self.fc, self.stats)
-        self.frontier = Frontier()
+        # Hosts sharing a server share its spacing when generate.partition_by says so.
+        self.frontier = Frontier(None if config.generate.partition_by == "host"
+                                 else functools.partial(slot_key, config=config))
         self.seg_dir = store.segment_dir(segment)
         self.inline = InlineFetches(store, config, self.seg_dir, partition)
         self.redirects = Redirects(store, config, self.inline, self.stats)
@@ -171,6 +175,7 @@ class PartitionFetcher:
         # it were never fetched nor written.
         for slot in self.frontier.slots.values():
             self._init_slot(slot, slot.queue[0]["url"], states.get(slot.host), now_mono, now_wall, resumed)
+        self.frontier.restore_gates(now_mono, now_wall)
         for slot in self.frontier.slots.values():
             self._set_aside_if_far(slot, now_mono)
             self.frontier.schedule(slot)
@@ -473,7 +478,7 @@ class PartitionFetcher:
         configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
         # A host's address is looked up once a cycle, not every minute (libcurl's default).
         curl.setopt(pycurl.DNS_CACHE_TIMEOUT, self.fc.dns_cache_s)
-        slot.in_flight = True
+        self.frontier.started(slot)
         self.active[curl] = (transfer, slot)
         self.multi.add_handle(curl)
         self.stats["fetch/requests"] += 1
@@ -498,6 +503,7 @@ class PartitionFetcher:
         # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and
         # a back-off may already have pushed next_allowed further.
         politeness.space_after_response(slot, transfer, self.fc)
+        self.frontier.finished(slot, transfer.ended + politeness.delay_after(slot, transfer, self.fc) + SPACING_MARGIN_S)
         curl.reset()
         self.free.append(curl)
         self.frontier.schedule(slot)

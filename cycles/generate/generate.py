@@ -11,7 +11,26 @@ of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chose
 written to ``segments/<id>/fetchlist/part-NNNNN.parquet``, every host in exactly one
 partition — so it is fetched by exactly one process — the partitions balanced by expected
 fetch time (URLs × host delay; cycles/generate/assign.py, which also writes each
-partition's seen-set for discovery inside the fetch), ordered by host, then score. The fetch list is the
+partition's seen-set for discovery inside the fetch), ordered by host, then score. Hosts
+sharing a politeness slot (``generate.partition_by``: domain or IP, cycles/slotkey.py) are
+placed in one partition.
+
+No process holds the segment's rows (issue #11). Tasks on the stage's executor, in rounds:
+
+1. one :func:`select_bucket_due` per crawl DB bucket writes its best ``top_n`` due URLs in
+   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin;
+2. the coordinator sums the histograms to find the bin the ``top_n``-th URL falls in, and
+   a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
+   (:func:`top_n_cutoff`: one batch per bucket in memory);
+3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
+   host; from those counts the coordinator plans the host → partition assignment;
+4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
+   at or before the cutoff — and its seen-set.
+
+The candidate files stay sorted by ranking key rather than by host: the cutoff then prunes
+every row group past it (most of a bucket's ``top_n`` when there are many buckets), while a
+host order would prune nothing, as the balanced assignment spreads every partition's hosts
+over the whole host range. The fetch list is the
 lease (cycles/leases.py): until the segment is updated or ``now + lease_s`` passes, its
 URLs are not generated again. Generate only reads the crawl DB; it never rewrites it.
 """
@@ -19,11 +38,17 @@ URLs are not generated again. Generate only reads the crawl DB; it never rewrite
 from __future__ import annotations
 
 import datetime as dt
+import heapq
+import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cycles import clock, metrics, schema
 from cycles import segment as seg
@@ -31,8 +56,9 @@ from cycles.config import Config
 from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
 from cycles.errors import StageError
 from cycles.executor import Executor
-from cycles.fetch.newhosts import leave_out_claimed
-from cycles.generate.assign import plan_partitions, write_seen_sets
+from cycles.fetch.newhosts import claimed_elsewhere, write_known_hosts
+from cycles.generate.assign import plan_partitions, write_seen_set
+from cycles.hostdb import host_buckets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
@@ -149,8 +175,9 @@ class GenerateBucketTask:
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
 
 
-def select_bucket_due(task: GenerateBucketTask) -> int:
-    """Write the bucket's best ``top_n`` due URLs to ``task.out``; returns how many.
+def select_bucket_due(task: GenerateBucketTask) -> dict[int, int]:
+    """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
+    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
@@ -170,9 +197,36 @@ def select_bucket_due(task: GenerateBucketTask) -> int:
     leased = leased_urls_sql(store, con, list(task.lease_files))
     reader = con.sql(due_sql(source, leased, task.config, task.top_n),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)
-    rows = store.write_batches(task.out, reader, reader.schema)
+    histogram: Counter = Counter()
+
+    def counted(batches):
+        for batch in batches:
+            histogram.update(priority_bins(batch.column("priority")))
+            yield batch
+    store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
     con.close()
-    return rows
+    return dict(histogram)
+
+
+CANDIDATE_ROW_GROUP_ROWS = 64 * 1024
+"""Rows per row group of a bucket's candidates: the top-N merge decodes a whole row group of
+each bucket at once (1 M-row groups held 0.6 GB for 8 buckets of 1 M candidates), and the
+cutoff prunes by row group."""
+
+
+PRIORITY_BIN_SHIFT = 44
+"""A priority's bin is its float64 bit pattern shifted right this much: sign, exponent and 8
+mantissa bits, so bins are 1/256 of an octave (0.4 %) wide."""
+
+
+def priority_bins(priority: pa.Array) -> dict[int, int]:
+    """URLs per priority bin. For priorities >= 0 the IEEE bit pattern orders as the value
+    does, so the bins are in priority order exactly (no rounding of a logarithm can put a
+    row in a bin out of its file order); zero, -0.0 and below share bin -1."""
+    values = priority.cast(pa.float64())
+    bits = pc.shift_right(values.view(pa.int64()), PRIORITY_BIN_SHIFT)
+    bins = pc.if_else(pc.less_equal(values, 0.0), pa.scalar(-1, pa.int64()), bits)
+    return {row["values"]: row["counts"] for row in pc.value_counts(bins).to_pylist()}
 
 
 def link_source(store: Store, con, files: tuple, table_schema) -> str:
@@ -198,27 +252,174 @@ def apply_feed_backpressure(store: Store, config: Config, top_n: int) -> tuple[i
     return top_n, ""
 
 
-def write_fetchlists(store: Store, segment: str, selected: pa.Table, partitions: int, con,
-                     config: Config | None = None, crawldb_sql: str | None = None) -> dict[str, int]:
-    """The partitions' fetch lists and the segment's host assignment (cycles/generate/assign.py);
-    with ``crawldb_sql`` (the crawl DB read) and discovery on, each partition's seen-set too.
-    Returns counters."""
-    folder = seg.segment_dir(store, segment, must_exist=False)
-    config = config or Config()
-    assignment = plan_partitions(store, config, selected, partitions)
-    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
-    con.register("selected", selected)
-    con.register("assignment", assignment)
-    for part in range(partitions):
-        table = con.sql(f"""
-            SELECT s.* FROM selected s JOIN assignment a USING (host) WHERE a.partition = {part}
-            ORDER BY host, score DESC, url""").to_arrow_table().select(schema.FETCHLIST.names)
-        store.write_table(seg.fetchlist_file(folder, part), table, schema.FETCHLIST)
-    counters = {}
-    if crawldb_sql is not None and config.fetch.follow_outlinks_depth > 0:
-        counters = write_seen_sets(store, config, folder, con, crawldb_sql, partitions)
-    con.unregister("assignment")
+MERGE_BATCH_ROWS = 16 * 1024
+"""Rows a bucket's stream of ranking keys holds at once in the top-N merge."""
+
+KEY_COLUMNS = ["priority", "next_fetch", "url"]
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """The ranking key of the last URL of the fetch list: every URL ranked at or before it
+    (priority DESC, then next_fetch, then url — due_sql's order) is in, none after it."""
+
+    priority: float
+    next_fetch_us: int
+    """next_fetch in microseconds since the epoch."""
+    url: str
+
+
+def ranked_keys(store: Store, path: StorePath, skip: int = 0) -> Iterator[tuple[float, int, str]]:
+    """A bucket's candidates from row ``skip`` on as (-priority, next_fetch µs, url), in
+    ranking order (the order select_bucket_due wrote them in), one batch of MERGE_BATCH_ROWS
+    turned into Python objects at a time; the row groups before ``skip`` are not read."""
+    with store.fs.open_input_file(str(path)) as fh:
+        parquet = pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
+        first, start = 0, 0
+        while first < parquet.num_row_groups and start + parquet.metadata.row_group(first).num_rows <= skip:
+            start += parquet.metadata.row_group(first).num_rows
+            first += 1
+        groups = list(range(first, parquet.num_row_groups))
+        if not groups:
+            return
+        for batch in parquet.iter_batches(batch_size=MERGE_BATCH_ROWS, row_groups=groups, columns=KEY_COLUMNS,
+                                          use_threads=False):
+            if start + batch.num_rows <= skip:
+                start += batch.num_rows
+                continue
+            batch, start = batch.slice(max(0, skip - start)), max(start, skip)
+            next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            yield from zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
+                           batch.column("url").to_pylist())
+
+
+def top_n_cutoff(store: Store, candidates: list[StorePath], histograms: list[dict[int, int]],
+                 top_n: int) -> Cutoff | None:
+    """The key of the ``top_n``-th best candidate over every bucket (None: no candidate).
+
+    The buckets' histograms (:func:`priority_bins`) give the bin the cutoff falls in and how
+    many URLs rank above it; a k-way merge of the buckets' sorted keys, each started at its
+    first row of that bin, finds the key inside it. Memory: one batch of keys per bucket; the
+    Python work is the URLs of one bin, not of the fetch list (all of them when every
+    priority ties, as with ``ranking = 'depth'`` and no overdue boost). The tuple order is
+    due_sql's ORDER BY (priority DESC, next_fetch, url: url is unique, so no two keys tie),
+    and the candidates are each bucket's best, so the set is the one the single ``ORDER BY
+    ... LIMIT top_n`` over all candidates chose."""
+    total: Counter = Counter()
+    for histogram in histograms:
+        total.update(histogram)
+    wanted = min(top_n, sum(total.values()))
+    if wanted == 0:
+        return None
+    above = 0
+    for cut in sorted(total, reverse=True):  # best bin first
+        if above + total[cut] >= wanted:
+            break
+        above += total[cut]
+    # A bucket file is in ranking order, so its rows of better bins come first.
+    starts = [sum(n for b, n in histogram.items() if b > cut) for histogram in histograms]
+    keys = heapq.merge(*(ranked_keys(store, path, skip) for path, skip in zip(candidates, starts)))
+    last = next(itertools.islice(keys, wanted - above - 1, None))
+    return Cutoff(-last[0], last[1], last[2])
+
+
+AT_OR_BEFORE_CUTOFF_SQL = """priority >= $priority AND (priority > $priority OR epoch_us(next_fetch) < $next_fetch_us
+    OR (epoch_us(next_fetch) = $next_fetch_us AND url <= $url))"""
+"""Rows ranked at or before the cutoff. The first term alone prunes the row groups past the
+cutoff by their statistics (a bucket file is in ranking order)."""
+
+
+@dataclass(frozen=True)
+class ChosenHostsTask:
+    """Count one bucket's chosen URLs by host (picklable)."""
+
+    store_uri: str
+    config: Config
+    candidates: StorePath
+    cutoff: Cutoff
+    workers: int = 1
+
+
+def count_chosen_hosts(task: ChosenHostsTask) -> dict[str, int]:
+    """host → URLs of the bucket's candidates ranked at or before the cutoff: the per-host
+    stats the assignment is planned from (a bucket's hosts of the segment, small)."""
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    rows = con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall()
+    con.close()
+    return dict(rows)
+
+
+def cutoff_params(cutoff: Cutoff) -> dict:
+    return {"priority": cutoff.priority, "next_fetch_us": cutoff.next_fetch_us, "url": cutoff.url}
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """One partition's fetch list and seen-set: locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    partition: int
+    folder: StorePath
+    """The segment's folder."""
+    candidates: tuple
+    """Every bucket's candidate file (select_bucket_due)."""
+    cutoff: Cutoff
+    crawldb_files: tuple
+    """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
+    schema_version: int
+    workers: int = 1
+
+
+def write_partition(task: PartitionTask) -> dict[str, int]:
+    """Write ``fetchlist/part-P`` — the candidates of the partition's hosts ranked at or
+    before the cutoff, ordered by host, then score — and, with discovery on, its seen-set
+    (cycles/generate/assign.py). Reads the segment's assignment, the candidate files and the
+    crawl DB buckets of its hosts; returns counters."""
+    store, config = Store(task.store_uri), task.config
+    assignment = store.read_table(seg.assignment_file(task.folder))
+    mine = assignment.filter(pc.equal(assignment["partition"], task.partition))
+    con = connect(store, config, task.workers)
+    con.register("assignment", mine)
+    table = con.sql(f"""
+        SELECT {", ".join(schema.FETCHLIST.names)} FROM {store.duckdb_source(con, list(task.candidates))}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} AND host IN (SELECT host FROM assignment)
+        ORDER BY host, score DESC, url""", params=cutoff_params(task.cutoff)).to_arrow_table()
+    store.write_table(seg.fetchlist_file(task.folder, task.partition), table, schema.FETCHLIST)
+    counters = {"generate/urls": table.num_rows}
+    if config.fetch.follow_outlinks_depth > 0:
+        # Only the buckets that hold the partition's hosts (a host lives in one bucket).
+        buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
+        # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
+        files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
+        crawldb_sql = upgraded_sql(store.duckdb_source(con, files), task.schema_version)
+        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition))
+    con.close()
     return counters
+
+
+def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath], cutoff: Cutoff,
+                     urls_per_host: dict[str, int], partitions: int, config: Config, crawldb_files: list[StorePath],
+                     schema_version: int) -> dict[str, int]:
+    """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
+    per host), then one :func:`write_partition` task per partition on ``executor``: the
+    coordinator never holds the chosen rows. Returns the tasks' counters, summed."""
+    folder = seg.segment_dir(store, segment, must_exist=False)
+    assignment = plan_partitions(store, config, urls_per_host, partitions)
+    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
+    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), cutoff, tuple(crawldb_files),
+                           schema_version, executor.workers) for part in range(partitions)]
+    counters: Counter = Counter()
+    for result in executor.map(write_partition, tasks):
+        counters.update(result)
+    if config.fetch.follow_outlinks_depth > 0 and config.fetch.follow_new_hosts:
+        con = connect(store, config)  # the segment's known-hosts filter: one per segment
+        counters.update(write_known_hosts(store, folder, con, upgraded_sql(store.duckdb_source(con, crawldb_files),
+                                                                          schema_version)))
+        con.close()
+    return dict(counters)
 
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
@@ -228,7 +429,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
     ``executor`` (cycles/executor.py; default :func:`cycles.crawldb.bucket_executor`);
-    the best ``top_n`` of their union make the fetch list. Runs under the store's cycle
+    the best ``top_n`` of their union make the fetch list, written by one task per
+    partition on the same executor (the rounds in the module doc). Runs under the store's cycle
     lock (:func:`cycles.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
     second generate or cycle fails before leasing anything.
 
@@ -265,32 +467,34 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                                     *current_link_files(store, bucket, len(files)), host_lease_files)
                  for bucket, file in enumerate(files)]
         try:
-            executor.map(select_bucket_due, tasks)
-            con = connect(store, config)
-            selected = con.sql(f"""SELECT {", ".join(schema.FETCHLIST.names)}
-                FROM {store.duckdb_source(con, [t.out for t in tasks])}
-                ORDER BY priority DESC, next_fetch, url LIMIT {int(top_n)}""").to_arrow_table()
-            if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
-                # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
-                selected = leave_out_claimed(store, segment, selected)
-            if selected.num_rows:
-                crawldb_sql = upgraded_sql(store.duckdb_source(con, files), manifest.schema_version)
-                write_fetchlists(store, segment, selected, partitions, con, config, crawldb_sql)
+            outs = [t.out for t in tasks]
+            cutoff = top_n_cutoff(store, outs, executor.map(select_bucket_due, tasks), top_n)
+            urls_per_host: dict[str, int] = {}
+            if cutoff is not None:
+                for counts in executor.map(count_chosen_hosts, [ChosenHostsTask(store.uri, config, out, cutoff,
+                                                                                executor.workers) for out in outs]):
+                    urls_per_host.update(counts)
+                if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
+                    # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
+                    for host in claimed_elsewhere(store, segment, sorted(urls_per_host)):
+                        del urls_per_host[host]
+                write_fetchlists(store, executor, segment, outs, cutoff, urls_per_host,
+                                 partitions, config, files, manifest.schema_version)
         finally:
             store.delete_dir(candidates)
-        if selected.num_rows == 0:
+        urls, hosts = sum(urls_per_host.values()), len(urls_per_host)
+        if urls == 0:
             store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
         lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
         # The marker makes the fetch list a lease: written last, under the lock, so a
         # generate running next sees either no segment or a complete, leased one.
-        hosts = pc.count_distinct(selected["host"]).as_py()
         seg.write_marker(store, seg.Generated(
-            segment, generated_at=now.isoformat(), urls=selected.num_rows, hosts=hosts, partitions=partitions,
+            segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
             lease_until=lease_until.isoformat(), crawldb_version=manifest.version))
-    write_generate_stats(store, config, segment, selected.num_rows, hosts, partitions,
+    write_generate_stats(store, config, segment, urls, hosts, partitions,
                          time.monotonic() - started, started_wall)
-    return GenerateResult(segment, selected.num_rows, hosts, partitions)
+    return GenerateResult(segment, urls, hosts, partitions)
 
 
 def write_generate_stats(store: Store, config: Config, segment: str, urls: int, hosts: int, partitions: int,
