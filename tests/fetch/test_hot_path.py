@@ -49,3 +49,33 @@ def test_started_iso_is_the_strftime_format():
         transfer.started_wall = ts
         expected = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert started_iso(transfer) == expected
+
+
+def test_a_robots_answer_is_parsed_once_and_the_rules_are_the_same(monkeypatch):
+    """is_error and then rules read the same answer (robots_state): one parse serves both;
+    another answer, or another body object, is parsed anew."""
+    from collections import Counter
+
+    from cycles.fetch import robots_state
+    from cycles.fetch.robots import RobotsRules
+    from cycles.fetch.robots_state import RobotsState, RobotsSteps
+
+    calls = []
+    original = RobotsRules.from_response.__func__
+
+    def counting(cls, *args, **kwargs):
+        calls.append(args[:2])
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(robots_state.RobotsRules, "from_response", classmethod(counting))
+    steps = RobotsSteps(FetchConfig(), Counter(), 0.0, 1.0)
+    body = b"User-agent: *\nDisallow: /private\nCrawl-delay: 3\n"
+    robots = RobotsState(status=200, body=body)
+    assert not steps.is_error(200, body)
+    rules = steps.rules(robots, 0.0)
+    assert len(calls) == 1
+    assert not rules.allowed("http://h1.test/private/x") and rules.allowed("http://h1.test/p")
+    assert rules.crawl_delay() == 3
+    assert steps.is_error(503, None) and len(calls) == 2
+    assert steps.rules(RobotsState(status=200, body=bytes(body)), 0.0).crawl_delay() == 3  # an equal copy
+    assert len(calls) == 3
