@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python scripts/bench_fetch.py --only ours --profile-seconds 0
     .venv/bin/python scripts/bench_fetch.py --only scrapy --scrapy-seconds 30
     .venv/bin/python scripts/bench_fetch.py --hosts 500 --pages-per-host 10 --py-spy
+    .venv/bin/python scripts/bench_fetch.py --replay 1500 --replay-repeat 5   # CPU per page, no network
 
 Setup: the test web (``testweb``) with ``--hosts`` regular hosts (default 2,000) of
 ``--pages-per-host`` pages of ~30 KB HTML (``special=False``), served by its own process.
@@ -42,6 +43,19 @@ rate at ``hosts`` pages/s.
    the production-shaped fetch of step 1 is also sampled by py-spy (subprocesses included,
    no instrumentation overhead) and the hottest functions are printed (CPU and RSS of ours
    then include py-spy itself).
+
+5. **replay** (``--replay PAGES``, alone: no server, no Scrapy): the CPU per page of the fetch
+   worker's per-page path without the network, for A/B comparisons of a code change on a
+   shared machine, where pages/s and the crawl's CPU-ms/page move with the other processes.
+   PAGES test-web pages (30 a host, rendered in-process) are injected and generated into one
+   partition; a :class:`~cycles.fetch.worker.PartitionFetcher` loads it, and each page goes
+   through what ``_finish`` does once libcurl is done: a Transfer fed the server's header lines
+   and the body in 16 KB chunks, ``configure`` on a reset easy handle, ``_finish_page`` (parse,
+   discovery, WARC records, the row), the spacing and the frontier; then the chunk's commit.
+   Printed: CPU-ms per page (process time) of the loop and of the commit, best and median of
+   ``--replay-repeat`` passes, and with ``--profile-seconds`` > 0 a cProfile of one pass on the
+   process-time clock (under load the default wall clock charges waiting to whatever ran).
+   Not included: libcurl's own work, robots.txt, the loop's select.
 
 ``--set section.key=value`` overrides a setting of ours for experiments (e.g.
 ``--set fetch.delay_factor=0``); ``--keep`` keeps stores, server log, Scrapy log and the
@@ -501,6 +515,122 @@ def pyspy_summary(path: Path, top: int = 25) -> None:
         print(f"{100 * n / total:6.1f}%  {name}")
 
 
+# --- replay ----------------------------------------------------------------------------------
+def replay_responses(pages: int) -> dict[str, tuple[list[bytes], bytes]]:
+    """URL -> (header lines as libcurl hands them over, body) of ``pages`` test-web pages,
+    rendered in-process by testweb (the pages the crawl above fetches)."""
+    from testweb.web import Web
+
+    per_host = 30
+    hosts = max(1, -(-pages // per_host))
+    web = Web(hosts=hosts, pages=per_host, page_bytes=30_000, special=False)
+    out = {}
+    for profile in list(web.profiles.values())[:hosts]:
+        for k in range(per_host):
+            response = profile.handle("GET", f"/p/{k}.html", {})
+            lines = [f"HTTP/1.1 {response.status} OK\r\n".encode(), b"Date: Wed, 02 Dec 2026 05:00:00 GMT\r\n",
+                     b"Server: crawl-testweb\r\n"]
+            lines += [f"{name}: {value}\r\n".encode() for name, value in response.headers]
+            lines += [f"Content-Length: {len(response.body)}\r\n".encode(), b"\r\n"]
+            out[profile.url(f"/p/{k}.html")] = (lines, response.body)
+            if len(out) == pages:
+                return out
+    return out
+
+
+def replay_pass(responses: dict, work: Path, overrides: list[str], profiler: cProfile.Profile | None) -> tuple[int, float, float]:
+    """One pass of the replay (module doc, step 5): (pages, CPU s of the loop, CPU s of the commit)."""
+    import pycurl
+
+    from cycles.fetch import politeness
+    from cycles.fetch.robots import RobotsRules
+    from cycles.fetch.transfer import Request, Transfer, configure, resolve_entries
+    from cycles.fetch.worker import PartitionFetcher
+
+    root = Path(tempfile.mkdtemp(prefix="replay-", dir=work))
+    try:
+        config = Config()
+        config.fetch.allowed_networks = ["127.0.0.0/8"]
+        config.generate.top_n = config.generate.max_urls_per_host = len(responses)
+        config.generate.max_urls_per_pattern = len(responses)  # /p/<n>.html is one pattern
+        config.generate.partitions = 1
+        for item in overrides:
+            config = apply_override(config, item)
+        seeds = root / "seeds.txt"
+        seeds.write_text("\n".join(responses) + "\n")
+        store, segment, _ = prepare_store(root / "store", config, seeds)
+        fetcher = PartitionFetcher(store, segment, 0, config, root / "progress.json")
+        fetcher.load()
+        fc = fetcher.fc
+        allow_all = RobotsRules.from_response(200, b"User-agent: *\nAllow: /\n", fc.robots_agent)
+        slots = list(fetcher.frontier.slots.values())
+        for slot in slots:  # robots.txt read and allowing all (not part of a page's cost)
+            slot.robots.url, slot.robots.rules = None, allow_all
+        curl = pycurl.Curl()
+        pages = 0
+        if profiler is not None:
+            profiler.enable()
+        started = time.process_time()
+        for slot in slots:
+            while slot.queue:
+                item = slot.queue.popleft()
+                if item["url"] not in responses:
+                    continue
+                lines, body = responses[item["url"]]
+                transfer = Transfer(Request(item["url"], slot.host, "page", item, []), fc, fc.max_page_bytes)
+                configure(curl, transfer, fc, resolve_entries(item["url"], fc.resolve))
+                curl.setopt(pycurl.DNS_CACHE_TIMEOUT, fc.dns_cache_s)
+                for line in lines:
+                    transfer.on_header(line)
+                for k in range(0, len(body), 16384):
+                    transfer.on_body(body[k:k + 16384])
+                transfer.ended, transfer.duration_s, transfer.ip = time.monotonic(), 0.01, "127.0.0.1"
+                slot.in_flight, slot.last_request_end_wall = False, time.time()
+                fetcher._finish_page(slot, transfer, None, curl)
+                politeness.space_after_response(slot, transfer, fc)
+                curl.reset()
+                fetcher.frontier.schedule(slot)
+                pages += 1
+        looped = time.process_time()
+        fetcher.flush()
+        committed = time.process_time()
+        if profiler is not None:
+            profiler.disable()
+        fetcher.close()
+        return pages, looped - started, committed - looped
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_replay(args, work: Path) -> None:
+    import statistics
+
+    responses = replay_responses(args.replay)
+    print(f"[replay] {len(responses)} test-web pages through the worker's per-page path, "
+          f"{args.replay_repeat} passes ...", flush=True)
+    loops, commits = [], []
+    for k in range(args.replay_repeat):
+        pages, loop_s, commit_s = replay_pass(responses, work, args.set, None)
+        loops.append(1000 * loop_s / pages)
+        commits.append(1000 * commit_s / pages)
+        print(f"  pass {k + 1}: {pages} pages, CPU-ms/page {loops[-1]:.3f} + commit {commits[-1]:.3f} "
+              f"= {loops[-1] + commits[-1]:.3f}", flush=True)
+    totals = [a + b for a, b in zip(loops, commits)]
+    print(f"\n== replay: CPU-ms/page (process time) best {min(totals):.3f} (loop {min(loops):.3f}, "
+          f"commit {min(commits):.3f}), median {statistics.median(totals):.3f}; not included: libcurl, "
+          f"robots.txt, the loop's select ==")
+    if args.profile_seconds > 0:
+        profiler = cProfile.Profile(time.process_time)
+        pages, _, _ = replay_pass(responses, work, args.set, profiler)
+        for order, title in (("cumulative", "cumulative"), ("tottime", "own time")):
+            buf = io.StringIO()
+            pstats.Stats(profiler, stream=buf).strip_dirs().sort_stats(order).print_stats(args.profile_top)
+            text = buf.getvalue()
+            print(f"\n-- replay profile, top {args.profile_top} by {title} CPU time ({pages} pages; "
+                  f"cProfile overhead included) --")
+            print(text[text.find("   ncalls"):].rstrip())
+
+
 # --- report ----------------------------------------------------------------------------------
 def report(results: list[dict], args) -> None:
     print("\n== fetch benchmark: %d hosts x %d pages of ~30 KB, 1 request/s/host (cap %d pages/s) ==" % (
@@ -604,7 +734,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a setting of our crawler (repeatable), e.g. --set fetch.delay_factor=0")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (stores, logs, profile)")
+    ap.add_argument("--replay", type=int, default=0, metavar="PAGES",
+                    help="only the replay: CPU per page of the worker's per-page path, no network (module doc)")
+    ap.add_argument("--replay-repeat", type=int, default=3, help="replay passes (default 3)")
     args = ap.parse_args(argv)
+    if args.replay > 0:
+        work = Path(tempfile.mkdtemp(prefix="bench-fetch-replay-"))
+        try:
+            run_replay(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
 
     work = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     budget = (0 if args.only == "scrapy" else args.seconds + args.profile_seconds) + \

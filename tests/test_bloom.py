@@ -24,3 +24,26 @@ def test_false_positive_rate_is_near_the_target():
     probes = [f"http://out.example/{i}" for i in range(50_000)]
     rate = bloom.contains_many(probes).mean()
     assert 0.003 < rate < 0.02, rate
+
+
+def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(monkeypatch):
+    """add_new and contains_many answer a small batch in Python (cycles.bloom.SMALL_BATCH):
+    the bits set, the count and every answer are those of the numpy path."""
+    import numpy as np
+
+    import cycles.bloom as bloom_module
+
+    items = [f"http://h{i % 13}.example/p/{i % 50}?é" for i in range(400)]
+    batches = [items[k:k + 9] for k in range(0, len(items), 9)] + [[items[0], items[0], "x"]]
+    filters = []
+    for small in (bloom_module.SMALL_BATCH, 0):
+        monkeypatch.setattr(bloom_module, "SMALL_BATCH", small)
+        bloom = BloomFilter(300, 0.05)  # small: false positives happen, within batches too
+        answers = [bloom.add_new(batch).tolist() for batch in batches]
+        answers += [bloom.contains_many(batch).tolist() for batch in batches]
+        answers.append(bloom.contains_many([f"other{i}" for i in range(60)]).tolist())
+        filters.append((answers, bloom.count, bloom._array.copy()))
+    (small_answers, small_count, small_bits), (numpy_answers, numpy_count, numpy_bits) = filters
+    assert small_answers == numpy_answers and small_count == numpy_count
+    assert np.array_equal(small_bits, numpy_bits)
+    assert any(small_answers[-1])  # some false positives: the comparison covered them

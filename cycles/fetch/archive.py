@@ -41,10 +41,9 @@ import json
 from dataclasses import dataclass
 from importlib import metadata as _metadata
 
-from warcio.statusandheaders import StatusAndHeaders
-
 from cycles.config import Config, WarcConfig
-from cycles.fetch.output import PartitionOutput, _http_record, _make_warc_id, payload_label, sha1_label
+from cycles.fetch.output import (PartitionOutput, _http_record, _make_warc_id, payload_label, request_head,
+                                 response_head, sha1_label)
 from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, Transfer
 
 PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -148,7 +147,7 @@ class Archive:
             return self._location(offset, length)
         record_type, record_id, record = self._answer_record(transfer, url, common, status, date)
         request = _http_record("request", _make_warc_id(), url, common + [("WARC-Concurrent-To", record_id)],
-                               StatusAndHeaders(request_line, request_headers, is_http_request=True), b"")
+                               request_head(request_line, request_headers), b"")
         records = [(record_type, record), ("request", request)]
         if self.wc.metadata_records and self.all:
             records.append(("metadata", self._metadata(url, date, record_id, outcome, error, status, transfer)))
@@ -159,14 +158,12 @@ class Archive:
                        date: str) -> tuple[str, str, tuple[bytes, ...]]:
         """The response or revisit record of an answer: (type, record id, parts)."""
         record_id = _make_warc_id()
-        status_line = transfer.status_line.decode("latin-1")
-        protocol, _, reason = status_line.partition(" ")
-        headers = StatusAndHeaders(reason or protocol, transfer.headers_list(), protocol=protocol)
         if status == 304:
             return "revisit", record_id, _record([
                 ("WARC-Type", "revisit"), ("WARC-Record-ID", record_id), ("WARC-Target-URI", url), *common,
                 ("WARC-Profile", PROFILE_NOT_MODIFIED), ("WARC-Refers-To-Target-URI", url),
                 ("Content-Type", "application/http; msgtype=response")], b"\r\n")
+        headers = response_head(transfer.status_line.decode("latin-1"), transfer.headers_list())
         payload, truncated = self._payload(transfer, status)
         digest = payload_label(payload)
         extra = [("WARC-Truncated", truncated)] if truncated else []

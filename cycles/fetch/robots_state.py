@@ -82,6 +82,8 @@ class RobotsSteps:
         self.clock_offset_s = clock_offset_s
         """Crawl clock minus real time (cycles.clock): robots.txt ages are measured on it."""
         self.floor_s = floor_s
+        self._last_parse: tuple[int | None, bytes | None, RobotsRules] | None = None
+        """(status, body, rules) of the last :meth:`_parsed` call (see there)."""
 
     # --- loading the host DB's copy ---------------------------------------------------------
     def load(self, robots: RobotsState, state: dict, now_wall: float) -> bool:
@@ -203,13 +205,24 @@ class RobotsSteps:
     def is_error(self, status: int | None, body: bytes | None = b"") -> bool:
         """Is this robots.txt answer an error (unreachable: 5xx, 429, network, redirects, or
         a 2xx body we could not read)?"""
-        return RobotsRules.from_response(status, body, self.fc.robots_agent,
-                                         self.fc.max_robots_bytes).kind == DISALLOW_ALL
+        return self._parsed(status, body).kind == DISALLOW_ALL
+
+    def _parsed(self, status: int | None, body: bytes | None) -> RobotsRules:
+        """``RobotsRules.from_response`` of an answer, the last one's parse reused: each answer
+        was parsed twice, by :meth:`is_error` and then by :meth:`rules` when the host's slot is
+        settled (the same status and the very same body object). The rules are a function of
+        the answer and the config alone, so the reuse changes nothing but the CPU."""
+        last = self._last_parse
+        if last is not None and last[0] == status and last[1] is body:
+            return last[2]
+        rules = RobotsRules.from_response(status, body, self.fc.robots_agent, self.fc.max_robots_bytes)
+        self._last_parse = (status, body, rules)
+        return rules
 
     def rules(self, robots: RobotsState, now_crawl: float) -> RobotsRules:
         """Rules from the latest answer, with RFC 9309 §2.3.1.4's way out of a long outage:
         unreachable for fetch.robots_unreachable_fallback_s → the last good copy, else allow all."""
-        rules = RobotsRules.from_response(robots.status, robots.body, self.fc.robots_agent, self.fc.max_robots_bytes)
+        rules = self._parsed(robots.status, robots.body)
         since = robots.errors_since
         if rules.kind != DISALLOW_ALL or since is None:
             return rules

@@ -1,0 +1,81 @@
+"""The fetch worker's per-page shortcuts give what the slower general code gave: the HTTP
+header blocks of WARC records (warcio's StatusAndHeaders), the WARC-Date of a request
+(strftime)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+from warcio.statusandheaders import StatusAndHeaders
+
+from cycles.fetch.output import http_head, request_head, response_head
+from cycles.fetch.transfer import Request, Transfer
+from cycles.config import FetchConfig
+from cycles.fetch.worker import started_iso
+
+HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "3"), ("ETag", '"abc"'),
+           ("X-Empty", "")]
+
+
+def _warcio(statusline, headers, **kw) -> bytes:
+    warcio_headers = StatusAndHeaders(statusline, headers, **kw)
+    warcio_headers.compute_headers_buffer()
+    return warcio_headers.headers_buff
+
+
+@pytest.mark.parametrize("status_line", ["HTTP/1.1 200 OK", "HTTP/1.1 404", "HTTP/1.0 301 Moved Permanently",
+                                         "HTTP/1.1", ""])
+@pytest.mark.parametrize("headers", [HEADERS, [], [("Content-Disposition", "attachment; filename=\"résumé.pdf\"")],
+                                     [("X-Name", "Grüße")]])
+def test_response_head_is_warcios(status_line, headers):
+    protocol, _, reason = status_line.partition(" ")
+    assert response_head(status_line, headers) == _warcio(reason or protocol, list(headers), protocol=protocol)
+
+
+@pytest.mark.parametrize("headers", [HEADERS, [("Host", "h1.test"), ("If-None-Match", '"é"')]])
+def test_request_head_is_warcios(headers):
+    line = "GET /p/3.html?a=1 HTTP/1.1"
+    assert request_head(line, headers) == _warcio(line, list(headers), is_http_request=True)
+    assert http_head("", "", []) == _warcio("", [])
+
+
+def test_started_iso_is_the_strftime_format():
+    rng = random.Random(7)
+    transfer = Transfer(Request("http://h1.test/", "h1.test", "page", {}), FetchConfig(), 100)
+    for i in range(2000):
+        ts = rng.uniform(0, 4e9) if i % 2 else float(rng.randrange(0, 4 * 10**9))
+        transfer.started_wall = ts
+        expected = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert started_iso(transfer) == expected
+
+
+def test_a_robots_answer_is_parsed_once_and_the_rules_are_the_same(monkeypatch):
+    """is_error and then rules read the same answer (robots_state): one parse serves both;
+    another answer, or another body object, is parsed anew."""
+    from collections import Counter
+
+    from cycles.fetch import robots_state
+    from cycles.fetch.robots import RobotsRules
+    from cycles.fetch.robots_state import RobotsState, RobotsSteps
+
+    calls = []
+    original = RobotsRules.from_response.__func__
+
+    def counting(cls, *args, **kwargs):
+        calls.append(args[:2])
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(robots_state.RobotsRules, "from_response", classmethod(counting))
+    steps = RobotsSteps(FetchConfig(), Counter(), 0.0, 1.0)
+    body = b"User-agent: *\nDisallow: /private\nCrawl-delay: 3\n"
+    robots = RobotsState(status=200, body=body)
+    assert not steps.is_error(200, body)
+    rules = steps.rules(robots, 0.0)
+    assert len(calls) == 1
+    assert not rules.allowed("http://h1.test/private/x") and rules.allowed("http://h1.test/p")
+    assert rules.crawl_delay() == 3
+    assert steps.is_error(503, None) and len(calls) == 2
+    assert steps.rules(RobotsState(status=200, body=bytes(body)), 0.0).crawl_delay() == 3  # an equal copy
+    assert len(calls) == 3
