@@ -83,11 +83,11 @@ class AdaptiveSchedule:
 
     def interval_sql(self, seen: str, changed: str) -> str:
         u = self.u
-        # Change rate (Cho & Garcia-Molina): X changes in n refetches over `span` seconds.
-        n = "db.fetch_count"
+        # Change rate (Cho & Garcia-Molina): X changes over the time the page is known to
+        # have stayed unchanged, else X changes in n refetches over `span` seconds.
         x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
-        span = "greatest(1, epoch(f.fetched_at - db.first_fetched))"
-        rate = f"(-ln(({n} - {x} + 0.5) / ({n} + 0.5)) / ({span} / {n}))"
+        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
+                                unchanged_after_sql(seen, changed))
         return f"""CASE
         WHEN {seen} AND db.fetch_count = 0 THEN
             {first_interval_sql(u)}
@@ -144,14 +144,51 @@ def planned_intervals(u: UpdateConfig, rates, multiplier_s: float) -> np.ndarray
     return np.clip(np.round(cycles - u.cycle_interval_s / 2), u.min_interval_s, u.max_interval_s).astype(np.int64)
 
 
-def learned_rate_sql(n: str, changes: str, span_s: str) -> str:
+def counted_rate_sql(n: str, changes: str, span_s: str) -> str:
     """SQL: Cho & Garcia-Molina's estimate (1/s) from ``changes`` seen in ``n`` refetches over
     ``span_s`` seconds (see :func:`cycles.update.optimum.estimate_rate`)."""
     return f"(-ln(({n} - {changes} + 0.5) / ({n} + 0.5)) / (greatest(1, {span_s}) / {n}))"
 
 
+def learned_rate_sql(n: str, changes: str, span_s: str, unchanged_s: str) -> str:
+    """SQL: a page's change rate (1/s): from ``unchanged_s``, the seconds it is known to have
+    stayed unchanged, when its Last-Modified dates gave them and it has changed at least
+    twice ((X − 1) / T: :func:`cycles.update.optimum.estimate_rate_last_modified`); else
+    from the counts (:func:`counted_rate_sql`: one change is too few for (X − 1) / T)."""
+    return (f"CASE WHEN {unchanged_s} > 0 AND {changes} >= 2 THEN ({changes} - 1) / ({unchanged_s}) "
+            f"ELSE {counted_rate_sql(n, changes, span_s)} END")
+
+
+LAST_MODIFIED_SQL = "epoch(try_strptime(f.last_modified, '%a, %d %b %Y %H:%M:%S GMT'))"
+"""SQL: the fetch result's Last-Modified in epoch seconds (RFC 9110's IMF-fixdate, the
+form senders must use; null for anything else)."""
+
+MIN_LAST_MODIFIED_AGE_S = 60
+"""A Last-Modified less than this before the fetch is not taken as the time of the change:
+pages generated on request send the time of the request (the page would look as if it
+changed at every instant)."""
+
+
+def unchanged_seen_sql(changed: str) -> str:
+    """SQL (seconds): how long this refetch shows the page stayed unchanged: the whole
+    interval since the last fetch when it found no change; the age of its Last-Modified when
+    it found a change (CGM 2003 §5: the change is known to lie that far back, and none since).
+    Null when that Last-Modified cannot be the change we saw: missing, not after the last
+    fetch, or too recent (:data:`MIN_LAST_MODIFIED_AGE_S`)."""
+    return f"""(CASE WHEN NOT {changed} THEN epoch(f.fetched_at - db.last_fetched)
+        WHEN {LAST_MODIFIED_SQL} > epoch(db.last_fetched)
+             AND {LAST_MODIFIED_SQL} <= epoch(f.fetched_at) - {MIN_LAST_MODIFIED_AGE_S}
+        THEN epoch(f.fetched_at) - {LAST_MODIFIED_SQL} END)"""
+
+
+def unchanged_after_sql(seen: str, changed: str) -> str:
+    """SQL: the row's ``unchanged_s`` after this fetch result (a refetch seen adds
+    :func:`unchanged_seen_sql`; null stays null: that page's rate comes from the counts)."""
+    return f"(CASE WHEN {seen} AND db.fetch_count > 0 THEN db.unchanged_s + {unchanged_seen_sql(changed)} ELSE db.unchanged_s END)"
+
+
 STORED_RATE_SQL = learned_rate_sql("(db.fetch_count - 1)", "db.change_count",
-                                   "epoch(db.last_fetched - db.first_fetched)")
+                                   "epoch(db.last_fetched - db.first_fetched)", "db.unchanged_s")
 """A crawl DB row's learned rate, for rows refetched at least once (``db.fetch_count >= 2``)."""
 
 DEFAULT_MULTIPLIER_S = 86400.0
@@ -176,7 +213,8 @@ class OptimalSchedule:
         u = self.u
         table = "[" + ", ".join(str(int(i)) for i in planned_intervals(u, rate_grid(u), self.multiplier_s)) + "]"
         x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
-        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)")
+        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
+                                unchanged_after_sql(seen, changed))
         prior = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
         return f"""CASE
         WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {prior} IS NOT NULL THEN
@@ -210,11 +248,11 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
                db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END AS x,
                epoch(CASE WHEN {seen} THEN f.fetched_at ELSE db.last_fetched END
                      - coalesce(db.first_fetched, f.fetched_at)) AS span_s,
-               db.fetch_interval_s
+               db.fetch_interval_s, {unchanged_after_sql(seen, changed)} AS unchanged_s
         FROM {db_source} db LEFT JOIN (SELECT * FROM {fetched}
             QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1) f
         ON db.url = f.url"""
-    rate = learned_rate_sql("n", "x", "span_s")
+    rate = learned_rate_sql("n", "x", "span_s", "unchanged_s")
     bins = con.execute(f"""SELECT {grid_index_sql(u, rate)} AS i, count(*) FROM ({after})
         WHERE n >= 1 AND x > 0 GROUP BY i""").fetchall()
     fixed = con.execute(f"""SELECT coalesce(sum(1.0 / greatest(1, fetch_interval_s)), 0) FROM ({after})
