@@ -80,6 +80,7 @@ def simulate(web: Web, pages: list[str], config: Config, steps: int, step_s: flo
     steps) makes the new rows. Same return values as recrawl. Milliseconds a cycle, so that
     many seeds can be compared; the real crawl (``--real``) checks it."""
     con = duckdb.connect()
+    con.execute("SET threads = 1")  # 16 rows: more threads only wait for each other
     start = float(CLOCK_START)
     when = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc)  # noqa: E731
     con.register("seeds", pa.table({"url": pages, "host": [url_host(u) for u in pages],
@@ -115,8 +116,25 @@ def simulate(web: Web, pages: list[str], config: Config, steps: int, step_s: flo
         con.unregister("fetched")
         intervals.append(dict(con.execute("SELECT url, fetch_interval_s FROM db WHERE fetch_count > 0").fetchall()))
         t += step_s
+    new_page = first_interval_of_a_new_page(con, config, pages[0].rsplit("/", 1)[0] + "/new.html", when(t))
     con.close()
-    return fetches, intervals, t
+    return fetches, intervals, t, new_page
+
+
+def first_interval_of_a_new_page(con, config: Config, url: str, now) -> int:
+    """The host prior at work: the interval a page of the host gets at its first fetch,
+    ``now``, with the host's other pages as the run left them in ``db``."""
+    con.register("new", pa.table({"url": [url], "host": [url_host(url)],
+                                  "host_hash": pa.array([host_hash(url_host(url))], pa.uint64()),
+                                  "score": [1.0], "depth": [1]}))
+    con.execute(f"INSERT INTO db BY NAME {new_url_rows_sql('new', config)}", {"now": now})
+    con.register("fetched", pa.Table.from_pylist([{"url": url, "host": url_host(url), "outcome": "ok",
+                                                  "fetched_at": now, "content_hash": "new"}], schema=schema.FETCHED))
+    prepare_schedule(con, config, "db")
+    multiplier = (refresh_multiplier(con, "db", config, "fetched", SEEN_SQL, CHANGED_SQL)
+                  if config.update.schedule == "optimal" else None)
+    return con.execute(f"""SELECT fetch_interval_s FROM (SELECT {transition_sql(config, multiplier)}
+        FROM db LEFT JOIN fetched f ON db.url = f.url) WHERE url = $url""", {"now": now, "url": url}).fetchone()[0]
 
 
 def optimum_schedule(web, pages, budget_per_s: float, start: float, end: float):
@@ -192,7 +210,7 @@ def measure(web, pages, fetches, intervals, start, end, config) -> dict:
             "optimum": exact_freshness(web, times, start, end), "poisson": analytic,
             "counts": {p: float(np.mean(c)) for p, c in counts.items()},
             "settled": {p: (None if None in [s for s, _ in v] else max(s for s, _ in v)) for p, v in speed.items()},
-            "target_s": {p: v[0][1] for p, v in speed.items()}}
+            "target_s": {p: v[0][1] for p, v in speed.items()}, "default_interval_s": config.update.default_interval_s}
 
 
 def period_label(period) -> str:
@@ -222,6 +240,8 @@ def report_seeds(name: str, runs: list[dict]) -> None:
           f"max {100 * ratio.max():.1f}%   (ours {np.mean([r['ours'] for r in runs]):.3f}, optimum "
           f"{np.mean([r['optimum'] for r in runs]):.3f}, uniform {np.mean([r['uniform'] for r in runs]):.3f}, "
           f"{np.mean([r['refetches'] for r in runs]):.0f} refetches)")
+    print(f"    a new page of the host: first interval {np.median([r['new_page_interval_s'] for r in runs]) / 3600:.1f} h "
+          f"(median; the default is {runs[0]['default_interval_s'] / 3600:g} h)")
     for period in periods(runs[0]):
         settled = [r["settled"][period] for r in runs]
         known = [s for s in settled if s is not None]
@@ -237,19 +257,62 @@ def simulated_web(seed: int) -> tuple[Web, list[str]]:
     return web, [u for u in web.expected_reachable(web.seeds()) if "/c/" in u] + web.seeds()
 
 
+class PoissonWeb:
+    """The changing host's pages with the same mean periods, changing at the instants of a
+    Poisson process instead of every period exactly: the model Cho & Garcia-Molina's optimum
+    and the rate estimators assume. On the test web a page of period P changes once each P,
+    so its Last-Modified age at a visit is uniform over [0, P) — half what a Poisson page's
+    is — and a 1 h or 4 h page fetched every 4 h is seen at the same phase every time."""
+
+    def __init__(self, web: Web, pages: list[str], seed: int, end: float):
+        self.periodic, self.changes = web, {}
+        rng = np.random.default_rng(seed)
+        for url in pages:
+            period = web.change_period(url)
+            times = []
+            if period:
+                t = float(CLOCK_START) - rng.exponential(period)  # a version already live at the start
+                while t < end:
+                    times.append(t)
+                    t += rng.exponential(period)
+            self.changes[url] = np.array(times)
+
+    def change_period(self, url: str):
+        return self.periodic.change_period(url)
+
+    def split(self, url: str):
+        return self, url
+
+    def version_at(self, url: str, t: float) -> int:
+        return int(np.searchsorted(self.changes.get(url, []), t, side="right"))
+
+    def version_start(self, url: str, version: int):
+        times = self.changes.get(url, [])
+        if not len(times):
+            return None
+        return float(times[version - 1]) if 1 <= version <= len(times) else (float("inf") if version > 0 else None)
+
+    def last_modified(self, url: str, version: int) -> int:
+        start = self.version_start(url, version)
+        return int(start) if start is not None and start != float("inf") else int(CLOCK_START) - 86400
+
+
 def run_simulated(args, schedules: list[str]) -> None:
     step_s = args.step_hours * 3600
     steps = int(args.days * 86400 // step_s)
-    print(f"== freshness, simulated (update's SQL, the test web's answers): {args.days:g} days in "
+    print(f"== freshness, simulated (update's SQL, {'Poisson pages' if args.poisson else 'the test web'}'s answers): {args.days:g} days in "
           f"{args.step_hours:g} h steps, seeds {args.seed}..{args.seed + args.seeds - 1} ==")
     results = defaultdict(list)
     for seed in range(args.seed, args.seed + args.seeds):
         web, pages = simulated_web(seed)
+        if args.poisson:
+            web = PoissonWeb(web, pages, seed, CLOCK_START + (steps + 2) * step_s)
         budget = None
         for name in schedules:
             config = configure(None, name, step_s, budget or 0)
-            fetches, intervals, end = simulate(web, pages, config, steps, step_s)
+            fetches, intervals, end, new_page = simulate(web, pages, config, steps, step_s)
             run = measure(web, pages, fetches, intervals, CLOCK_START, end, config)
+            run["new_page_interval_s"] = new_page
             results[name].append(run)
             if budget is None:  # the first schedule's refetches per cycle are the others' budget
                 budget = max(1, round(run["refetches"] / (steps + 1)))
@@ -283,6 +346,8 @@ def main() -> None:
     parser.add_argument("--schedules", default="adaptive,optimal",
                         help="comma-separated; the first one's refetches are the others' budget")
     parser.add_argument("--real", action="store_true", help="real crawls of the test web (one seed) instead")
+    parser.add_argument("--poisson", action="store_true",
+                        help="simulated: pages changing as Poisson processes of the same mean periods")
     args = parser.parse_args()
     schedules = args.schedules.split(",")
     (run_real if args.real else run_simulated)(args, schedules)
