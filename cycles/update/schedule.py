@@ -7,14 +7,19 @@ are scheduled here; the other outcomes (errors, gone, redirects...) have fixed r
 transition_sql.
 
 - ``adaptive`` (:class:`AdaptiveSchedule`, the default): the interval follows the page's
-  observed change rate (Cho & Garcia-Molina);
+  observed change rate (Cho & Garcia-Molina); a page never fetched starts from its host's
+  median learned rate (:func:`prepare_schedule`);
 - ``fixed`` (:class:`FixedSchedule`): every page after ``update.default_interval_s``
   (news-like pages after ``update.news_like_interval_s``);
 - ``optimal`` (:class:`OptimalSchedule`): the page's learned change rate and the crawl's fetch
   budget give the interval of Cho & Garcia-Molina's optimal policy (:mod:`cycles.update.optimum`):
   before the merge, :func:`refresh_multiplier` reads every page's learned rate from the crawl
   DB and finds the marginal freshness per visit ``μ`` at which the intervals spend the budget;
-  a page never refetched yet starts from its host's mean learned rate (:func:`prepare_schedule`).
+  a page never refetched yet starts from its host's median learned rate (:func:`prepare_schedule`).
+
+The learned rate (:func:`learned_rate_sql`): from the Last-Modified dates when the page sends
+usable ones (``unchanged_s``, :func:`unchanged_seen_sql`; (X − 1) / T, Cho & Garcia-Molina
+2003 §5), else from the counts of changes and refetches.
 
 A schedule's SQL reads the old row as ``db`` and the fetch result as ``f``.
 """
@@ -74,7 +79,8 @@ class FixedSchedule:
 @dataclass(frozen=True)
 class AdaptiveSchedule:
     """The interval follows the page's change rate (see UpdateConfig.revisit_factor):
-    first fetch: the first interval (news-like or default); no change seen yet: grows by
+    first fetch: the interval its host's learned rate earns (``host_prior``, made by
+    :func:`prepare_schedule`), else the first interval (news-like or default); no change seen yet: grows by
     ``interval_growth``; else ``revisit_factor`` / estimated rate, clamped to
     [min_interval_s, max_interval_s], and longer again for pages changing faster than
     min_interval_s lets us follow."""
@@ -89,17 +95,24 @@ class AdaptiveSchedule:
         rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
                                 unchanged_after_sql(seen, changed))
         return f"""CASE
+        WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {HOST_PRIOR_SQL} IS NOT NULL THEN
+            {self.interval_for_rate_sql(HOST_PRIOR_SQL)}
         WHEN {seen} AND db.fetch_count = 0 THEN
             {first_interval_sql(u)}
         WHEN {seen} AND {x} = 0 THEN least({u.max_interval_s}, floor(db.fetch_interval_s * {float(u.interval_growth)})::BIGINT)
-        -- A page that changes faster than min_interval_s lets us follow is stale whenever we
-        -- look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
-        -- under a fixed budget the optimal rate falls for the fastest pages), so the faster
-        -- it changes past that point, the longer we wait.
-        WHEN {seen} AND {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
-            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
-        WHEN {seen} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
+        WHEN {seen} THEN {self.interval_for_rate_sql(rate)}
         ELSE db.fetch_interval_s END"""
+
+    def interval_for_rate_sql(self, rate: str) -> str:
+        """SQL: the interval of a page changing at ``rate`` (1/s, > 0)."""
+        u = self.u
+        # A page that changes faster than min_interval_s lets us follow is stale whenever we
+        # look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
+        # under a fixed budget the optimal rate falls for the fastest pages), so the faster
+        # it changes past that point, the longer we wait.
+        return f"""CASE WHEN {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
+            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
+        ELSE least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT END"""
 
 
 RATE_STEP = 2 ** (1 / 8)
@@ -191,6 +204,9 @@ STORED_RATE_SQL = learned_rate_sql("(db.fetch_count - 1)", "db.change_count",
                                    "epoch(db.last_fetched - db.first_fetched)", "db.unchanged_s")
 """A crawl DB row's learned rate, for rows refetched at least once (``db.fetch_count >= 2``)."""
 
+HOST_PRIOR_SQL = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
+"""SQL: the learned rate of the row's host (:func:`prepare_schedule`), null if none."""
+
 DEFAULT_MULTIPLIER_S = 86400.0
 """μ of an optimal schedule built without a plan (SQL inspected, not run by update): pages
 changing more than once a day are left alone."""
@@ -215,7 +231,7 @@ class OptimalSchedule:
         x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
         rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
                                 unchanged_after_sql(seen, changed))
-        prior = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
+        prior = HOST_PRIOR_SQL
         return f"""CASE
         WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {prior} IS NOT NULL THEN
             list_extract({table}, {grid_index_sql(u, prior)})
@@ -268,15 +284,17 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
 
 def prepare_schedule(con, config: Config, old: str) -> None:
     """Tables the configured schedule's SQL reads, made from ``old`` (a crawl DB bucket):
-    for ``optimal``, ``host_prior`` (host, rate): the mean learned rate of the host's pages
-    refetched at least once, the prior of its pages not fetched yet (a host where no change
-    was seen yet gives no prior: its new pages start at the default interval). A host's pages share a
-    bucket, so the bucket holds all it needs."""
-    if config.update.schedule != "optimal":
+    for ``adaptive`` and ``optimal``, ``host_prior`` (host, rate): the median learned rate of
+    the host's pages refetched at least once, the prior of its pages not fetched yet (a host
+    where no change was seen on most pages gives no prior: its new pages start at the
+    default interval). The median, not the mean: the mean follows the host's fastest pages,
+    which for the optimal schedule may be too fast to be worth a visit at all. A host's
+    pages share a bucket, so the bucket holds all it needs; one aggregate, linear."""
+    if config.update.schedule == "fixed":
         return
     con.execute(f"""CREATE OR REPLACE TEMP TABLE host_prior AS
-        SELECT db.host, avg({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
-        HAVING avg({STORED_RATE_SQL}) > 0""")
+        SELECT db.host, median({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
+        HAVING median({STORED_RATE_SQL}) > 0""")
 
 
 SCHEDULES = {"adaptive": AdaptiveSchedule, "fixed": FixedSchedule, "optimal": OptimalSchedule}

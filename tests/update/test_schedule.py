@@ -28,6 +28,7 @@ def interval(schedule, *, fetch_count: int, change_count: int, interval_s: int, 
     """The schedule's new interval for one row."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE host_prior (host VARCHAR, rate DOUBLE)")
     con.execute(f"""CREATE TABLE db AS SELECT '{host}' AS host, 'http://{host}/' AS url,
         {fetch_count} AS fetch_count, {change_count} AS change_count, {interval_s}::INTEGER AS fetch_interval_s,
         'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
@@ -270,6 +271,7 @@ def test_last_modified_tells_an_hourly_page_from_a_four_hourly_one():
     s = AdaptiveSchedule(Config().update)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE host_prior (host VARCHAR, rate DOUBLE)")
 
     def adaptive(age_h, unchanged_s):
         con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT 'h' AS host, 'http://h/' AS url, 5 AS fetch_count,
@@ -295,3 +297,34 @@ def test_a_schema_2_crawl_db_gets_unchanged_s():
     got = con.execute(f"SELECT fetch_count, unchanged_s FROM {upgraded_sql('v2', 2)} ORDER BY 1").fetchall()
     assert got == [(0, 0), (1, 0), (2, None), (3, None)]
     assert upgraded_sql("v3", 3) == "v3"
+
+
+def test_adaptive_starts_a_new_page_of_a_fast_changing_host_at_a_short_interval():
+    """The host prior (median learned rate of its pages) sets a new page's first interval:
+    on a host whose pages change about every 8 hours, revisit_factor × 8 h; on a host with
+    nothing learned, the default."""
+    config = Config()
+    u = config.update
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    # Three pages refetched 6 times in 2 days, each change seen with a Last-Modified 4 h old:
+    # T = 4 h × 6, X = 6 -> (X - 1) / T = 1 / 4.8 h; a calm host never changed.
+    con.execute("""CREATE TABLE old AS SELECT * FROM (VALUES ('fast.example', 7, 6, 6 * 14400),
+        ('fast.example', 7, 6, 6 * 14400), ('fast.example', 7, 6, 6 * 14400), ('calm.example', 7, 0, 2 * 86400))
+        v(host, fetch_count, change_count, unchanged_s)""")
+    con.execute("""CREATE OR REPLACE TABLE old AS SELECT *, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+        TIMESTAMPTZ '2024-01-03 00:00:00+00' AS last_fetched FROM old""")
+    prepare_schedule(con, config, "old")
+    assert con.execute("SELECT host, rate FROM host_prior").fetchall() == [("fast.example", pytest.approx(5 / (6 * 14400)))]
+    s = AdaptiveSchedule(u)
+
+    def first(host):
+        con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT '{host}' AS host, 'http://{host}/new' AS url, 0 AS fetch_count,
+            0 AS change_count, {u.default_interval_s}::INTEGER AS fetch_interval_s, NULL::VARCHAR AS content_hash,
+            NULL::TIMESTAMPTZ AS first_fetched, NULL::TIMESTAMPTZ AS last_fetched, 0::BIGINT AS unchanged_s""")
+        con.execute("""CREATE OR REPLACE TABLE f AS SELECT 'ok' AS outcome, 'b' AS content_hash,
+            TIMESTAMPTZ '2024-01-03 01:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified""")
+        return con.execute(f"SELECT ({s.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
+
+    assert first("fast.example") == pytest.approx(u.revisit_factor * 6 * 14400 / 5, abs=1)
+    assert first("calm.example") == first("new.example") == u.default_interval_s
