@@ -131,7 +131,8 @@ def estimate_rate(visits, unchanged, interval_s):
 
 
 def estimate_rate_last_modified(changes, unchanged_s):
-    """Change rate (1/s) from Last-Modified dates (Cho & Garcia-Molina 2003, §5), for X >= 2.
+    """Change rate (1/s) from Last-Modified dates (Cho & Garcia-Molina 2003, §5), for X >= 2
+    (its variance λ² / (X − 2) is finite from X = 3).
 
     ``changes``: X refetches that found a change; ``unchanged_s``: T, the seconds the page is
     known to have stayed unchanged, summed over the refetches — the whole interval for one

@@ -166,11 +166,18 @@ def counted_rate_sql(n: str, changes: str, span_s: str) -> str:
 def learned_rate_sql(n: str, changes: str, span_s: str, unchanged_s: str) -> str:
     """SQL: a page's change rate (1/s): from ``unchanged_s``, the seconds it is known to have
     stayed unchanged, when its Last-Modified dates gave them and it has changed at least
-    twice ((X − 1) / T: :func:`cycles.update.optimum.estimate_rate_last_modified`); else
-    from the counts (:func:`counted_rate_sql`: one change is too few for (X − 1) / T)."""
-    return (f"CASE WHEN {unchanged_s} > 0 AND {changes} >= 2 THEN ({changes} - 1) / ({unchanged_s}) "
+    :data:`MIN_LAST_MODIFIED_CHANGES` times ((X − 1) / T:
+    :func:`cycles.update.optimum.estimate_rate_last_modified`); else from the counts
+    (:func:`counted_rate_sql`)."""
+    return (f"CASE WHEN {unchanged_s} > 0 AND {changes} >= {MIN_LAST_MODIFIED_CHANGES} THEN ({changes} - 1) / ({unchanged_s}) "
             f"ELSE {counted_rate_sql(n, changes, span_s)} END")
 
+
+MIN_LAST_MODIFIED_CHANGES = 3
+"""Changes seen before the rate comes from Last-Modified: (X − 1) / T has variance
+λ² / (X − 2), infinite below 3 — with two changes, two short ages (a page seen just after
+it changed, twice) made a 4-hourly page look ten times faster and left it for half a day
+(tests/update/test_freshness_web.py)."""
 
 LAST_MODIFIED_SQL = "epoch(try_strptime(f.last_modified, '%a, %d %b %Y %H:%M:%S GMT'))"
 """SQL: the fetch result's Last-Modified in epoch seconds (RFC 9110's IMF-fixdate, the

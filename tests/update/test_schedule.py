@@ -256,11 +256,11 @@ def test_a_change_without_a_usable_last_modified_leaves_the_rate_to_the_counts(l
 
 
 def test_learned_rate_sql_is_the_estimators():
-    """From Last-Modified with two changes or more; from the counts otherwise."""
+    """From Last-Modified with three changes or more; from the counts otherwise."""
     from cycles.update.schedule import learned_rate_sql
     sql = lambda n, x, span, t: duckdb.connect().execute(f"SELECT {learned_rate_sql(str(n), str(x), str(span), t)}").fetchone()[0]  # noqa: E731
     assert sql(6, 3, 6 * DAY, str(2 * DAY)) == pytest.approx(optimum.estimate_rate_last_modified(3, 2 * DAY))
-    assert sql(6, 1, 6 * DAY, str(2 * DAY)) == pytest.approx(optimum.estimate_rate(6, 5, DAY))
+    assert sql(6, 2, 6 * DAY, str(2 * DAY)) == pytest.approx(optimum.estimate_rate(6, 4, DAY))
     assert sql(6, 3, 6 * DAY, "NULL") == pytest.approx(optimum.estimate_rate(6, 3, DAY))
 
 
