@@ -1,25 +1,28 @@
 """Freshness against the optimum (GitHub issue #13 section 4), on the local test web.
 
 The host whose pages change at known periods (testweb/changing.py: every hour, 4 hours,
-day, week, never; 3 pages each) is recrawled over simulated days, the crawler's clock and
-the web's virtual clock shifted in step (generate -> fetch -> update every ``--step-hours``).
-Two real crawls: the ``adaptive`` schedule (the default before this work) and the
-``optimal`` one (cycles/update/schedule.py), the latter given the adaptive run's refetches
-per cycle as its budget. For each run, with the run's own number of fetches:
+day, week, never; 3 pages each) is recrawled over simulated days, a cycle (generate ->
+fetch -> update) every ``--step-hours``. By default the cycles are simulated for many
+seeds (the pages' phases): update's own transition SQL on the answers the test web gives
+(:func:`simulate`); ``--real`` runs real crawls of one seed instead (the crawler's clock
+and the web's virtual clock shifted in step); ``--poisson`` makes the pages change as
+Poisson processes of the same mean periods. The first schedule of ``--schedules``
+(``adaptive``) runs free; the others get its refetches per cycle as their budget. For each
+run, on every URL it fetched and with its own number of refetches:
 
-- **ours**: time-weighted share of pages whose stored version is the live one;
+- **ours**: time-weighted share of pages whose stored version is the live one (exact);
 - **uniform**: every page refetched at the same interval;
 - **optimum**: Cho & Garcia-Molina's optimal frequencies for the *known* rates (1/period)
-  and the same budget (cycles/update/optimum.py), simulated on the same pages; the
+  and at least the same refetches (cycles/update/optimum.py), on the same pages; the
   analytical Poisson value of that policy is printed beside it.
 
 Learning speed: for each change class, the first cycle from which every page's stored
 interval stays within 2x of its true optimal interval (the optimum for the known rates at
 the run's budget, clamped to [min_interval_s, max_interval_s] as the schedule is).
 
-    .venv/bin/python scripts/bench_freshness.py                 # 7 days in 4 h steps: two crawls, ~5 CPU-min
-                                                                # (30 min wall on a loaded 2-core machine)
-    .venv/bin/python scripts/bench_freshness.py --days 14
+    .venv/bin/python scripts/bench_freshness.py                 # 20 seeds simulated, ~4 CPU-min
+    .venv/bin/python scripts/bench_freshness.py --seeds 6 --poisson
+    .venv/bin/python scripts/bench_freshness.py --real          # two crawls, ~5 CPU-min (30 min wall loaded)
 """
 
 from __future__ import annotations
