@@ -166,12 +166,17 @@ def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | 
 def upgraded_sql(source: str, schema_version: int) -> str:
     """``source`` (crawl DB rows written with ``schema_version``) in the current schema.
 
-    Version 1 kept leases in the rows and had no pattern_hash. The first stage that
+    Version 1 kept leases in the rows and had no pattern_hash; version 2 had no unchanged_s. The first stage that
     rewrites such a crawl DB writes it in the current schema, so this costs once.
     """
     if schema_version >= schema.SCHEMA_VERSION:
         return source
-    return (f"(SELECT * EXCLUDE (lease_until, lease_segment), {pattern_hash_sql('url')} AS pattern_hash "
+    if schema_version < 2:
+        source = (f"(SELECT * EXCLUDE (lease_until, lease_segment), {pattern_hash_sql('url')} AS pattern_hash "
+                  f"FROM {source})")
+    # Version 2 had no unchanged_s: a page refetched before has a history without it (null:
+    # its rate stays estimated from the counts); one not refetched yet starts at 0.
+    return (f"(SELECT *, CASE WHEN fetch_count <= 1 THEN 0 END::BIGINT AS unchanged_s "
             f"FROM {source})")
 
 
@@ -193,7 +198,8 @@ def new_url_rows_sql(source: str, config: Config) -> str:
                NULL::VARCHAR AS content_hash, NULL::UBIGINT AS simhash,
                NULL::VARCHAR AS etag, NULL::VARCHAR AS last_modified,
                score::FLOAT AS score, depth::SMALLINT AS depth,
-               NULL::VARCHAR AS redirect_to, NULL::VARCHAR AS duplicate_of, NULL::VARCHAR AS error
+               NULL::VARCHAR AS redirect_to, NULL::VARCHAR AS duplicate_of, NULL::VARCHAR AS error,
+               0::BIGINT AS unchanged_s
         FROM {source}"""
 
 

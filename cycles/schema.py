@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2: the crawl DB lost lease_until / lease_segment (leases live in the segments' fetch
-lists, cycles/leases.py) and gained pattern_hash. cycles/crawldb.py upgrades a version-1
-crawl DB as it reads it."""
+lists, cycles/leases.py) and gained pattern_hash. 3: the crawl DB gained unchanged_s (the
+change-rate estimate from Last-Modified, cycles/update/schedule.py). cycles/crawldb.py
+upgrades an older crawl DB as it reads it."""
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -115,6 +116,10 @@ CRAWLDB = _schema("crawldb", [
     _field("redirect_to", pa.string(), "Target of the last redirect (normalised)"),
     _field("duplicate_of", pa.string(), "Canonical URL whose content this page duplicates"),
     _field("error", pa.string(), "Reason of the last failure, for operators"),
+    _field("unchanged_s", pa.int64(), "Seconds the page is known to have stayed unchanged, summed over its "
+           "refetches: the interval of one that found no change, the age of its Last-Modified for one that "
+           "found a change; with change_count it gives the page's change rate (cycles/update/schedule.py). "
+           "Null once a change came without a usable Last-Modified: the rate then comes from the counts"),
 ])
 
 FETCHLIST = _schema("fetchlist", [

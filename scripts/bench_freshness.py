@@ -1,49 +1,63 @@
 """Freshness against the optimum (GitHub issue #13 section 4), on the local test web.
 
 The host whose pages change at known periods (testweb/changing.py: every hour, 4 hours,
-day, week, never; 3 pages each) is recrawled over simulated days, the crawler's clock and
-the web's virtual clock shifted in step (generate -> fetch -> update every ``--step-hours``).
-Two real crawls: the ``adaptive`` schedule (the default before this work) and the
-``optimal`` one (cycles/update/schedule.py), the latter given the adaptive run's refetches
-per cycle as its budget. For each run, with the run's own number of fetches:
+day, week, never; 3 pages each) is recrawled over simulated days, a cycle (generate ->
+fetch -> update) every ``--step-hours``. By default the cycles are simulated for many
+seeds (the pages' phases): update's own transition SQL on the answers the test web gives
+(:func:`simulate`); ``--real`` runs real crawls of one seed instead (the crawler's clock
+and the web's virtual clock shifted in step); ``--poisson`` makes the pages change as
+Poisson processes of the same mean periods. The first schedule of ``--schedules``
+(``adaptive``) runs free; the others get its refetches per cycle as their budget. For each
+run, on every URL it fetched and with its own number of refetches:
 
-- **ours**: time-weighted share of pages whose stored version is the live one;
+- **ours**: time-weighted share of pages whose stored version is the live one (exact);
 - **uniform**: every page refetched at the same interval;
 - **optimum**: Cho & Garcia-Molina's optimal frequencies for the *known* rates (1/period)
-  and the same budget (cycles/update/optimum.py), simulated on the same pages; the
+  and at least the same refetches (cycles/update/optimum.py), on the same pages; the
   analytical Poisson value of that policy is printed beside it.
 
 Learning speed: for each change class, the first cycle from which every page's stored
 interval stays within 2x of its true optimal interval (the optimum for the known rates at
 the run's budget, clamped to [min_interval_s, max_interval_s] as the schedule is).
 
-    .venv/bin/python scripts/bench_freshness.py                 # 7 days in 4 h steps: two crawls, ~5 CPU-min
-                                                                # (30 min wall on a loaded 2-core machine)
-    .venv/bin/python scripts/bench_freshness.py --days 14
+    .venv/bin/python scripts/bench_freshness.py                 # 20 seeds simulated, ~4 CPU-min
+    .venv/bin/python scripts/bench_freshness.py --seeds 6 --poisson
+    .venv/bin/python scripts/bench_freshness.py --real          # two crawls, ~5 CPU-min (30 min wall loaded)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import duckdb
 import numpy as np
+import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_update import freshness, recrawl, uniform_freshness  # noqa: E402
+from bench_update import recrawl  # noqa: E402
+from cycles import schema  # noqa: E402
+from cycles.config import Config  # noqa: E402
+from cycles.crawldb import new_url_rows_sql  # noqa: E402
 from cycles.update import optimum  # noqa: E402
+from cycles.update.schedule import prepare_schedule, refresh_multiplier  # noqa: E402
+from cycles.update.update import CHANGED_SQL, SEEN_SQL, transition_sql  # noqa: E402
+from cycles.urls import host_hash, url_host  # noqa: E402
+from testweb.respond import http_date  # noqa: E402
+from testweb.web import Web  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 from testweb.model import CLOCK_START  # noqa: E402
 
 
 def configure(web, schedule: str, step_s: float, budget_per_cycle: int = 0):
-    config = web.crawl_config()
+    config = web.crawl_config() if web is not None else Config()
     u = config.update
     u.schedule = schedule
     u.default_interval_s = 86400
@@ -55,6 +69,77 @@ def configure(web, schedule: str, step_s: float, budget_per_cycle: int = 0):
     return config
 
 
+FETCH_DELAY_S = 20.0
+"""Simulated crawls: how long after its cycle starts a page is fetched (a real cycle's
+generate and fetch take some seconds)."""
+
+
+def simulate(web: Web, pages: list[str], config: Config, steps: int, step_s: float):
+    """The cycles :func:`bench_update.recrawl` runs, without servers or files: every cycle the
+    URLs whose ``next_fetch`` has passed get the answer the test web gives a conditional GET
+    (304 while the version is unchanged, else 200 with the version's content hash and
+    Last-Modified) ``FETCH_DELAY_S`` after the cycle starts, and update's own transition SQL
+    (:func:`cycles.update.update.transition_sql`, with the schedule's prepare and plan
+    steps) makes the new rows. Same return values as recrawl. Milliseconds a cycle, so that
+    many seeds can be compared; the real crawl (``--real``) checks it."""
+    con = duckdb.connect()
+    con.execute("SET threads = 1")  # 16 rows: more threads only wait for each other
+    start = float(CLOCK_START)
+    when = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc)  # noqa: E731
+    con.register("seeds", pa.table({"url": pages, "host": [url_host(u) for u in pages],
+                                    "host_hash": pa.array([host_hash(url_host(u)) for u in pages], pa.uint64()),
+                                    "score": [1.0] * len(pages), "depth": [0] * len(pages)}))
+    con.execute(f"CREATE TABLE db AS {new_url_rows_sql('seeds', config)}", {"now": when(start)})
+    fetches: dict[str, list[float]] = defaultdict(list)
+    intervals: list[dict[str, int]] = []
+    t = start
+    for _ in range(steps + 1):
+        due = con.execute("SELECT url, content_hash FROM db WHERE next_fetch <= $now", {"now": when(t)}).fetchall()
+        at = t + FETCH_DELAY_S
+        rows = []
+        for url, stored in due:
+            version = web.version_at(url, at)
+            profile, target = web.split(url)
+            content = f"{url}#{version}"
+            rows.append({"url": url, "host": url_host(url),
+                         "outcome": "not_modified" if content == stored else "ok",
+                         "fetched_at": when(at), "http_status": 304 if content == stored else 200,
+                         "etag": content, "last_modified": http_date(profile.last_modified(target, version)),
+                         "redirect_to": None, "error": None,
+                         "content_hash": None if content == stored else content, "simhash": None})
+            fetches[url].append(at)
+        con.register("fetched", pa.Table.from_pylist(rows, schema=schema.FETCHED).select(
+            ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
+             "redirect_to", "error", "content_hash", "simhash"]))
+        prepare_schedule(con, config, "db")
+        multiplier = (refresh_multiplier(con, "db", config, "fetched", SEEN_SQL, CHANGED_SQL)
+                      if config.update.schedule == "optimal" else None)
+        con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT {transition_sql(config, multiplier)}
+            FROM db LEFT JOIN fetched f ON db.url = f.url""", {"now": when(at)})
+        con.unregister("fetched")
+        intervals.append(dict(con.execute("SELECT url, fetch_interval_s FROM db WHERE fetch_count > 0").fetchall()))
+        t += step_s
+    new_page = first_interval_of_a_new_page(con, config, pages[0].rsplit("/", 1)[0] + "/new.html", when(t))
+    con.close()
+    return fetches, intervals, t, new_page
+
+
+def first_interval_of_a_new_page(con, config: Config, url: str, now) -> int:
+    """The host prior at work: the interval a page of the host gets at its first fetch,
+    ``now``, with the host's other pages as the run left them in ``db``."""
+    con.register("new", pa.table({"url": [url], "host": [url_host(url)],
+                                  "host_hash": pa.array([host_hash(url_host(url))], pa.uint64()),
+                                  "score": [1.0], "depth": [1]}))
+    con.execute(f"INSERT INTO db BY NAME {new_url_rows_sql('new', config)}", {"now": now})
+    con.register("fetched", pa.Table.from_pylist([{"url": url, "host": url_host(url), "outcome": "ok",
+                                                  "fetched_at": now, "content_hash": "new"}], schema=schema.FETCHED))
+    prepare_schedule(con, config, "db")
+    multiplier = (refresh_multiplier(con, "db", config, "fetched", SEEN_SQL, CHANGED_SQL)
+                  if config.update.schedule == "optimal" else None)
+    return con.execute(f"""SELECT fetch_interval_s FROM (SELECT {transition_sql(config, multiplier)}
+        FROM db LEFT JOIN fetched f ON db.url = f.url) WHERE url = $url""", {"now": now, "url": url}).fetchone()[0]
+
+
 def optimum_schedule(web, pages, budget_per_s: float, start: float, end: float):
     """Fetch times of the optimal policy for the known rates: each page at the start, then
     every 1/f (f = 0: never again)."""
@@ -64,6 +149,20 @@ def optimum_schedule(web, pages, budget_per_s: float, start: float, end: float):
     for url, f in zip(pages, freq):
         times[url] = list(np.arange(start, end, 1 / f)) if f > 0 else [start]
     return times, float(np.mean(optimum.freshness(rates, freq))), freq
+
+
+def optimum_with_refetches(web, pages, refetches: int, start: float, end: float):
+    """:func:`optimum_schedule` making at least ``refetches`` refetches in the window: its
+    visits every 1/f from the start lose up to one a page to the window's end, so the budget
+    is raised until the count is met (else the optimum would get ~4 % fewer visits)."""
+    budget = refetches / (end - start)
+    for _ in range(50):
+        times, analytic, _ = optimum_schedule(web, pages, budget, start, end)
+        made = sum(len(v) - 1 for v in times.values())
+        if made >= refetches:
+            break
+        budget *= 1 + max(0.002, (refetches - made) / max(1, made))
+    return times, analytic, made
 
 
 def learning_speed(web, pages, intervals: list[dict[str, int]], budget_per_s: float, u) -> dict:
@@ -83,50 +182,193 @@ def learning_speed(web, pages, intervals: list[dict[str, int]], budget_per_s: fl
     return by_period
 
 
-def report(name, web, pages, fetches, intervals, start, end, step_s, config) -> int:
+def exact_freshness(web, fetches: dict[str, list[float]], start: float, end: float) -> float:
+    """Share of the time from each URL's first fetch to ``end`` that its stored version was
+    the live one, exactly (the test web's pages change at known instants; bench_update's
+    ``freshness`` samples every 5 minutes, 100 times slower)."""
+    model = getattr(web, "web", web)  # the harness's TestWeb holds the model
+    fresh = total = 0.0
+    for url, times in fetches.items():
+        times = sorted(times)
+        profile, target = model.split(url)
+        for t, following in zip(times, times[1:] + [end]):
+            following = min(following, end)
+            if following <= t:
+                continue
+            changes = profile.version_start(target, profile.version_at(target, t) + 1) if profile else None
+            fresh += (following - t) if changes is None else max(0.0, min(changes, following) - t)
+            total += following - t
+    return fresh / max(total, 1e-9)
+
+
+def uniform_schedule(pages: list[str], fetches: int, start: float, end: float) -> dict[str, list[float]]:
+    """The same number of fetches spread evenly: every page at the same interval."""
+    per_page = max(1, fetches // len(pages))
+    interval = (end - start) / per_page
+    return {url: [start + k * interval for k in range(per_page)] for url in pages}
+
+
+def measure(web, pages, fetches, intervals, start, end, config) -> dict:
+    """One run's figures, on every URL it fetched (the pages and the host's never-changing
+    ``/``, which the crawl finds through their links): the optimum gets the same URLs and
+    the same refetches (``budget``: fetches after each URL's first)."""
+    urls = sorted(set(pages) | {u for u, times in fetches.items() if times})
+    fetches = {u: fetches.get(u, []) for u in urls}
     total = sum(len(v) for v in fetches.values())
-    refetches = total - len([u for u in pages if fetches[u]])
+    refetches = total - len([u for u in urls if fetches[u]])
     budget_per_s = refetches / (end - start)
-    ours = freshness(web, fetches, start, end)
-    uniform = uniform_freshness(web, pages, total, start, end)
-    times, analytic, _ = optimum_schedule(web, pages, budget_per_s, start, end)
-    best = freshness(web, times, start, end)
-    print(f"  {name:<9} {total} fetches ({refetches / ((end - start) / step_s):.2f} refetches/cycle): "
-          f"ours {ours:.3f}  uniform {uniform:.3f}  optimum {best:.3f} (Poisson model {analytic:.3f})  "
-          f"ours/optimum {100 * ours / best:.1f}%")
+    times, analytic, optimum_refetches = optimum_with_refetches(web, urls, refetches, start, end)
     counts = defaultdict(list)
-    for url in pages:
+    for url in urls:
         counts[web.change_period(url)].append(len(fetches[url]))
-    speed = learning_speed(web, pages, intervals, budget_per_s, config.update)
-    for period in sorted(counts, key=lambda p: (p is None, p or 0)):
-        label = "never" if period is None else f"{period / 3600:g} h"
-        settled = [s for s, _ in speed[period]]
-        target = speed[period][0][1]
-        when = "never" if None in settled else f"cycle {max(settled)}"
-        print(f"    every {label:<6}: fetched {np.mean(counts[period]):5.1f} times each; optimal interval "
-              f"{target / 3600:6.1f} h, within 2x from {when}")
-    return refetches
+    speed = learning_speed(web, urls, intervals, budget_per_s, config.update)
+    return {"fetches": total, "refetches": refetches, "optimum_refetches": optimum_refetches, "ours": exact_freshness(web, fetches, start, end),
+            "uniform": exact_freshness(web, uniform_schedule(urls, total, start, end), start, end),
+            "optimum": exact_freshness(web, times, start, end), "poisson": analytic,
+            "counts": {p: float(np.mean(c)) for p, c in counts.items()},
+            "settled": {p: (None if None in [s for s, _ in v] else max(s for s, _ in v)) for p, v in speed.items()},
+            "target_s": {p: v[0][1] for p, v in speed.items()}, "default_interval_s": config.update.default_interval_s}
+
+
+def period_label(period) -> str:
+    return "never" if period is None else f"{period / 3600:g} h"
+
+
+def periods(run: dict) -> list:
+    return sorted(run["counts"], key=lambda p: (p is None, p or 0))
+
+
+def report(name: str, run: dict, cycles: int) -> None:
+    print(f"  {name:<9} {run['fetches']} fetches ({run['refetches'] / cycles:.2f} refetches/cycle): "
+          f"ours {run['ours']:.3f}  uniform {run['uniform']:.3f}  optimum {run['optimum']:.3f} "
+          f"(Poisson model {run['poisson']:.3f})  ours/optimum {100 * run['ours'] / run['optimum']:.1f}%")
+    for period in periods(run):
+        settled = run["settled"][period]
+        print(f"    every {period_label(period):<6}: fetched {run['counts'][period]:5.1f} times each; optimal interval "
+              f"{run['target_s'][period] / 3600:6.1f} h, within 2x from "
+              f"{'never' if settled is None else f'cycle {settled}'}")
+
+
+def report_seeds(name: str, runs: list[dict]) -> None:
+    """Mean and worst of ours/optimum over the seeds; learning speed per change class as
+    the median cycle and how many seeds never settled."""
+    ratio = np.array([r["ours"] / r["optimum"] for r in runs])
+    print(f"  {name:<9} ours/optimum mean {100 * ratio.mean():.1f}%  min {100 * ratio.min():.1f}%  "
+          f"max {100 * ratio.max():.1f}%   (ours {np.mean([r['ours'] for r in runs]):.3f}, optimum "
+          f"{np.mean([r['optimum'] for r in runs]):.3f}, uniform {np.mean([r['uniform'] for r in runs]):.3f}, "
+          f"{np.mean([r['refetches'] for r in runs]):.0f} refetches, the optimum "
+          f"{np.mean([r['optimum_refetches'] for r in runs]):.0f})")
+    print(f"    a new page of the host: first interval {np.median([r['new_page_interval_s'] for r in runs]) / 3600:.1f} h "
+          f"(median; the default is {runs[0]['default_interval_s'] / 3600:g} h)")
+    for period in periods(runs[0]):
+        settled = [r["settled"][period] for r in runs]
+        known = [s for s in settled if s is not None]
+        print(f"    every {period_label(period):<6}: fetched {np.mean([r['counts'][period] for r in runs]):5.1f} "
+              f"times each; within 2x of the optimal interval from cycle "
+              f"{'-' if not known else f'{np.median(known):g} (median)'}, never settled in "
+              f"{len(settled) - len(known)} of {len(runs)}")
+
+
+def simulated_web(seed: int) -> tuple[Web, list[str]]:
+    """The changing host's oracle without a server: its pages and its ``/``."""
+    web = Web(hosts=0, pages=1, special=False, changing=True, seed=seed)
+    return web, [u for u in web.expected_reachable(web.seeds()) if "/c/" in u] + web.seeds()
+
+
+class PoissonWeb:
+    """The changing host's pages with the same mean periods, changing at the instants of a
+    Poisson process instead of every period exactly: the model Cho & Garcia-Molina's optimum
+    and the rate estimators assume. On the test web a page of period P changes once each P,
+    so its Last-Modified age at a visit is uniform over [0, P) — half what a Poisson page's
+    is — and a 1 h or 4 h page fetched every 4 h is seen at the same phase every time."""
+
+    def __init__(self, web: Web, pages: list[str], seed: int, end: float):
+        self.periodic, self.changes = web, {}
+        rng = np.random.default_rng(seed)
+        for url in pages:
+            period = web.change_period(url)
+            times = []
+            if period:
+                t = float(CLOCK_START) - rng.exponential(period)  # a version already live at the start
+                while t < end:
+                    times.append(t)
+                    t += rng.exponential(period)
+            self.changes[url] = np.array(times)
+
+    def change_period(self, url: str):
+        return self.periodic.change_period(url)
+
+    def split(self, url: str):
+        return self, url
+
+    def version_at(self, url: str, t: float) -> int:
+        return int(np.searchsorted(self.changes.get(url, []), t, side="right"))
+
+    def version_start(self, url: str, version: int):
+        times = self.changes.get(url, [])
+        if not len(times):
+            return None
+        return float(times[version - 1]) if 1 <= version <= len(times) else (float("inf") if version > 0 else None)
+
+    def last_modified(self, url: str, version: int) -> int:
+        start = self.version_start(url, version)
+        return int(start) if start is not None and start != float("inf") else int(CLOCK_START) - 86400
+
+
+def run_simulated(args, schedules: list[str]) -> None:
+    step_s = args.step_hours * 3600
+    steps = int(args.days * 86400 // step_s)
+    print(f"== freshness, simulated (update's SQL, {'Poisson pages' if args.poisson else 'the test web'}'s answers): {args.days:g} days in "
+          f"{args.step_hours:g} h steps, seeds {args.seed}..{args.seed + args.seeds - 1} ==")
+    results = defaultdict(list)
+    for seed in range(args.seed, args.seed + args.seeds):
+        web, pages = simulated_web(seed)
+        if args.poisson:
+            web = PoissonWeb(web, pages, seed, CLOCK_START + (steps + 2) * step_s)
+        budget = None
+        for name in schedules:
+            config = configure(None, name, step_s, budget or 0)
+            fetches, intervals, end, new_page = simulate(web, pages, config, steps, step_s)
+            run = measure(web, pages, fetches, intervals, CLOCK_START, end, config)
+            run["new_page_interval_s"] = new_page
+            results[name].append(run)
+            if budget is None:  # the first schedule's refetches per cycle are the others' budget
+                budget = max(1, round(run["refetches"] / (steps + 1)))
+    for name in schedules:
+        report_seeds(name, results[name])
+
+
+def run_real(args, schedules: list[str]) -> None:
+    step_s = args.step_hours * 3600
+    steps = int(args.days * 86400 // step_s)
+    print(f"== freshness, real crawls: {args.days:g} simulated days in {args.step_hours:g} h steps, seed {args.seed} ==")
+    with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=3600, seed=args.seed) as web:
+        pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
+        budget = None
+        for name in schedules:
+            with tempfile.TemporaryDirectory() as tmp:
+                config = configure(web, name, step_s, budget or 0)
+                fetches, intervals, end = recrawl(web, pages, config, steps, step_s, Path(tmp))
+                run = measure(web, pages, fetches, intervals, CLOCK_START, end, config)
+                report(name, run, steps + 1)
+            if budget is None:
+                budget = max(1, round(run["refetches"] / (steps + 1)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=float, default=7)
     parser.add_argument("--step-hours", type=float, default=4)
+    parser.add_argument("--seed", type=int, default=0, help="first test-web seed (page phases)")
+    parser.add_argument("--seeds", type=int, default=20, help="simulated runs: how many seeds")
+    parser.add_argument("--schedules", default="adaptive,optimal",
+                        help="comma-separated; the first one's refetches are the others' budget")
+    parser.add_argument("--real", action="store_true", help="real crawls of the test web (one seed) instead")
+    parser.add_argument("--poisson", action="store_true",
+                        help="simulated: pages changing as Poisson processes of the same mean periods")
     args = parser.parse_args()
-    step_s = args.step_hours * 3600
-    steps = int(args.days * 86400 // step_s)
-    print(f"== freshness: {args.days:g} simulated days in {args.step_hours:g} h steps ==")
-    with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=3600) as web:
-        pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
-        with tempfile.TemporaryDirectory() as tmp:
-            config = configure(web, "adaptive", step_s)
-            fetches, intervals, end = recrawl(web, pages, config, steps, step_s, Path(tmp))
-            refetches = report("adaptive", web, pages, fetches, intervals, CLOCK_START, end, step_s, config)
-        budget = max(1, round(refetches / (steps + 1)))
-        with tempfile.TemporaryDirectory() as tmp:
-            config = configure(web, "optimal", step_s, budget)
-            fetches, intervals, end = recrawl(web, pages, config, steps, step_s, Path(tmp))
-            report("optimal", web, pages, fetches, intervals, CLOCK_START, end, step_s, config)
+    schedules = args.schedules.split(",")
+    (run_real if args.real else run_simulated)(args, schedules)
 
 
 if __name__ == "__main__":

@@ -128,3 +128,22 @@ def estimate_rate(visits, unchanged, interval_s):
     """
     visits, unchanged = np.asarray(visits, float), np.asarray(unchanged, float)
     return -np.log((unchanged + 0.5) / (visits + 0.5)) / np.asarray(interval_s, float)
+
+
+def estimate_rate_last_modified(changes, unchanged_s):
+    """Change rate (1/s) from Last-Modified dates (Cho & Garcia-Molina 2003, §5), for X >= 2
+    (its variance λ² / (X − 2) is finite from X = 3).
+
+    ``changes``: X refetches that found a change; ``unchanged_s``: T, the seconds the page is
+    known to have stayed unchanged, summed over the refetches — the whole interval for one
+    that found no change, the age of the Last-Modified for one that found a change. Each
+    interval contributes ``e^{−λ·I}`` (no change) or ``λ·e^{−λ·age}`` (a change that long
+    ago, none since) to the likelihood ``λ^X·e^{−λ·T}``, whose maximum is X / T. That
+    estimate is biased up for few changes: when every interval saw a change, T is a sum of
+    X exponential ages (Gamma(X, λ)) and E[X / T] = λ·X / (X − 1) — infinite for X = 1. So
+    (X − 1) / T, unbiased there (E[1 / T] = λ / (X − 1)). Unlike the estimate from counts it
+    tells a page changing every hour from one changing every four when every visit, four
+    hours apart, sees a change of both.
+    """
+    changes, unchanged_s = np.asarray(changes, float), np.asarray(unchanged_s, float)
+    return (changes - 1) / unchanged_s

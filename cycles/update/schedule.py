@@ -7,14 +7,19 @@ are scheduled here; the other outcomes (errors, gone, redirects...) have fixed r
 transition_sql.
 
 - ``adaptive`` (:class:`AdaptiveSchedule`, the default): the interval follows the page's
-  observed change rate (Cho & Garcia-Molina);
+  observed change rate (Cho & Garcia-Molina); a page never fetched starts from its host's
+  median learned rate (:func:`prepare_schedule`);
 - ``fixed`` (:class:`FixedSchedule`): every page after ``update.default_interval_s``
   (news-like pages after ``update.news_like_interval_s``);
 - ``optimal`` (:class:`OptimalSchedule`): the page's learned change rate and the crawl's fetch
   budget give the interval of Cho & Garcia-Molina's optimal policy (:mod:`cycles.update.optimum`):
   before the merge, :func:`refresh_multiplier` reads every page's learned rate from the crawl
   DB and finds the marginal freshness per visit ``μ`` at which the intervals spend the budget;
-  a page never refetched yet starts from its host's mean learned rate (:func:`prepare_schedule`).
+  a page never refetched yet starts from its host's median learned rate (:func:`prepare_schedule`).
+
+The learned rate (:func:`learned_rate_sql`): from the Last-Modified dates when the page sends
+usable ones (``unchanged_s``, :func:`unchanged_seen_sql`; (X − 1) / T, Cho & Garcia-Molina
+2003 §5), else from the counts of changes and refetches.
 
 A schedule's SQL reads the old row as ``db`` and the fetch result as ``f``.
 """
@@ -74,7 +79,8 @@ class FixedSchedule:
 @dataclass(frozen=True)
 class AdaptiveSchedule:
     """The interval follows the page's change rate (see UpdateConfig.revisit_factor):
-    first fetch: the first interval (news-like or default); no change seen yet: grows by
+    first fetch: the interval its host's learned rate earns (``host_prior``, made by
+    :func:`prepare_schedule`), else the first interval (news-like or default); no change seen yet: grows by
     ``interval_growth``; else ``revisit_factor`` / estimated rate, clamped to
     [min_interval_s, max_interval_s], and longer again for pages changing faster than
     min_interval_s lets us follow."""
@@ -83,23 +89,30 @@ class AdaptiveSchedule:
 
     def interval_sql(self, seen: str, changed: str) -> str:
         u = self.u
-        # Change rate (Cho & Garcia-Molina): X changes in n refetches over `span` seconds.
-        n = "db.fetch_count"
+        # Change rate (Cho & Garcia-Molina): X changes over the time the page is known to
+        # have stayed unchanged, else X changes in n refetches over `span` seconds.
         x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
-        span = "greatest(1, epoch(f.fetched_at - db.first_fetched))"
-        rate = f"(-ln(({n} - {x} + 0.5) / ({n} + 0.5)) / ({span} / {n}))"
+        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
+                                unchanged_after_sql(seen, changed))
         return f"""CASE
+        WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {HOST_PRIOR_SQL} IS NOT NULL THEN
+            {self.interval_for_rate_sql(HOST_PRIOR_SQL)}
         WHEN {seen} AND db.fetch_count = 0 THEN
             {first_interval_sql(u)}
         WHEN {seen} AND {x} = 0 THEN least({u.max_interval_s}, floor(db.fetch_interval_s * {float(u.interval_growth)})::BIGINT)
-        -- A page that changes faster than min_interval_s lets us follow is stale whenever we
-        -- look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
-        -- under a fixed budget the optimal rate falls for the fastest pages), so the faster
-        -- it changes past that point, the longer we wait.
-        WHEN {seen} AND {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
-            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
-        WHEN {seen} THEN least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT
+        WHEN {seen} THEN {self.interval_for_rate_sql(rate)}
         ELSE db.fetch_interval_s END"""
+
+    def interval_for_rate_sql(self, rate: str) -> str:
+        """SQL: the interval of a page changing at ``rate`` (1/s, > 0)."""
+        u = self.u
+        # A page that changes faster than min_interval_s lets us follow is stale whenever we
+        # look; visits spent on it buy little freshness (Cho & Garcia-Molina, SIGMOD 2000:
+        # under a fixed budget the optimal rate falls for the fastest pages), so the faster
+        # it changes past that point, the longer we wait.
+        return f"""CASE WHEN {u.revisit_factor} / {rate} < {u.min_interval_s} THEN
+            least({u.max_interval_s}, {u.min_interval_s} * {u.min_interval_s} / ({u.revisit_factor} / {rate}))::BIGINT
+        ELSE least({u.max_interval_s}, greatest({u.min_interval_s}, {u.revisit_factor} / {rate}))::BIGINT END"""
 
 
 RATE_STEP = 2 ** (1 / 8)
@@ -144,15 +157,62 @@ def planned_intervals(u: UpdateConfig, rates, multiplier_s: float) -> np.ndarray
     return np.clip(np.round(cycles - u.cycle_interval_s / 2), u.min_interval_s, u.max_interval_s).astype(np.int64)
 
 
-def learned_rate_sql(n: str, changes: str, span_s: str) -> str:
+def counted_rate_sql(n: str, changes: str, span_s: str) -> str:
     """SQL: Cho & Garcia-Molina's estimate (1/s) from ``changes`` seen in ``n`` refetches over
     ``span_s`` seconds (see :func:`cycles.update.optimum.estimate_rate`)."""
     return f"(-ln(({n} - {changes} + 0.5) / ({n} + 0.5)) / (greatest(1, {span_s}) / {n}))"
 
 
+def learned_rate_sql(n: str, changes: str, span_s: str, unchanged_s: str) -> str:
+    """SQL: a page's change rate (1/s): from ``unchanged_s``, the seconds it is known to have
+    stayed unchanged, when its Last-Modified dates gave them and it has changed at least
+    :data:`MIN_LAST_MODIFIED_CHANGES` times ((X − 1) / T:
+    :func:`cycles.update.optimum.estimate_rate_last_modified`); else from the counts
+    (:func:`counted_rate_sql`)."""
+    return (f"CASE WHEN {unchanged_s} > 0 AND {changes} >= {MIN_LAST_MODIFIED_CHANGES} THEN ({changes} - 1) / ({unchanged_s}) "
+            f"ELSE {counted_rate_sql(n, changes, span_s)} END")
+
+
+MIN_LAST_MODIFIED_CHANGES = 3
+"""Changes seen before the rate comes from Last-Modified: (X − 1) / T has variance
+λ² / (X − 2), infinite below 3 — with two changes, two short ages (a page seen just after
+it changed, twice) made a 4-hourly page look ten times faster and left it for half a day
+(tests/update/test_freshness_web.py)."""
+
+LAST_MODIFIED_SQL = "epoch(try_strptime(f.last_modified, '%a, %d %b %Y %H:%M:%S GMT'))"
+"""SQL: the fetch result's Last-Modified in epoch seconds (RFC 9110's IMF-fixdate, the
+form senders must use; null for anything else)."""
+
+MIN_LAST_MODIFIED_AGE_S = 60
+"""A Last-Modified less than this before the fetch is not taken as the time of the change:
+pages generated on request send the time of the request (the page would look as if it
+changed at every instant)."""
+
+
+def unchanged_seen_sql(changed: str) -> str:
+    """SQL (seconds): how long this refetch shows the page stayed unchanged: the whole
+    interval since the last fetch when it found no change; the age of its Last-Modified when
+    it found a change (CGM 2003 §5: the change is known to lie that far back, and none since).
+    Null when that Last-Modified cannot be the change we saw: missing, not after the last
+    fetch, or too recent (:data:`MIN_LAST_MODIFIED_AGE_S`)."""
+    return f"""(CASE WHEN NOT {changed} THEN epoch(f.fetched_at - db.last_fetched)
+        WHEN {LAST_MODIFIED_SQL} > epoch(db.last_fetched)
+             AND {LAST_MODIFIED_SQL} <= epoch(f.fetched_at) - {MIN_LAST_MODIFIED_AGE_S}
+        THEN epoch(f.fetched_at) - {LAST_MODIFIED_SQL} END)"""
+
+
+def unchanged_after_sql(seen: str, changed: str) -> str:
+    """SQL: the row's ``unchanged_s`` after this fetch result (a refetch seen adds
+    :func:`unchanged_seen_sql`; null stays null: that page's rate comes from the counts)."""
+    return f"(CASE WHEN {seen} AND db.fetch_count > 0 THEN db.unchanged_s + {unchanged_seen_sql(changed)} ELSE db.unchanged_s END)"
+
+
 STORED_RATE_SQL = learned_rate_sql("(db.fetch_count - 1)", "db.change_count",
-                                   "epoch(db.last_fetched - db.first_fetched)")
+                                   "epoch(db.last_fetched - db.first_fetched)", "db.unchanged_s")
 """A crawl DB row's learned rate, for rows refetched at least once (``db.fetch_count >= 2``)."""
+
+HOST_PRIOR_SQL = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
+"""SQL: the learned rate of the row's host (:func:`prepare_schedule`), null if none."""
 
 DEFAULT_MULTIPLIER_S = 86400.0
 """μ of an optimal schedule built without a plan (SQL inspected, not run by update): pages
@@ -176,8 +236,9 @@ class OptimalSchedule:
         u = self.u
         table = "[" + ", ".join(str(int(i)) for i in planned_intervals(u, rate_grid(u), self.multiplier_s)) + "]"
         x = f"(db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END)"
-        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)")
-        prior = "(SELECT p.rate FROM host_prior p WHERE p.host = db.host)"
+        rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
+                                unchanged_after_sql(seen, changed))
+        prior = HOST_PRIOR_SQL
         return f"""CASE
         WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {prior} IS NOT NULL THEN
             list_extract({table}, {grid_index_sql(u, prior)})
@@ -210,11 +271,11 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
                db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END AS x,
                epoch(CASE WHEN {seen} THEN f.fetched_at ELSE db.last_fetched END
                      - coalesce(db.first_fetched, f.fetched_at)) AS span_s,
-               db.fetch_interval_s
+               db.fetch_interval_s, {unchanged_after_sql(seen, changed)} AS unchanged_s
         FROM {db_source} db LEFT JOIN (SELECT * FROM {fetched}
             QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1) f
         ON db.url = f.url"""
-    rate = learned_rate_sql("n", "x", "span_s")
+    rate = learned_rate_sql("n", "x", "span_s", "unchanged_s")
     bins = con.execute(f"""SELECT {grid_index_sql(u, rate)} AS i, count(*) FROM ({after})
         WHERE n >= 1 AND x > 0 GROUP BY i""").fetchall()
     fixed = con.execute(f"""SELECT coalesce(sum(1.0 / greatest(1, fetch_interval_s)), 0) FROM ({after})
@@ -230,15 +291,17 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
 
 def prepare_schedule(con, config: Config, old: str) -> None:
     """Tables the configured schedule's SQL reads, made from ``old`` (a crawl DB bucket):
-    for ``optimal``, ``host_prior`` (host, rate): the mean learned rate of the host's pages
-    refetched at least once, the prior of its pages not fetched yet (a host where no change
-    was seen yet gives no prior: its new pages start at the default interval). A host's pages share a
-    bucket, so the bucket holds all it needs."""
-    if config.update.schedule != "optimal":
+    for ``adaptive`` and ``optimal``, ``host_prior`` (host, rate): the median learned rate of
+    the host's pages refetched at least once, the prior of its pages not fetched yet (a host
+    where no change was seen on most pages gives no prior: its new pages start at the
+    default interval). The median, not the mean: the mean follows the host's fastest pages,
+    which for the optimal schedule may be too fast to be worth a visit at all. A host's
+    pages share a bucket, so the bucket holds all it needs; one aggregate, linear."""
+    if config.update.schedule == "fixed":
         return
     con.execute(f"""CREATE OR REPLACE TEMP TABLE host_prior AS
-        SELECT db.host, avg({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
-        HAVING avg({STORED_RATE_SQL}) > 0""")
+        SELECT db.host, median({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
+        HAVING median({STORED_RATE_SQL}) > 0""")
 
 
 SCHEDULES = {"adaptive": AdaptiveSchedule, "fixed": FixedSchedule, "optimal": OptimalSchedule}

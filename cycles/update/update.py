@@ -46,7 +46,7 @@ from cycles.progress import StepProgress
 from cycles.update.linkgraph import update_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
                                   routed_results_sql, routed_source)
-from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for
+from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for, unchanged_after_sql
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count
 
 
@@ -142,6 +142,7 @@ def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
         ("last_modified", f"CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END"),
         ("redirect_to", "CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END"),
         ("error", "CASE WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.error ELSE f.error END"),
+        ("unchanged_s", f"({unchanged_after_sql(seen_ok, changed)})::BIGINT"),
     ]
     replaced = ",\n            ".join(f"CASE WHEN {stale} THEN db.{name} ELSE {expr} END AS {name}"
                                     for name, expr in columns)

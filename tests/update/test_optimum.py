@@ -107,3 +107,41 @@ def test_estimator_recovers_the_rate(rate_times_interval):
     if rate_times_interval >= 1:
         naive = (n - unchanged) / (n * interval)
         assert abs(naive - rate) > 2 * abs(estimate - rate)
+
+
+def test_last_modified_estimate_maximises_the_likelihood_then_removes_its_bias():
+    """X / T maximises λ^X·e^{−λT}; the estimate is (X − 1) / T, its unbiased form."""
+    changes, unchanged = 5, 3 * DAY
+    mle = changes / unchanged
+    log_likelihood = lambda rate: changes * math.log(rate) - rate * unchanged  # noqa: E731
+    assert all(log_likelihood(mle) > log_likelihood(mle * k) for k in (0.9, 0.99, 1.01, 1.1))
+    assert optimum.estimate_rate_last_modified(changes, unchanged) == pytest.approx((changes - 1) / unchanged)
+
+
+@pytest.mark.parametrize("changes", [2, 3, 8])
+def test_last_modified_estimate_is_unbiased_where_the_likelihood_one_is_not(changes):
+    """Every visit saw a change: T is the sum of X exponential ages, Gamma(X, λ); over
+    200,000 histories the mean of (X − 1) / T is λ, that of X / T is λ·X / (X − 1)."""
+    rate = 1 / (4 * 3600)
+    unchanged = np.random.default_rng(changes).gamma(changes, 1 / rate, size=200_000)
+    estimates = optimum.estimate_rate_last_modified(changes, unchanged)
+    assert estimates.mean() == pytest.approx(rate, rel=0.02)
+    assert (changes / unchanged).mean() == pytest.approx(rate * changes / (changes - 1), rel=0.02)
+
+
+def test_last_modified_estimate_recovers_the_rate_with_unchanged_intervals():
+    """Visits every day to a page changing every 2 days on average (Poisson): the summed
+    unchanged time (whole intervals without a change, the Last-Modified age of those with
+    one) gives the rate within 5 % over 4,000 visits."""
+    rate, interval, n = 1 / (2 * DAY), DAY, 4000
+    rng = np.random.default_rng(7)
+    changes = rng.poisson(rate * interval, size=n)
+    # The age of the last of k > 0 changes in an interval: exponential, cut at the interval.
+    ages = np.minimum(rng.exponential(1 / rate, size=n), interval)
+    age_given_change = np.where(changes > 0, ages, interval)
+    while np.any((changes > 0) & (age_given_change >= interval)):  # redraw: a change means age < interval
+        redo = (changes > 0) & (age_given_change >= interval)
+        age_given_change[redo] = rng.exponential(1 / rate, size=redo.sum())
+    unchanged = np.where(changes > 0, age_given_change, interval).sum()
+    x = int((changes > 0).sum())
+    assert optimum.estimate_rate_last_modified(x, unchanged) == pytest.approx(rate, rel=0.05)

@@ -28,11 +28,13 @@ def interval(schedule, *, fetch_count: int, change_count: int, interval_s: int, 
     """The schedule's new interval for one row."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE host_prior (host VARCHAR, rate DOUBLE)")
     con.execute(f"""CREATE TABLE db AS SELECT '{host}' AS host, 'http://{host}/' AS url,
         {fetch_count} AS fetch_count, {change_count} AS change_count, {interval_s}::INTEGER AS fetch_interval_s,
-        'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched""")
+        'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+        TIMESTAMPTZ '2024-02-20 00:00:00+00' AS last_fetched, NULL::BIGINT AS unchanged_s""")
     con.execute(f"""CREATE TABLE f AS SELECT '{outcome}' AS outcome, '{'b' if changed else 'a'}' AS content_hash,
-        TIMESTAMPTZ '2024-03-01 00:00:00+00' AS fetched_at""")
+        TIMESTAMPTZ '2024-03-01 00:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified""")
     return con.execute(f"SELECT ({schedule.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
 
 
@@ -96,9 +98,10 @@ def optimal_interval(schedule, con=None, *, fetch_count: int, changes: int, host
     changed = changes > 0
     con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT '{host}' AS host, 'http://{host}/' AS url,
         {fetch_count} AS fetch_count, {max(0, changes - 1)} AS change_count, {DAY}::INTEGER AS fetch_interval_s,
-        'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched""")
+        'a' AS content_hash, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+        TIMESTAMPTZ '2024-02-25 00:00:00+00' AS last_fetched, NULL::BIGINT AS unchanged_s""")
     con.execute(f"""CREATE OR REPLACE TABLE f AS SELECT 'ok' AS outcome, '{'b' if changed else 'a'}' AS content_hash,
-        TIMESTAMPTZ '2024-03-01 00:00:00+00' AS fetched_at""")
+        TIMESTAMPTZ '2024-03-01 00:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified""")
     return con.execute(f"SELECT ({schedule.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
 
 
@@ -147,7 +150,7 @@ def test_host_prior_applies_to_new_urls():
         ('h.example', 5, 4), ('h.example', 5, 2), ('h.example', 1, 0), ('calm.example', 5, 0))
         v(host, fetch_count, change_count)""")
     con.execute("""CREATE OR REPLACE TABLE old AS SELECT *, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
-        TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched FROM old""")
+        TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched, NULL::BIGINT AS unchanged_s FROM old""")
     prepare_schedule(con, config, "old")
     prior = con.execute("SELECT host, rate FROM host_prior").fetchall()
     learned = optimum.estimate_rate(np.array([4, 4]), np.array([0, 2]), 2 * DAY).mean()
@@ -177,12 +180,13 @@ def test_refresh_multiplier_spends_the_budget():
     con.execute("""CREATE TABLE db AS
         SELECT 'http://h/' || i AS url, 9 AS fetch_count, 1 + i % 8 AS change_count,
                TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
-               TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched, 86400 AS fetch_interval_s, 'a' AS content_hash
+               TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched, 86400 AS fetch_interval_s, 'a' AS content_hash,
+               NULL::BIGINT AS unchanged_s
         FROM range(40) t(i)
         UNION ALL SELECT 'http://h/new' || i, 1, 0, TIMESTAMPTZ '2024-01-09 00:00:00+00',
-               TIMESTAMPTZ '2024-01-09 00:00:00+00', 86400, 'a' FROM range(10) t(i)""")
+               TIMESTAMPTZ '2024-01-09 00:00:00+00', 86400, 'a', NULL FROM range(10) t(i)""")
     con.execute("""CREATE TABLE fetched AS SELECT 'x' AS url, 'ok' AS outcome, 'a' AS content_hash,
-        TIMESTAMPTZ '2024-01-10 00:00:00+00' AS fetched_at WHERE false""")
+        TIMESTAMPTZ '2024-01-10 00:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified WHERE false""")
     mu = refresh_multiplier(con, "db", config, "fetched", SEEN, CHANGED)
     rates = optimum.estimate_rate(8, 8 - (1 + np.arange(40) % 8), DAY)
     grid = rate_grid(u)
@@ -215,3 +219,112 @@ def test_update_plans_with_the_optimal_schedule(store, tmp_path):
         intervals.append(row["fetch_interval_s"])
     assert (row["fetch_count"], row["change_count"]) == (2, 1)
     assert intervals == [config.update.default_interval_s, config.update.min_interval_s]
+
+
+def unchanged_seen(*, changed: bool, last_modified: str | None, fetch_count: int = 2,
+                   unchanged_s: int | None = 1000) -> int | None:
+    """The row's unchanged_s after a refetch at 2024-03-01 12:00 of a page last fetched at 08:00."""
+    from cycles.update.schedule import unchanged_after_sql
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    lm = "NULL" if last_modified is None else f"'{last_modified}'"
+    con.execute(f"""CREATE TABLE db AS SELECT 'a' AS content_hash, {fetch_count} AS fetch_count,
+        TIMESTAMPTZ '2024-03-01 08:00:00+00' AS last_fetched, {'NULL' if unchanged_s is None else unchanged_s}::BIGINT AS unchanged_s""")
+    con.execute(f"""CREATE TABLE f AS SELECT 'ok' AS outcome, '{'b' if changed else 'a'}' AS content_hash,
+        TIMESTAMPTZ '2024-03-01 12:00:00+00' AS fetched_at, {lm}::VARCHAR AS last_modified""")
+    return con.execute(f"SELECT {unchanged_after_sql(SEEN, CHANGED)} FROM db, f").fetchone()[0]
+
+
+def test_unchanged_time_adds_the_interval_or_the_last_modified_age():
+    """No change: the 4 h since the last fetch; a change: the age of its Last-Modified (1 h)."""
+    assert unchanged_seen(changed=False, last_modified=None) == 1000 + 4 * 3600
+    assert unchanged_seen(changed=True, last_modified="Fri, 01 Mar 2024 11:00:00 GMT") == 1000 + 3600
+    # The first fetch adds nothing (no interval yet); it starts the sum at 0.
+    assert unchanged_seen(changed=True, last_modified="Fri, 01 Mar 2024 11:00:00 GMT", fetch_count=0,
+                          unchanged_s=0) == 0
+
+
+@pytest.mark.parametrize("last_modified", [
+    None,                                # no header
+    "yesterday",                         # not an HTTP date
+    "Fri, 01 Mar 2024 07:00:00 GMT",     # before the last fetch, yet the content changed
+    "Fri, 01 Mar 2024 11:59:30 GMT",     # 30 s old: a page that stamps the time of the request
+])
+def test_a_change_without_a_usable_last_modified_leaves_the_rate_to_the_counts(last_modified):
+    assert unchanged_seen(changed=True, last_modified=last_modified) is None
+    assert unchanged_seen(changed=False, last_modified=last_modified, unchanged_s=None) is None
+
+
+def test_learned_rate_sql_is_the_estimators():
+    """From Last-Modified with three changes or more; from the counts otherwise."""
+    from cycles.update.schedule import learned_rate_sql
+    sql = lambda n, x, span, t: duckdb.connect().execute(f"SELECT {learned_rate_sql(str(n), str(x), str(span), t)}").fetchone()[0]  # noqa: E731
+    assert sql(6, 3, 6 * DAY, str(2 * DAY)) == pytest.approx(optimum.estimate_rate_last_modified(3, 2 * DAY))
+    assert sql(6, 2, 6 * DAY, str(2 * DAY)) == pytest.approx(optimum.estimate_rate(6, 4, DAY))
+    assert sql(6, 3, 6 * DAY, "NULL") == pytest.approx(optimum.estimate_rate(6, 3, DAY))
+
+
+def test_last_modified_tells_an_hourly_page_from_a_four_hourly_one():
+    """Fetched every 4 h, both change at every visit: the counts give them the same interval,
+    their Last-Modified ages (30 min, 2 h) give the hourly one the longer (it changes faster
+    than min_interval_s lets us follow)."""
+    s = AdaptiveSchedule(Config().update)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE host_prior (host VARCHAR, rate DOUBLE)")
+
+    def adaptive(age_h, unchanged_s):
+        con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT 'h' AS host, 'http://h/' AS url, 5 AS fetch_count,
+            4 AS change_count, 14400::INTEGER AS fetch_interval_s, 'a' AS content_hash,
+            TIMESTAMPTZ '2024-03-01 00:00:00+00' AS first_fetched, TIMESTAMPTZ '2024-03-01 16:00:00+00' AS last_fetched,
+            {unchanged_s}::BIGINT AS unchanged_s""")
+        lm = f"strftime(TIMESTAMPTZ '2024-03-01 20:00:00+00' - INTERVAL {int(age_h * 60)} MINUTE, '%a, %d %b %Y %H:%M:%S GMT')"
+        con.execute(f"""CREATE OR REPLACE TABLE f AS SELECT 'ok' AS outcome, 'b' AS content_hash,
+            TIMESTAMPTZ '2024-03-01 20:00:00+00' AS fetched_at, {lm} AS last_modified""")
+        return con.execute(f"SELECT ({s.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
+
+    assert adaptive(0.5, "NULL") == adaptive(2, "NULL")
+    hourly, four_hourly = adaptive(0.5, 4 * 1800), adaptive(2, 4 * 7200)
+    assert hourly > four_hourly
+
+
+def test_a_schema_2_crawl_db_gets_unchanged_s():
+    """Rows written before unchanged_s: a page refetched already has a history without it
+    (null: its rate stays estimated from the counts); the others start at 0."""
+    from cycles.crawldb import upgraded_sql
+    con = duckdb.connect()
+    con.execute("CREATE TABLE v2 AS SELECT 'http://h/' || i AS url, i AS fetch_count FROM range(4) t(i)")
+    got = con.execute(f"SELECT fetch_count, unchanged_s FROM {upgraded_sql('v2', 2)} ORDER BY 1").fetchall()
+    assert got == [(0, 0), (1, 0), (2, None), (3, None)]
+    assert upgraded_sql("v3", 3) == "v3"
+
+
+def test_adaptive_starts_a_new_page_of_a_fast_changing_host_at_a_short_interval():
+    """The host prior (median learned rate of its pages) sets a new page's first interval:
+    on a host whose pages change about every 8 hours, revisit_factor × 8 h; on a host with
+    nothing learned, the default."""
+    config = Config()
+    u = config.update
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    # Three pages refetched 6 times in 2 days, each change seen with a Last-Modified 4 h old:
+    # T = 4 h × 6, X = 6 -> (X - 1) / T = 1 / 4.8 h; a calm host never changed.
+    con.execute("""CREATE TABLE old AS SELECT * FROM (VALUES ('fast.example', 7, 6, 6 * 14400),
+        ('fast.example', 7, 6, 6 * 14400), ('fast.example', 7, 6, 6 * 14400), ('calm.example', 7, 0, 2 * 86400))
+        v(host, fetch_count, change_count, unchanged_s)""")
+    con.execute("""CREATE OR REPLACE TABLE old AS SELECT *, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+        TIMESTAMPTZ '2024-01-03 00:00:00+00' AS last_fetched FROM old""")
+    prepare_schedule(con, config, "old")
+    assert con.execute("SELECT host, rate FROM host_prior").fetchall() == [("fast.example", pytest.approx(5 / (6 * 14400)))]
+    s = AdaptiveSchedule(u)
+
+    def first(host):
+        con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT '{host}' AS host, 'http://{host}/new' AS url, 0 AS fetch_count,
+            0 AS change_count, {u.default_interval_s}::INTEGER AS fetch_interval_s, NULL::VARCHAR AS content_hash,
+            NULL::TIMESTAMPTZ AS first_fetched, NULL::TIMESTAMPTZ AS last_fetched, 0::BIGINT AS unchanged_s""")
+        con.execute("""CREATE OR REPLACE TABLE f AS SELECT 'ok' AS outcome, 'b' AS content_hash,
+            TIMESTAMPTZ '2024-01-03 01:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified""")
+        return con.execute(f"SELECT ({s.interval_sql(SEEN, CHANGED)})::BIGINT FROM db, f").fetchone()[0]
+
+    assert first("fast.example") == pytest.approx(u.revisit_factor * 6 * 14400 / 5, abs=1)
+    assert first("calm.example") == first("new.example") == u.default_interval_s
