@@ -22,9 +22,11 @@ hosts: no process holds the whole host DB.
 
 The merge runs bucket by bucket in DuckDB — the old bucket file plus the segment's rows of
 that bucket, streamed into the new bucket file — so its memory is bounded by one bucket, not
-by the host DB. The segment's rows are first routed into one local file per bucket (a
-streamed pass over its ``hosts/`` files). When the old host DB has another bucket count, its
-files are routed the same way once, and the new version has the crawl DB's count again.
+by the host DB. The segment's rows are first routed into one file per bucket and ``hosts/``
+file (:func:`route_host_file`, a streamed pass over it). When the old host DB has another
+bucket count, its files are routed the same way once, and the new version has the crawl DB's
+count again. Both are tasks (one per file, then one per bucket) that update runs on its
+executor: only the choosing and the swap of ``hostdb/CURRENT`` stay in its coordinator.
 
 Robots.txt is kept twice: the latest answer (``robots_status``, ``robots_body``,
 ``robots_fetched_at``, and the validators ``robots_etag`` / ``robots_last_modified`` a
@@ -38,8 +40,11 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
+import tempfile
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable
 
 import duckdb
@@ -53,7 +58,7 @@ from cycles import segment as seg
 from cycles.config import Config
 from cycles.crawldb import connect, plain_connection
 from cycles.errors import StoreError
-from cycles.store import Manifest, Store, StorePath, new_id, read_parquet_checked, utcnow
+from cycles.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
 
 
@@ -309,55 +314,146 @@ def route_host_files(store: Store, paths: list[StorePath], buckets: int, folder)
     return routed
 
 
-def _local_source(paths: list[str]) -> str:
-    quoted = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    return f"SELECT {HOSTS_COLUMNS} FROM read_parquet([{quoted}])"
+# --- The merge as tasks: routing by file, then one merge per bucket ---------------------------
+#
+# Update runs both kinds on the executor of its crawl DB bucket tasks (cycles/executor.py),
+# so on a cluster no process holds the segment's or the host DB's rows and a task reads and
+# writes only the store. Each writes under names fixed by its inputs, with contents fixed by
+# them too: a retried task (its worker lost) writes the same files over the first attempt's,
+# each write atomic, and what is installed does not depend on which attempt wrote last.
 
 
-def merge_hostdb(store: Store, config: Config, segment: str) -> int:
-    """Fold the segment's host state into a new host DB version, bucket by bucket; returns
-    hosts held."""
+@dataclass(frozen=True)
+class HostRouteTask:
+    """One hosts file to cut by bucket (:func:`route_host_file`): locations and ids (picklable)."""
+
+    store_uri: str
+    source: StorePath
+    """A segment's ``hosts/part-N.parquet``, or an old host DB file that is not read in place."""
+    name: str
+    """The name of every file it writes (``<origin>-<source stem>``: unique among the sources)."""
+    staging: StorePath
+    buckets: int
+
+
+@dataclass(frozen=True)
+class HostBucketTask:
+    """One bucket's merge (:func:`merge_host_bucket`): locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    bucket: int
+    staging: StorePath
+    """Where the route tasks left the bucket's rows (``staging/bucket-N/*.parquet``)."""
+    new_folder: StorePath
+    old_file: StorePath | None = None
+    """The old host DB's file of this bucket, read in place (same count, current schema)."""
+    workers: int = 1
+    """How many such tasks run at once on this machine (they share memory and threads)."""
+
+
+def staged_folder(staging: StorePath, bucket: int) -> StorePath:
+    return staging / f"bucket-{bucket:05d}"
+
+
+def route_host_file(task: HostRouteTask) -> int:
+    """Cut one hosts file into ``staging/bucket-N/<name>.parquet`` (buckets with rows only),
+    in the current schema, streamed through this task's own local scratch folder (memory
+    bounded by a batch); returns the rows routed."""
+    store = Store(task.store_uri)
+    local = Path(tempfile.mkdtemp(prefix="hostroute-", dir=store.scratch_dir()))
+    rows = 0
+    try:
+        for bucket, path in sorted(route_host_files(store, [task.source], task.buckets, str(local)).items()):
+            with pq.ParquetFile(path) as routed:
+                batches = routed.iter_batches(batch_size=SCAN_BATCH_ROWS, use_threads=False)
+                rows += store.write_batches(staged_folder(task.staging, bucket) / f"{task.name}.parquet",
+                                            batches, schema.HOSTS)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return rows
+
+
+def merge_host_bucket(task: HostBucketTask) -> int:
+    """One bucket of the new host DB: its old file (if read in place) and its routed rows,
+    merged by MERGE_SQL into ``new_folder/bucket-N.parquet``; returns the hosts it holds."""
+    store = Store(task.store_uri)
+    parts = []
+    if task.old_file is not None:
+        parts.append(task.old_file)
+    parts += store.list(staged_folder(task.staging, task.bucket), "*.parquet")
+    path = store.bucket_file(task.new_folder, task.bucket)
+    if not parts:
+        return store.write_batches(path, iter(()), schema.HOSTS)  # an empty bucket still has its file
+    con = connect(store, task.config, task.workers)
+    try:
+        source = " UNION ALL ".join(f"SELECT {HOSTS_COLUMNS} FROM {store.duckdb_source(con, [part])}"
+                                    for part in parts)
+        return store.write_batches(path, con.sql(MERGE_SQL.format(source=source)).to_arrow_reader(16 * 1024),
+                                   schema.HOSTS)
+    finally:
+        con.close()
+
+
+@dataclass
+class HostDbUpdate:
+    """A host DB version being written: its route and bucket tasks and where they write."""
+
+    version: str
+    folder: StorePath
+    buckets: int
+    staging: StorePath
+    routes: list[HostRouteTask]
+    tasks: list[HostBucketTask]
+
+
+def start_hostdb(store: Store, config: Config, segment: str, staging: StorePath, workers: int = 1) -> HostDbUpdate:
+    """A new host DB version's folder and the tasks that fill it: a :class:`HostRouteTask`
+    per hosts file of ``segment`` (and per old host DB file when those cannot be read in
+    place: another bucket count, or columns added since), writing under ``staging``, then a
+    :class:`HostBucketTask` per bucket. Run the route tasks, then the bucket tasks, then
+    :func:`install_hostdb`; on a failure in between, :func:`discard_hostdb`."""
     manifest = store.manifest("hostdb")
     old_files = hostdb_files(store, manifest) if manifest else []
     buckets = hostdb_buckets(store, config)
-    seg_files = seg.files(store, segment, seg.HOSTS)
-    # The old files are read in place when they are this layout in the current schema;
-    # otherwise (another count, or columns added since) they are routed like the segment's.
     in_place = bool(old_files) and manifest.buckets == buckets and len(old_files) == buckets and \
         store.read_metadata(old_files[0]).schema.to_arrow_schema().names == schema.HOSTS.names
-    staging = store.scratch_dir() / f"hostdb-{new_id()}"
-    staging.mkdir(parents=True)
-    con = connect(store, config)
+    sources = [(f"seg-{path.stem}", path) for path in seg.files(store, segment, seg.HOSTS)]
+    if not in_place:
+        sources += [(f"old-{path.stem}", path) for path in old_files]
+    store.delete_dir(staging)  # an earlier try's leftovers: rows of files that may be gone now
     version, folder = store.new_version_dir("hostdb")
-    rows = 0
-    try:
-        (staging / "segment").mkdir()
-        seg_routed = route_host_files(store, seg_files, buckets, str(staging / "segment"))
-        old_routed: dict[int, str] = {}
-        if old_files and not in_place:
-            (staging / "old").mkdir()
-            old_routed = route_host_files(store, old_files, buckets, str(staging / "old"))
-        for bucket in range(buckets):
-            parts = []
-            if in_place:
-                parts.append(f"SELECT {HOSTS_COLUMNS} FROM {store.duckdb_source(con, [old_files[bucket]])}")
-            elif bucket in old_routed:
-                parts.append(_local_source([old_routed[bucket]]))
-            if bucket in seg_routed:
-                parts.append(_local_source([seg_routed[bucket]]))
-            path = store.bucket_file(folder, bucket)
-            if not parts:
-                rows += store.write_batches(path, iter(()), schema.HOSTS)  # an empty bucket still has its file
-                continue
-            reader = con.sql(MERGE_SQL.format(source=" UNION ALL ".join(parts))).to_arrow_reader(16 * 1024)
-            rows += store.write_batches(path, reader, schema.HOSTS)
-    except BaseException:
-        store.discard_version("hostdb", version)
-        raise
-    finally:
-        con.close()
-        shutil.rmtree(staging, ignore_errors=True)
-    store.install("hostdb", Manifest(version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+    routes = [HostRouteTask(store.uri, path, name, staging, buckets) for name, path in sources]
+    tasks = [HostBucketTask(store.uri, config, bucket, staging, folder, old_files[bucket] if in_place else None,
+                            workers) for bucket in range(buckets)]
+    return HostDbUpdate(version, folder, buckets, staging, routes, tasks)
+
+
+def discard_hostdb(store: Store, update: HostDbUpdate) -> None:
+    store.discard_version("hostdb", update.version)
+    store.delete_dir(update.staging)
+
+
+def install_hostdb(store: Store, config: Config, update: HostDbUpdate) -> None:
+    """Swap the new version in (its bucket tasks done) and drop the routed rows."""
+    store.install("hostdb", Manifest(version=update.version, buckets=update.buckets,
+                                     schema_version=schema.SCHEMA_VERSION,
                                      written_at=utcnow().isoformat(), written_by="update"),
                   keep=config.db.keep_versions)
+    store.delete_dir(update.staging)
+
+
+def merge_hostdb(store: Store, config: Config, segment: str, executor=None) -> int:
+    """Fold the segment's host state into a new host DB version, bucket by bucket, the
+    tasks on ``executor`` (default: in this process); returns hosts held."""
+    staging = seg.segment_dir(store, segment) / seg.UPDATE_INPUTS / "hostdb"
+    update = start_hostdb(store, config, segment, staging, getattr(executor, "workers", 1))
+    run = executor.map if executor is not None else (lambda fn, tasks: [fn(task) for task in tasks])
+    try:
+        run(route_host_file, update.routes)
+        rows = sum(run(merge_host_bucket, update.tasks))
+    except BaseException:
+        discard_hostdb(store, update)
+        raise
+    install_hostdb(store, config, update)
     return rows

@@ -311,3 +311,37 @@ def test_both_merges_follow_one_rule_in_any_order_and_grouping(rows, cuts, seed)
                 and r["robots_good_fetched_at"] == merged["robots_good_fetched_at"]]
         if good:
             assert any(all(merged[c] == r[c] for c in hostdb.ROBOTS_GOOD) for r in good)
+
+
+def merge_with_retries(store: Store, config: Config, segment: str, attempts: int) -> None:
+    """merge_hostdb's steps with every route task, then every bucket task, run ``attempts``
+    times (a worker lost after its task wrote: the task is run again elsewhere)."""
+    update = hostdb.start_hostdb(store, config, segment, store.segment_dir(segment) / "update" / "hostdb")
+    for fn, tasks in ((hostdb.route_host_file, update.routes), (hostdb.merge_host_bucket, update.tasks)):
+        for _ in range(attempts):
+            for task in tasks:
+                fn(task)
+    hostdb.install_hostdb(store, config, update)
+
+
+def test_route_and_bucket_tasks_run_twice_give_the_same_host_db(tmp_path):
+    """Each of merge_hostdb's tasks writes under names fixed by its inputs: run twice, the
+    host DB is the same file for file; also when the old host DB is routed (another count)."""
+    rng = random.Random(8)
+    stamps = iter(rng.sample(range(10**7), 10**5))
+    hosts = [f"h{i}.test" for i in range(120)]
+    cycles = [random_rows(rng, hosts[:80], stamps), random_rows(rng, hosts[40:], stamps),
+              random_rows(rng, rng.sample(hosts, 60), stamps)]
+    once, twice = Store(tmp_path / "once"), Store(tmp_path / "twice")
+    for i, rows in enumerate(cycles):
+        config = Config()
+        config.db.buckets = 3 if i < 2 else 5  # the third merge routes the old files too
+        for store, attempts in ((once, 1), (twice, 2)):
+            merge_with_retries(store, config, write_segment(store, rows), attempts)
+    for store in (once, twice):
+        mark_updated(store)
+        assert sorted(check_layout(store, 5)) == sorted(hosts)
+        assert not list(store.path("segments").rglob("bucket-*"))  # the routed rows are gone
+    tables = [[pq.read_table(f) for f in hostdb_files(s, s.manifest("hostdb"))] for s in (once, twice)]
+    assert all(a.equals(b) for a, b in zip(*tables))
+    assert load_host_state(twice, set(hosts)) == merge_all_at_once([r for rows in cycles for r in rows])

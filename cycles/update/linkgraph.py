@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
@@ -42,6 +43,7 @@ import pyarrow as pa
 
 from cycles import schema
 from cycles.config import Config
+from cycles.crawldb import connect
 from cycles.store import Manifest, Store, StorePath, utcnow
 from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_files, routed_source
 
@@ -161,44 +163,69 @@ def old_source(con: duckdb.DuckDBPyConnection, store: Store, files: list[StorePa
     return name
 
 
-def old_bucket_files(store: Store, old: Manifest | None, bucket: int, buckets: int) -> tuple[list, str]:
+def old_bucket_files(store: Store, old_version: str | None, old_buckets: int, bucket: int,
+                     buckets: int) -> tuple[list, str]:
     """The old link DB's files holding ``bucket``'s rows, and a WHERE clause keeping only those:
     its own file when the bucket counts agree, else every file (after `crawl rebucket`)."""
-    if old is None:
+    if old_version is None:
         return [], "true"
-    folder = store.path(LINKDB, old.version)
-    if old.buckets == buckets:
+    folder = store.path(LINKDB, old_version)
+    if old_buckets == buckets:
         return [inlinks_file(folder, bucket)], "true"
-    return [inlinks_file(folder, b) for b in range(old.buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
+    return [inlinks_file(folder, b) for b in range(old_buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
 
 
 def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, table_schema: pa.Schema) -> int:
     return store.write_batches(path, con.sql(sql).to_arrow_reader(64 * 1024), table_schema)
 
 
-def merge_inlinks(store: Store, con: duckdb.DuckDBPyConnection, old: Manifest | None, inputs: StorePath,
-                  folder: StorePath, buckets: int) -> int:
-    """Each bucket's inlinks: the old ones plus the segment's (routed by update's routing
-    tasks to ``inputs/inlinks/bucket-N/``, cycles/update/route.py), distinct, and their
-    per-URL counts. One bucket at a time: memory bounded by a bucket."""
+@dataclass(frozen=True)
+class LinkBucketTask:
+    """One bucket's in-link merge (:func:`merge_link_bucket`): locations, ids and the config (picklable)."""
 
-    total = 0
-    for bucket in range(buckets):
-        files, where = old_bucket_files(store, old, bucket, buckets)
+    store_uri: str
+    config: Config
+    inputs: StorePath
+    """The segment's update inputs (``update/``): the routed ``inlinks/bucket-N/`` files."""
+    bucket: int
+    buckets: int
+    new_folder: StorePath
+    """The new link DB version's folder (not installed yet)."""
+    old_version: str | None = None
+    """The link DB version merged into (None: there is none yet)."""
+    old_buckets: int = 0
+    workers: int = 1
+    """How many such tasks run at once on this machine (they share memory and threads)."""
+
+
+def merge_link_bucket(task: LinkBucketTask) -> dict[str, int]:
+    """One bucket's inlinks: the old ones plus the segment's (routed by update's routing
+    tasks to ``inputs/inlinks/bucket-N/``, cycles/update/route.py), distinct, and their
+    per-URL counts; memory bounded by a bucket. Returns ``linkgraph/inlinks``, its rows.
+
+    Writes only ``inlinks-N.parquet`` and ``urls-N.parquet`` of the new version: names fixed
+    by the bucket and contents by the inputs (distinct rows, sorted by every column), so a
+    retried task (its worker lost) writes the same files over the first attempt's, each
+    write atomic, and the version installed is the same whichever attempt wrote last."""
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    try:
+        files, where = old_bucket_files(store, task.old_version, task.old_buckets, task.bucket, task.buckets)
         before = old_source(con, store, files, schema.LINK_INLINKS, "linkdb_no_inlinks")
-        new = routed_source(con, store, routed_files(store, inputs, "inlinks", bucket), ROUTED_INLINKS,
+        new = routed_source(con, store, routed_files(store, task.inputs, "inlinks", task.bucket), ROUTED_INLINKS,
                             "linkdb_no_new_inlinks")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE link_bucket AS
             SELECT DISTINCT url, host_hash, from_host FROM (
                 SELECT url, host_hash, from_host FROM {before} WHERE {where}
                 UNION ALL SELECT url, host_hash, from_host FROM {new})""")
-        total += write_query(store, con, "SELECT * FROM link_bucket ORDER BY url, from_host",
-                             inlinks_file(folder, bucket, store), schema.LINK_INLINKS)
+        rows = write_query(store, con, "SELECT * FROM link_bucket ORDER BY url, from_host",
+                           inlinks_file(task.new_folder, task.bucket), schema.LINK_INLINKS)
         write_query(store, con, """SELECT url, any_value(host_hash) AS host_hash, count(*)::INTEGER AS inlink_hosts
                                    FROM link_bucket GROUP BY url ORDER BY url""",
-                    urls_file(folder, bucket, store), schema.LINK_URLS)
-        con.execute("DROP TABLE link_bucket")
-    return total
+                    urls_file(task.new_folder, task.bucket), schema.LINK_URLS)
+    finally:
+        con.close()
+    return {"linkgraph/inlinks": rows}
 
 
 def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old: Manifest | None,
@@ -233,37 +260,68 @@ def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old
     return hosts, edges, iterations
 
 
-def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, inputs: StorePath, buckets: int,
-                  segment: str, counters: Counter) -> None:
-    """Fold the segment's followed links into a new link DB version and install it.
+@dataclass
+class LinkDbUpdate:
+    """A link DB version being written: its bucket tasks (run by update's executor, the
+    same as the crawl DB's bucket tasks) and what :func:`install_linkdb` needs after them."""
 
-    Reads what update's routing tasks wrote under ``inputs`` (cycles/update/route.py): each
-    bucket's other-host links (``inlinks/bucket-N/``) and the (host, linking host) pairs
-    (``host_links/``); ``linkgraph/links`` in ``counters`` is their count of links. Called
-    by update under the crawl DB lock, before the crawl DB swap: a crash between the two
-    applies the segment again, and the link DB's rows are distinct pairs, so that changes
-    nothing.
-    """
-    started = time.monotonic()
-    if not counters["linkgraph/links"]:  # nothing to fold in: the link DB stays as it is (no rewrite, no version)
-        return
-    pairs = store.list(inputs / "host_links", "*.parquet")
-    source = store.duckdb_source(con, pairs) if pairs else None
-    if source is None:
-        con.register("linkdb_no_pairs", HOST_LINKS.empty_table())
-        source = "linkdb_no_pairs"
-    # The host graph's input: the segment's distinct (host, linking host) pairs (rank_hosts).
-    con.execute(f"CREATE OR REPLACE TEMP TABLE seg_links AS SELECT DISTINCT host, from_host FROM {source}")
+    old: Manifest | None
+    version: str
+    folder: StorePath
+    tasks: list[LinkBucketTask]
+
+
+def start_linkdb(store: Store, config: Config, inputs: StorePath, buckets: int, workers: int,
+                 counters: Counter) -> LinkDbUpdate | None:
+    """A new link DB version's folder and one :class:`LinkBucketTask` per bucket, to fold in
+    what update's routing tasks wrote under ``inputs`` (cycles/update/route.py: each bucket's
+    other-host links, ``inlinks/bucket-N/``). None when the segment has no followed link
+    (``linkgraph/links`` in ``counters``): the link DB stays as it is (no rewrite, no version).
+    Run the tasks, then :func:`install_linkdb`; on a failure in between, :func:`discard_linkdb`."""
+    if not counters["linkgraph/links"]:
+        return None
     old = store.manifest(LINKDB)
     version, folder = store.new_version_dir(LINKDB)
+    tasks = [LinkBucketTask(store.uri, config, inputs, bucket, buckets, folder,
+                            old.version if old else None, old.buckets if old else 0, workers)
+             for bucket in range(buckets)]
+    return LinkDbUpdate(old, version, folder, tasks)
+
+
+def discard_linkdb(store: Store, update: LinkDbUpdate | None) -> None:
+    if update is not None:
+        store.discard_version(LINKDB, update.version)
+
+
+def install_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, update: LinkDbUpdate | None,
+                   done: list[dict], inputs: StorePath, segment: str, counters: Counter) -> None:
+    """After the bucket tasks (``done``: their results): the host graph from the segment's
+    (host, linking host) pairs (``inputs/host_links/``), its PageRank (host-level: small,
+    here in the coordinator), and the new version installed.
+
+    Called by update under the crawl DB lock, before the crawl DB swap: a crash between the
+    two applies the segment again, and the link DB's rows are distinct pairs, so that
+    changes nothing."""
+    if update is None:
+        return
+    started = time.monotonic()
     try:
-        counters["linkgraph/inlinks"] = merge_inlinks(store, con, old, inputs, folder, buckets)
-        hosts, edges, iterations = rank_hosts(store, config, con, old, folder)
+        pairs = store.list(inputs / "host_links", "*.parquet")
+        source = store.duckdb_source(con, pairs) if pairs else None
+        if source is None:
+            con.register("linkdb_no_pairs", HOST_LINKS.empty_table())
+            source = "linkdb_no_pairs"
+        # The host graph's input: the segment's distinct (host, linking host) pairs (rank_hosts).
+        con.execute(f"CREATE OR REPLACE TEMP TABLE seg_links AS SELECT DISTINCT host, from_host FROM {source}")
+        counters["linkgraph/inlinks"] = sum(result["linkgraph/inlinks"] for result in done)
+        hosts, edges, iterations = rank_hosts(store, config, con, update.old, update.folder)
     except BaseException:
-        store.discard_version(LINKDB, version)
+        discard_linkdb(store, update)
         raise
+    old = update.old
     applied = (tuple(old.applied_segments) if old else ()) + (segment,)
-    store.install(LINKDB, Manifest(version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
+    store.install(LINKDB, Manifest(version=update.version, buckets=len(update.tasks),
+                                   schema_version=schema.SCHEMA_VERSION,
                                    written_at=utcnow().isoformat(), written_by="update",
                                    applied_segments=applied[-config.db.applied_segments_kept:]),
                   keep=config.db.keep_versions)
@@ -272,6 +330,22 @@ def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, 
     counters["linkgraph/host_edges"] = edges
     counters["linkgraph/iterations"] = iterations
     counters["linkgraph/ms"] = int((time.monotonic() - started) * 1000)
+
+
+def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, inputs: StorePath, buckets: int,
+                  segment: str, counters: Counter, executor=None) -> None:
+    """Fold the segment's followed links into a new link DB version and install it: the
+    bucket tasks on ``executor`` (default: in this process), then :func:`install_linkdb`."""
+    update = start_linkdb(store, config, inputs, buckets, getattr(executor, "workers", 1), counters)
+    if update is None:
+        return
+    try:
+        done = executor.map(merge_link_bucket, update.tasks) if executor else [
+            merge_link_bucket(task) for task in update.tasks]
+    except BaseException:
+        discard_linkdb(store, update)
+        raise
+    install_linkdb(store, config, con, update, done, inputs, segment, counters)
 
 
 def current_link_files(store: Store, bucket: int, buckets: int) -> tuple[tuple, StorePath | None]:

@@ -41,9 +41,9 @@ from cycles.errors import StageError
 from cycles.store import Store, StorePath, new_id
 from cycles.update.dedup import find_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
-from cycles.hostdb import merge_hostdb
+from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
-from cycles.update.linkgraph import update_linkdb
+from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
                                   routed_results_sql, routed_source)
 from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for, unchanged_after_sql
@@ -336,9 +336,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    Dedup and the link DB's merge run here; outlink preparation and routing inputs to
+    Dedup and the host graph's PageRank run here; outlink preparation and routing inputs to
     buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
-    chunks, and each bucket's merge is an :func:`update_bucket` task, both run by
+    chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
+    merge a :func:`cycles.update.linkgraph.merge_link_bucket` task, all run by
     ``executor`` (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
     The manifest installed names each bucket's committed file.
     """
@@ -394,11 +395,28 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                                          SEEN_SQL, CHANGED_SQL)
                       if config.update.schedule == "optimal" else None)
         if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
-            update_linkdb(store, config, con, inputs, manifest.buckets, segment, counters)
+            # Each bucket's in-links merged by a task on the bucket tasks' executor; only
+            # the host graph's PageRank (hosts, not URLs) and the install run here.
+            links = start_linkdb(store, config, inputs, manifest.buckets, executor.workers, counters)
+            try:
+                linked = executor.map(merge_link_bucket, links.tasks) if links else []
+            except BaseException:
+                discard_linkdb(store, links)
+                raise
+            install_linkdb(store, config, con, links, linked, inputs, segment, counters)
         # The bucket tasks get the memory now: nothing of the segment-wide steps but the
         # feed's candidate list is kept while they run.
         con.close()
-        merge_hostdb(store, config, segment)
+        # The host DB's merge: a routing task per hosts file, then a task per bucket, on the
+        # same executor; the swap of its CURRENT here (cycles/hostdb.py).
+        hostdb = start_hostdb(store, config, segment, inputs / "hostdb", executor.workers)
+        try:
+            executor.map(route_host_file, hostdb.routes)
+            executor.map(merge_host_bucket, hostdb.tasks)
+        except BaseException:
+            discard_hostdb(store, hostdb)
+            raise
+        install_hostdb(store, config, hostdb)
         version, folder = store.new_version_dir("crawldb")
         tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
                                   folder, now, executor.workers, manifest.buckets,

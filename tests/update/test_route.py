@@ -12,6 +12,7 @@ import datetime as dt
 import shutil
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cycles import schema
@@ -125,7 +126,10 @@ def three_chunks(generated, target, monkeypatch, executor):
 def test_chunks_routed_as_tasks_give_the_crawl_db_of_one_chunk(generated, one_chunk, tmp_path, monkeypatch):
     executor = Recording()
     store, result = three_chunks(generated, tmp_path / "data", monkeypatch, executor)
-    assert executor.calls == [("route_chunks", 3), ("update_bucket", 3)]  # on the stage's executor
+    # On the stage's executor: the routing, the link DB's and the host DB's bucket merges, the crawl DB's.
+    assert [name for name, _ in executor.calls] == ["route_chunks", "merge_link_bucket", "route_host_file",
+                                                    "merge_host_bucket", "update_bucket"]
+    assert dict(executor.calls)["route_chunks"] == 3 and dict(executor.calls)["update_bucket"] == 3
     assert crawldb_rows(store) == crawldb_rows(one_chunk[0])
     rows = {row["url"]: row for row in crawldb_rows(store)}
     assert rows[SEEDS[0]]["status"] == "fetched" and rows[SEEDS[0]]["content_hash"] == "0" * 32  # the newest
@@ -152,6 +156,15 @@ def test_a_bucket_task_run_twice_commits_one_file(generated, one_chunk, tmp_path
     assert sorted(path.name for path in store.list(folder, "bucket-*.parquet")) == sorted(manifest.bucket_files)
     assert set(store.read_json(folder / "_COMPLETE")["files"]) == set(manifest.bucket_files)
     assert crawldb_rows(store) == crawldb_rows(one_chunk[0])
+    # The link DB's and the host DB's tasks too: the tables of a run without retries.
+    assert table_rows(store, "linkdb") == table_rows(one_chunk[0], "linkdb") and table_rows(store, "linkdb")
+    assert table_rows(store, "hostdb") == table_rows(one_chunk[0], "hostdb") and table_rows(store, "hostdb")
+
+
+def table_rows(store, table: str) -> dict[str, list]:
+    """Every file of a table's current version (link DB, host DB), by name, rows as read."""
+    folder = store.path(table, store.manifest(table).version)
+    return {path.name: pq.read_table(path).to_pylist() for path in store.list(folder, "*.parquet")}
 
 
 def test_a_manifest_without_file_names_reads_the_plain_names():
