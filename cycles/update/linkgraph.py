@@ -25,7 +25,9 @@ Same-host links are not edges, and nofollow links and the links of exact copies 
 out, as they are for discovery (cycles/update/route.py route_links). The cost of a
 cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
 ``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
-last cycle's ranks).
+last cycle's ranks). The per-bucket rewrite is one :func:`merge_link_bucket` task per
+bucket on update's executor (a cluster's workers); the host graph and its PageRank (hosts,
+not URLs) and the install stay in update's coordinator (:func:`install_linkdb`).
 
 The link DB grows with every link ever seen: a link that disappears from a page is never
 removed (no expiry yet).
