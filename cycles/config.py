@@ -541,16 +541,17 @@ class FetchConfig:
     """Seconds a partition runs before the throughput floor applies (robots.txt first, and
     hosts waiting out the spacing of the previous cycle, make the first seconds slow)."""
 
-    follow_outlinks_depth: Annotated[int, Int(0, 100)] = 2
+    follow_outlinks_depth: Annotated[int, Int(0, 100)] = 4
     """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
     from a page, to a URL the crawl DB does not hold, on a host of this partition, is
     fetched in the same cycle when it is at most this many links from a fetch-list URL
-    (cycles/fetch/discovery.py). 0 turns it off. 2, not Nutch's off: a link-following crawl
+    (cycles/fetch/discovery.py). 0 turns it off. 4, not Nutch's off: a link-following crawl
     otherwise fetches only the seeds in cycle 1 and one link level per cycle, and a host
-    waits idle for the next cycle while its delay would allow more; two levels fill the
-    cycle from a home page (home → section → article) without letting one cycle run away
-    into a deep site. Normalisation, URL filters, nofollow, ``update.max_depth``, robots.txt
-    and the trap caps (``update.max_urls_per_host_total``, ``update.max_urls_per_pattern``)
+    waits idle for the next cycle while its delay would allow more. The depth also bounds
+    how far new hosts chain inside a segment (``follow_new_hosts``); the per-host budget and
+    the trap caps bound how much one deep site can take. Measured with scripts/bench_crawl.py
+    (120 s, 322 hosts, quiet 2-core machine): 4,536 good pages with 2, 4,635 with 4.
+    Normalisation, URL filters, nofollow, ``update.max_depth``, robots.txt and the trap caps (``update.max_urls_per_host_total``, ``update.max_urls_per_pattern``)
     apply as in update; a URL is fetched at most once a segment."""
 
     follow_outlinks_per_host: Annotated[int, Int(0)] = 100
