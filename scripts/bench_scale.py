@@ -646,7 +646,7 @@ def _instrument_writes(phases: Phases) -> None:
     Arrow cast + Parquet write (the rest of Store.write_batches)."""
     original = Store.write_batches
 
-    def write_batches(self, path, batches, table_schema):
+    def write_batches(self, path, batches, table_schema, *args, **kwargs):
         pulled_before = phases.t["  bucket query (DuckDB)"]
 
         def pulled():
@@ -661,7 +661,7 @@ def _instrument_writes(phases: Phases) -> None:
                 phases.t["  bucket query (DuckDB)"] += time.perf_counter() - t0
                 yield batch
         t0 = time.perf_counter()
-        rows = original(self, path, pulled(), table_schema)
+        rows = original(self, path, pulled(), table_schema, *args, **kwargs)
         total = time.perf_counter() - t0
         phases.t["  bucket write_batches (total)"] += total
         phases.t["  bucket cast+parquet write"] += total - (phases.t["  bucket query (DuckDB)"] - pulled_before)
@@ -717,7 +717,7 @@ def run_stage(args) -> None:
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
                      "current_bucket_files", "stored_pages", "find_duplicates", "feed_candidates",
                      "write_feed_batch", "load_fetch_results", "update_linkdb", "refresh_multiplier",
-                     "route_segment"):
+                     "route_segment", "start_linkdb", "install_linkdb"):
             if hasattr(upd, name):
                 phases.wrap(upd, name)
         original_replace = getattr(upd, "replace_crawldb", None)
@@ -931,8 +931,12 @@ def bench_size(args, size: int) -> dict:
 
 
 def link_seconds(row: dict) -> float:
-    """Update's link-graph step (cycles/update/linkgraph.py), from its phase timer."""
-    return float(row.get("update_phases", {}).get("update_linkdb", 0.0))
+    """Update's link-graph step (cycles/update/linkgraph.py), from its phase timers: the
+    coordinator's part (``start_linkdb`` + ``install_linkdb``, the host graph's PageRank),
+    or ``update_linkdb`` of code from before the per-bucket link tasks. The tasks
+    (``merge_link_bucket``) are not in it: they run on the executor, maybe in other processes."""
+    phases = row.get("update_phases", {})
+    return float(sum(phases.get(name, 0.0) for name in ("update_linkdb", "start_linkdb", "install_linkdb")))
 
 
 def print_table(rows: list[dict]) -> None:
