@@ -465,7 +465,10 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
             if not inner:
                 element.text = " "
             elif inner[0] not in _SPACE_CHARS:
-                # _space_before, inlined: a call per paragraph was a tenth of this loop.
+                # Padded only when the text just before the start tag does not end in
+                # whitespace (indented markup, ``</p>\n<p>Text``, needs none): setting a
+                # text costs ~0.75 µs, about twice this look back. Inlined: a call per
+                # paragraph was a tenth of this loop.
                 previous = element.getprevious()
                 if previous is not None:
                     before = previous.tail
@@ -520,25 +523,6 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
         elif scan.base_href is None:  # _BASE
             scan.base_href = element.get("href")
     return scan
-
-
-def _space_before(element: etree._Element) -> bool:
-    """Whether the text just before the element's start tag ends in whitespace.
-
-    In indented markup it does (``</p>\n<p>Text``), and then the start needs no padding: a
-    text set in lxml costs ~0.75 µs (the old text node removed, the new one checked and
-    made), about twice this look back. Looked back only for a block that starts with text:
-    one that starts with an element (``<div><div>``, most of real pages' blocks) is padded
-    at once, the look back rarely succeeding there. Measured on _scan: the test web's pages
-    (80 paragraphs) ~115 -> ~75 µs, the generated and the real pages of bench_parse.py unchanged.
-    """
-    previous = element.getprevious()
-    if previous is not None:
-        before = previous.tail
-    else:
-        parent = element.getparent()
-        before = parent.text if parent is not None else None
-    return bool(before) and before[-1] in _SPACE_CHARS
 
 
 _XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]+")
