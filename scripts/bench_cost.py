@@ -310,20 +310,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1M", help="crawl DB sizes, e.g. 1M,10M,100M")
     p.add_argument("--root", default="/tmp/bench-cost", help="where the synthetic stores go")
-    p.add_argument("--memory-limit", default="4GB", help="DuckDB memory limit (db.duckdb_memory_limit)")
-    p.add_argument("--threads", type=int, default=2, help="DuckDB threads (db.duckdb_threads)")
-    p.add_argument("--buckets", type=int, default=0, help="crawl DB buckets (0: by --bucket-rows, at least 8)")
-    p.add_argument("--bucket-rows", type=int, default=1_600_000, help="target URLs per bucket")
-    p.add_argument("--cap", type=int, default=100, help="generate.max_urls_per_host")
-    p.add_argument("--partitions", type=int, default=2, help="generate.partitions")
+    bench_scale.add_store_args(p)
     p.add_argument("--top-n-pct", default="10,2",
                    help="top_n (the segment) as percentages of the size, each a run of its own: two let "
                         "scripts/project_cluster.py tell costs that grow with the crawl DB from those of the segment")
-    p.add_argument("--chunk-rows", type=int, default=bench_scale.Config().fetch.flush_pages,
-                   help="rows per fetched/ chunk file")
-    p.add_argument("--text-chars", type=int, default=1000, help="mean visible text per fetched page")
-    p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
-                   help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
     p.add_argument("--keep", action="store_true", help="keep the synthetic stores")
     p.add_argument("--json", help="also write the rows to this JSON file (scripts/project_cluster.py reads it)")
     # child mode

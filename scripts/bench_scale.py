@@ -964,20 +964,28 @@ def print_table(rows: list[dict]) -> None:
               + (f"; link-graph step {(link_seconds(b) / mb) / (link_seconds(a) / ma):.2f}x" if link_seconds(a) else ""))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--src", help="directory holding the cycles package to measure (default: this checkout)")
-    p.add_argument("--sizes", default="1M,10M", help="crawl DB sizes, e.g. 1M,10M,100M")
-    p.add_argument("--root", default="/tmp/bench-scale", help="where the synthetic stores go")
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """The options of the synthetic store and its stages' settings (this script's and
+    scripts/bench_cost.py's, which builds with the same functions)."""
     p.add_argument("--memory-limit", default="4GB", help="DuckDB memory limit (db.duckdb_memory_limit)")
     p.add_argument("--threads", type=int, default=2, help="DuckDB threads (db.duckdb_threads)")
     p.add_argument("--buckets", type=int, default=0, help="crawl DB buckets (0: by --bucket-rows, at least 8)")
     p.add_argument("--bucket-rows", type=int, default=1_600_000, help="target URLs per bucket")
     p.add_argument("--cap", type=int, default=100, help="generate.max_urls_per_host")
     p.add_argument("--partitions", type=int, default=2, help="generate.partitions")
-    p.add_argument("--top-n-pct", type=int, default=10, help="top_n as a percentage of the size")
     p.add_argument("--chunk-rows", type=int, default=Config().fetch.flush_pages, help="rows per fetched/ chunk file")
     p.add_argument("--text-chars", type=int, default=1000, help="mean visible text per fetched page")
+    p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
+                   help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", help="directory holding the cycles package to measure (default: this checkout)")
+    p.add_argument("--sizes", default="1M,10M", help="crawl DB sizes, e.g. 1M,10M,100M")
+    p.add_argument("--root", default="/tmp/bench-scale", help="where the synthetic stores go")
+    add_store_args(p)
+    p.add_argument("--top-n-pct", type=int, default=10, help="top_n as a percentage of the size")
     p.add_argument("--keep", action="store_true", help="keep the synthetic stores")
     p.add_argument("--resume", action="store_true",
                    help="reuse a store left after generate (crawl DB + generated segment): redo the segment output, update")
@@ -985,8 +993,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-temp", default="", help="cap DuckDB's spill (max_temp_directory_size) in the stages, e.g. 25GB")
     p.add_argument("--fine", action="store_true", help="also time each Normalizer.normalize call (adds overhead)")
     p.add_argument("--json", help="also write the rows to this JSON file")
-    p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
-                   help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
     # child mode
     p.add_argument("--stage", choices=("generate", "update"), help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
