@@ -70,6 +70,7 @@ from cycles.fetch.discovery import Discovery
 from cycles.fetch.inline import InlineFetches
 from cycles.fetch.newhosts import NewHosts
 from cycles.fetch.redirects import Redirects
+from cycles.fetch.resumed_hosts import carried_host_rows
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
 from cycles.fetch.sitemaps import SitemapSteps
@@ -145,6 +146,9 @@ class PartitionFetcher:
         self.started_mono: float | None = None
         """When :meth:`run` started: the politeness budget (:meth:`allowed_requests`) counts from here."""
         self._resumed_run = False
+        self.carried_hosts = None
+        """A resumed partition's rows of its killed run, written with every hosts/ output
+        (cycles/fetch/resumed_hosts.py)."""
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -159,6 +163,14 @@ class PartitionFetcher:
         self.inline.listed_urls = listed | done
         self.inline.own_hosts = {i["host"] for i in items}
         self._resumed_run = resumed
+        if resumed:
+            # Before any slot is set up: what the killed run knew, and "asked until now" for
+            # the hosts it may have asked after its last flush, reach this file (read by the
+            # slots below and by every later segment) — cycles/fetch/resumed_hosts.py.
+            self.carried_hosts = carried_host_rows(self.store, self.seg_dir, self.segment, self.partition,
+                                                   self.inline.own_hosts, time.time())
+            self.stats["fetch/resumed_hosts_carried"] = self.carried_hosts.num_rows
+            self.write_hosts()
         items = [i for i in items if i["url"] not in done]
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
@@ -651,8 +663,10 @@ class PartitionFetcher:
                 for s in self.frontier.slots.values()
                 if s.last_request_end_wall is not None or s.robots.fetched_at is not None]
         import pyarrow as pa
-        self.store.write_table(seg.hosts_file(self.seg_dir, self.partition),
-                               pa.Table.from_pylist(rows, schema=schema.HOSTS), schema.HOSTS)
+        table = pa.Table.from_pylist(rows, schema=schema.HOSTS)
+        if self.carried_hosts is not None:  # a host's rows are merged by their readers (hostdb.MERGE_SQL)
+            table = pa.concat_tables([self.carried_hosts, table])
+        self.store.write_table(seg.hosts_file(self.seg_dir, self.partition), table, schema.HOSTS)
 
     def close(self) -> None:
         for curl in list(self.active):
