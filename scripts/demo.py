@@ -7,6 +7,13 @@ else is what an operator would run against the real web:
     crawl --config data/demo.toml inject data/demo-seeds.txt
     crawl --config data/demo.toml cycle --cycles 4
     crawl status
+
+After the cycles it prints what each one asked the web for, from the segments' own stats
+(``segments/<id>/stats/``): a cycle can generate URLs and make no request, when every one
+of them is refused by a robots.txt the crawler already holds (the demo web's
+``/cgi-bin/search`` links, found in the cycle before: the link is kept as an outlink, the
+URL enters the crawl DB, and the next cycle records it ``robots_denied`` from the cached
+rules, RFC 9309 §2.4, without asking the host).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the test web is tooling beside the product, not installed with it
 
+from cycles import segment as seg  # noqa: E402
+from cycles.store import Store  # noqa: E402
 from testweb.harness import TestWeb, TestWebError  # noqa: E402
 
 
@@ -57,6 +66,39 @@ def start_web(args):
         web.stop()
 
 
+REASONS = {
+    "robots_denied": "disallowed by robots.txt rules held from an earlier cycle (cached, RFC 9309 §2.4)",
+    "deferred": "the host set aside or not to be asked yet (Retry-After, back-off, robots.txt error)",
+    "blocked": "the address refused by the SSRF guard",
+}
+"""Why a URL of a cycle got a row without a request, by outcome."""
+
+
+def cycle_line(store: Store, number: int, segment: str) -> str:
+    """One cycle: URLs generated, requests made, rows by outcome (from the segment's stats)."""
+    generated = seg.read_marker(store, segment, seg.Generated)
+    path = seg.stats_file(store.segment_dir(segment), "fetch")
+    counters = store.read_json(path) if store.exists(path) else {}
+    outcomes = {k.rsplit("/", 1)[1]: v for k, v in sorted(counters.items()) if k.startswith("fetch/outcome/") and v}
+    line = (f"  cycle {number} ({segment}): {generated.urls if generated else '?'} URLs generated, "
+            f"{counters.get('fetch/requests', 0)} requests; rows: "
+            + (", ".join(f"{n} {o}" for o, n in outcomes.items()) or "none"))
+    if not counters.get("fetch/requests") and outcomes:
+        why = "; ".join(f"{n} {o}: {REASONS.get(o, o)}" for o, n in outcomes.items())
+        line += f"\n    no request needed, each URL was answered without one: {why}"
+    return line
+
+
+def explain_cycles(data: Path, before: set[str]) -> None:
+    """What each cycle of this demo run asked for (a cycle with 0 requests says why)."""
+    store = Store(data)
+    new = [s for s in seg.segment_ids(store) if s not in before]
+    if new:
+        print("what each cycle asked the web for (segments/<id>/stats/fetch.json):")
+        for number, segment in enumerate(new, 1):
+            print(cycle_line(store, number, segment))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=int, default=40)
@@ -85,8 +127,10 @@ def main() -> None:
         print(f"demo web: {len(web.resolve_map())} hosts on 127.x.y.z port {web.port}")
         base = ["--data", str(data), "--config", str(config)]
         crawl(*base, "inject", str(seeds))
+        before = set(seg.segment_ids(Store(data)))
         crawl(*base, "cycle", "--cycles", str(args.cycles))
         print(f"the demo web answered {len(web.requests())} requests")
+        explain_cycles(data, before)
     crawl("--data", str(data), "status")
 
 
