@@ -17,8 +17,12 @@ new hosts, taken by claim (cycles/fetch/newhosts.py) against the next segment's 
 This holds without a change (checked when issue #10 was looked at again): one segment is
 fetched at a time (the fetch lock), and the later segment's worker sets a host's slot up
 from the ``hosts/`` output of every segment not yet updated (cycles/hostdb.py
-``load_host_state``), which holds what k's worker learnt of ``b`` and ``c1``. What a crash
-could lose of it is tested in tests/fetch/test_resume_hosts.py.
+``load_host_state``), which holds what k's worker learnt of ``b`` and ``c1``.
+
+What did not hold: the run killed (SIGKILL) after k's worker committed ``kc``'s 429
+(Retry-After 20 s) and resumed by the next run. The resumed partition rewrote k's
+``hosts/`` from its own slots, without ``kc``, and the next segment asked ``kc`` 12 s after
+the 429. Fixed by cycles/fetch/resumed_hosts.py (also tests/fetch/test_resume_hosts.py).
 
 The server is a few lines of http.server on its own loopback addresses, bounded in time,
 stopped by the test, logging each request's start and the end of its response.
@@ -26,7 +30,10 @@ stopped by the test, logging each request's start and the end of its response.
 
 from __future__ import annotations
 
-import datetime as dt
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,10 +52,14 @@ from tests.fetch.test_fetch_support import CLOCK_SLACK_S
 
 pytestmark = pytest.mark.web
 
-ADDRESSES = {"a.gap.test": "127.77.1.1", "b.gap.test": "127.77.1.2", "c1.gap.test": "127.77.1.3"}
+ADDRESSES = {"a.gap.test": "127.77.1.1", "b.gap.test": "127.77.1.2", "c1.gap.test": "127.77.1.3",
+             "ka.gap.test": "127.77.1.4", "kc.gap.test": "127.77.1.5"}
 CRAWL_DELAY_S = 2
 RETRY_AFTER_S = 4
-MAX_SECONDS = 90
+KILL_RETRY_AFTER_S = 20
+"""``kc``'s Retry-After: longer than a killed run takes to be resumed and finished."""
+A_PAGES = 10
+MAX_SECONDS = 240
 
 
 def pages(port: int) -> dict[str, dict[str, tuple[int, dict[str, str], bytes]]]:
@@ -66,6 +77,14 @@ def pages(port: int) -> dict[str, dict[str, tuple[int, dict[str, str], bytes]]]:
         "c1.gap.test": {"/robots.txt": no_robots,
                        "/landing": (429, {"Content-Type": "text/html", "Retry-After": str(RETRY_AFTER_S)}, b"busy"),
                        "/p1": page, "/p2": page},
+        # The killed run: ka's /go redirects to kc, whose landing page asks for 20 s.
+        "ka.gap.test": {"/robots.txt": no_robots,
+                        "/go": (301, {"Location": f"http://kc.gap.test:{port}/landing"}, b""),
+                        **{f"/p{k}": page for k in range(A_PAGES)}},
+        "kc.gap.test": {"/robots.txt": no_robots,
+                        "/landing": (429, {"Content-Type": "text/html", "Retry-After": str(KILL_RETRY_AFTER_S)},
+                                     b"busy"),
+                        "/p1": page, "/p2": page},
     }
 
 
@@ -141,7 +160,8 @@ def set_next_fetch(store: Store, hosts: list[str], when: str) -> None:
 
 def polite_gaps(requests: list[dict]) -> list[tuple]:
     """Every pair of consecutive requests to a host closer than that host's delay must be:
-    the Crawl-delay of ``b``, the Retry-After of ``c1`` after its 429, else 1 s."""
+    the Crawl-delay of ``b``, the Retry-After of ``c1`` and ``kc`` after their 429, else 1 s."""
+    retry_after = {"c1.gap.test": RETRY_AFTER_S, "kc.gap.test": KILL_RETRY_AFTER_S}
     short = []
     by_host: dict[str, list[dict]] = {}
     for r in requests:
@@ -150,8 +170,8 @@ def polite_gaps(requests: list[dict]) -> list[tuple]:
         rows.sort(key=lambda r: r["t_start"])
         for prev, nxt in zip(rows, rows[1:]):
             need = CRAWL_DELAY_S if host == "b.gap.test" else 1.0  # its robots.txt, read first, says so
-            if host == "c1.gap.test" and prev["path"] == "/landing":
-                need = RETRY_AFTER_S
+            if host in retry_after and prev["path"] == "/landing":
+                need = retry_after[host]
             gap = nxt["t_start"] - prev["t_end"]
             if gap < need - CLOCK_SLACK_S:
                 short.append((host, prev["path"], nxt["path"], round(gap, 3), need))
@@ -228,3 +248,92 @@ def test_every_request_to_a_redirect_target_host_keeps_its_delay_across_segments
         assert asked.count((host, "/p1")) == 1 and asked.count((host, "/p2")) == 1, asked
     assert polite_gaps(requests) == [], (polite_gaps(requests), overlapped_redirect["log"])
 
+
+
+# --- the same, with the run killed (SIGKILL) after k asked the target, and resumed ----------
+def write_toml(path, port: int) -> None:
+    resolve = ", ".join(f'"{name}" = "{ip}"' for name, ip in ADDRESSES.items())
+    path.write_text(f"""[fetch]
+processes = 1
+flush_s = 0.3
+timeout_s = 5.0
+connect_timeout_s = 2.0
+progress_s = 0.0
+allowed_networks = ["127.0.0.0/8"]
+resolve = {{ {resolve} }}
+
+[generate]
+partitions = 1
+
+[db]
+buckets = 2
+""")
+
+
+def crawl(data, config, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cycles", "--data", str(data), "--config", str(config), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+
+
+@pytest.fixture(scope="module")
+def killed_redirect(gap_web, tmp_path_factory):
+    """k lists ka only; its /go redirects to kc, known and due for the next segment. The run
+    is killed once kc answered 429 (Retry-After 20 s) and that was committed; the next run
+    resumes k (its partition rewrites hosts/) and fetches the next segment, which lists kc."""
+    port, seen = gap_web
+    tmp = tmp_path_factory.mktemp("run-redirect-killed")
+    store = Store(tmp / "data")
+    toml = tmp / "crawl.toml"
+    write_toml(toml, port)
+    config = gap_config()
+    config.generate.partitions = 1
+    urls = ([f"http://ka.gap.test:{port}/go"] + [f"http://ka.gap.test:{port}/p{k}" for k in range(A_PAGES)]
+            + [f"http://kc.gap.test:{port}/p{k}" for k in (1, 2)])
+    inject(store, config, write_seeds(tmp / "seeds.txt", urls))
+    set_next_fetch(store, ["kc.gap.test"], "now() + INTERVAL 1 HOUR")
+    k = generate(store, config).segment
+    set_next_fetch(store, ["kc.gap.test"], "now() - INTERVAL 1 SECOND")
+    before = len(seen)
+
+    def landing_committed() -> bool:
+        asked = [r for r in seen[before:] if (r["host"], r["path"]) == ("kc.gap.test", "/landing")]
+        ahead = [s for s, st in seg.states(store) if s > k and st == seg.State.GENERATED]
+        return bool(asked) and bool(ahead) and time.time() > asked[0]["t_end"] + 1.5  # flushed every 0.3 s
+
+    first = crawl(store.root, toml, "run", "--generate-ahead")
+    try:
+        deadline = time.monotonic() + 60
+        while not landing_committed():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        first.kill()
+    killed_at = time.time()
+    states_at_kill = seg.states(store)
+    second = crawl(store.root, toml, "run", "--generate-ahead", "--seconds", "90")
+    try:
+        out, err = second.communicate(timeout=120)
+    finally:
+        second.kill()
+    yield {"store": store, "k": k, "port": port, "requests": list(seen[before:]), "killed_at": killed_at,
+           "states_at_kill": states_at_kill, "second": (second.returncode, out, err)}
+
+
+def test_the_run_after_the_kill_resumed_k_and_finished(killed_redirect):
+    r = killed_redirect
+    code, out, err = r["second"]
+    assert code == 0 and "resuming the fetch of " + r["k"] in out, (out, err)
+    assert dict(r["states_at_kill"])[r["k"]] == seg.State.FETCHING
+    asked = [(q["host"], q["path"]) for q in r["requests"]]
+    assert asked.count(("kc.gap.test", "/p1")) == 1 and asked.count(("kc.gap.test", "/p2")) == 1, asked
+    # The landing page was asked before the kill, by k.
+    landing = [q for q in r["requests"] if (q["host"], q["path"]) == ("kc.gap.test", "/landing")]
+    assert landing and landing[0]["t_start"] < r["killed_at"], landing
+
+
+def test_the_retry_after_k_learnt_before_the_kill_holds_in_the_next_segment(killed_redirect):
+    """On main, the resumed k rewrote its hosts/ without kc: the next segment asked kc at once."""
+    requests = killed_redirect["requests"]
+    assert polite_gaps(requests) == [], polite_gaps(requests)
