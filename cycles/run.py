@@ -47,7 +47,11 @@ waiting for its update is not generated again.
 
 Crash-only like ``crawl cycle``: a run killed at any moment leaves segments in states the
 next run (or ``crawl cycle``/``fetch``/``update``) finishes — it resumes the oldest
-unfetched segment, updates fetched ones, and leases run out as usual.
+unfetched segment, updates fetched ones, and leases run out as usual. A resumed partition
+keeps its killed run's ``hosts/`` rows and marks every host that run may have asked as
+asked at the resume (cycles/fetch/resumed_hosts.py): a segment generated meanwhile may
+list a host the killed one reached outside its fetch list (a redirect target), and reads
+its spacing from there.
 
 Stopping: ``seconds`` bounds the wall time — at the bound the running fetch commits what it
 fetched and the run ends (exit 0; the segment is resumed by the next run). SIGTERM or

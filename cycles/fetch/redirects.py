@@ -72,6 +72,13 @@ class Redirects:
             # Another worker owns the host (and its politeness): a later cycle fetches it.
             self.stats["fetch/redirect_other_partition"] += 1
             return None, None
+        # A known host outside every fetch list of this segment is followed even though a
+        # segment generated meanwhile (`crawl run`) may list it: segments are fetched one at
+        # a time, and that segment's worker sets the host's slot up from this segment's
+        # hosts/ output (cycles/hostdb.py load_host_state), which holds this request, its
+        # Crawl-delay and any Retry-After — also after a kill, as a resumed partition keeps
+        # its rows (cycles/fetch/resumed_hosts.py). Leaving it to the later segment instead
+        # would cost every cross-host redirect a segment (tests/test_run_redirect.py).
         if url in self._known_not_due(host):
             # Fetched in an earlier cycle and not due again yet: the redirect's row (and its
             # outlink) is enough; the target stays as the crawl DB has it.
