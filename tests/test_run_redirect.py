@@ -3,7 +3,7 @@ that the next segment lists too (issue #10, "never breaks spacing across overlap
 segments").
 
 Segment k holds only host ``a``, whose pages redirect to ``b`` (Crawl-delay 2) and ``c1``
-(its landing page answers 429 with Retry-After 4). ``b`` and ``c1`` have due URLs in the
+(its landing page answers 429 with Retry-After 4), and one to ``b``'s ``/p1``, a due URL. ``b`` and ``c1`` have due URLs in the
 crawl DB but are not in k (they were not due when k was generated), so the segment the run
 generates while k is fetched lists them. k's worker follows the redirects inline (it owns
 every host: one partition). Judged by what the server saw: between any two requests to a
@@ -70,7 +70,8 @@ def pages(port: int) -> dict[str, dict[str, tuple[int, dict[str, str], bytes]]]:
     return {
         "a.gap.test": {"/robots.txt": no_robots,
                        "/go-b": (301, {"Location": f"http://b.gap.test:{port}/landing"}, b""),
-                       "/go-c": (301, {"Location": f"http://c1.gap.test:{port}/landing"}, b"")},
+                       "/go-c": (301, {"Location": f"http://c1.gap.test:{port}/landing"}, b""),
+                       "/go-due": (301, {"Location": f"http://b.gap.test:{port}/p1"}, b"")},
         "b.gap.test": {"/robots.txt": (200, {"Content-Type": "text/plain"},
                                        f"User-agent: *\nCrawl-delay: {CRAWL_DELAY_S}\n".encode()),
                        "/landing": page, "/p1": page, "/p2": page},
@@ -184,7 +185,7 @@ def overlapped_redirect(request, gap_web, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"run-redirect-{request.param}")
     store = Store(tmp / "data")
     config = gap_config()
-    a_urls = [f"http://a.gap.test:{port}/go-b", f"http://a.gap.test:{port}/go-c"]
+    a_urls = [f"http://a.gap.test:{port}/go-b", f"http://a.gap.test:{port}/go-c", f"http://a.gap.test:{port}/go-due"]
     later = [f"http://{h}.gap.test:{port}/p{k}" for h in ("b", "c1") for k in (1, 2)]
     if request.param == "known":
         inject(store, config, write_seeds(tmp / "seeds.txt", a_urls + later))
@@ -231,7 +232,9 @@ def test_k_followed_the_redirects_to_known_hosts_and_left_claimed_new_hosts(over
     counters = fetch_counters(store, k)
     landings = {f"http://{h}.gap.test:{port}/landing" for h in ("b", "c1")}
     if r["mode"] == "known":
-        assert counters.get("fetch/redirect_followed") == 2, counters
+        # /go-due's target, b's /p1, is due in the crawl DB: the next segment lists it, so k
+        # leaves it (fetched once, by that segment: below).
+        assert counters.get("fetch/redirect_followed") == 2 and counters.get("fetch/redirect_due") == 1, counters
         assert landings <= fetched_urls(store, k)
     else:
         later = [s for s in seg.segment_ids(store) if s > k][0]
@@ -243,7 +246,8 @@ def test_k_followed_the_redirects_to_known_hosts_and_left_claimed_new_hosts(over
 def test_every_request_to_a_redirect_target_host_keeps_its_delay_across_segments(overlapped_redirect):
     requests = overlapped_redirect["requests"]
     asked = sorted((r["host"], r["path"]) for r in requests)
-    # b and c's pages were each asked once (by the later segment).
+    # b and c's pages were each asked once (by the later segment), b's /p1 too, the target
+    # of a redirect in k.
     for host in ("b.gap.test", "c1.gap.test"):
         assert asked.count((host, "/p1")) == 1 and asked.count((host, "/p2")) == 1, asked
     assert polite_gaps(requests) == [], (polite_gaps(requests), overlapped_redirect["log"])

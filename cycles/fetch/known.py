@@ -1,8 +1,12 @@
-"""Which URLs of a host the crawl DB holds as fetched and not yet due: a redirect to one of
-them is recorded but its target is not fetched again inline (cycles/fetch/worker.py).
+"""Which URLs of a host the crawl DB holds as fetched and not yet due, or as due: a
+redirect to one of them is recorded but its target is not fetched inline
+(cycles/fetch/redirects.py).
 
 Without this, a host that redirects (``/redirect`` → ``/p/0.html``) had its static pages,
-fetched in an earlier cycle, fetched again minutes later as redirect targets.
+fetched in an earlier cycle, fetched again minutes later as redirect targets. A due URL is
+generate's to list: ``crawl run`` generates the next segment before this one is updated,
+so a due target fetched inline here was listed and fetched again there
+(tests/test_run_redirect.py).
 
 Looked up in the worker, not handed over by generate: only hosts that redirect pay (one
 filtered read of their crawl DB bucket, once per partition run), while generate would have
@@ -28,28 +32,37 @@ COLUMNS = ["host", "url", "last_fetched", "next_fetch"]
 
 def fetched_not_due(store: Store, manifest: Manifest, host: str, now: dt.datetime) -> set[str]:
     """URLs of ``host`` in the crawl DB version of ``manifest`` that were fetched (any status,
-    ``last_fetched`` set) and are not due before ``now`` (crawl clock: ``next_fetch > now``).
+    ``last_fetched`` set) and are not due before ``now`` (crawl clock: ``next_fetch > now``)."""
+    return known_urls(store, manifest, host, now)[0]
+
+
+def known_urls(store: Store, manifest: Manifest, host: str, now: dt.datetime) -> tuple[set[str], set[str]]:
+    """URLs of ``host`` in the crawl DB version of ``manifest``: (fetched and not due before
+    ``now``, due at ``now``: ``next_fetch <= now``, what generate lists), crawl clock.
 
     Reads only the host's bucket file, only the row groups whose host range holds it (bucket
     files are sorted by host, url), only four columns, batch by batch."""
     path = store.version_bucket_file("crawldb", manifest, host_hash(host) % manifest.buckets)
     now_scalar = pa.scalar(now, type=schema.TS)
-    urls: set[str] = set()
+    not_due: set[str] = set()
+    due: set[str] = set()
     try:
         with store.fs.open_input_file(str(path)) as fh:
             parquet = pq.ParquetFile(fh, buffer_size=1 << 20, pre_buffer=False)
             groups = row_groups_holding(parquet.metadata, [host])
             if not groups:
-                return urls
+                return not_due, due
             for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, row_groups=groups, columns=COLUMNS,
                                               use_threads=False):
-                keep = pc.and_(pc.and_(pc.equal(batch.column("host"), host), pc.is_valid(batch.column("last_fetched"))),
-                               pc.greater(batch.column("next_fetch"), now_scalar))
-                urls.update(batch.filter(pc.fill_null(keep, False)).column("url").to_pylist())
+                batch = batch.filter(pc.equal(batch.column("host"), host))
+                later = pc.greater(batch.column("next_fetch"), now_scalar)
+                keep = pc.and_(pc.is_valid(batch.column("last_fetched")), later)
+                not_due.update(batch.filter(pc.fill_null(keep, False)).column("url").to_pylist())
+                due.update(batch.filter(pc.fill_null(pc.invert(later), False)).column("url").to_pylist())
     except FileNotFoundError:
         raise StoreError(f"fetch: crawl DB file {store.uri_of(path)} is missing; point "
                          f"{store.uri_of(store.path('crawldb', 'CURRENT'))} at an intact version") from None
     except (pa.ArrowInvalid, OSError) as exc:
         raise StoreError(f"fetch: crawl DB file {store.uri_of(path)} is not readable Parquet ({exc}); restore it "
                          "or point crawldb/CURRENT at an intact version") from None
-    return urls
+    return not_due, due

@@ -13,7 +13,9 @@ the hop's row says ``redirect loop``), a hop past ``fetch.max_redirects`` (``too
 redirects``), a URL already listed or followed in this partition (it has, or will have, its
 own row), a host of another partition or one set aside (fetched in a later cycle, as the
 outlink), a URL the crawl DB holds as fetched and not yet due (``fetch/redirect_known``: an
-earlier cycle fetched it; cycles/fetch/known.py).
+earlier cycle fetched it; cycles/fetch/known.py), a URL the crawl DB holds as due
+(``fetch/redirect_due``: generate lists it — the next segment of ``crawl run``, generated
+before this one's update, would have fetched it a second time).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Callable
 from cycles import clock
 from cycles.config import Config
 from cycles.fetch.frontier import HostSlot
-from cycles.fetch.known import fetched_not_due
+from cycles.fetch.known import known_urls
 from cycles.fetch.inline import InlineFetches
 from cycles.store import Store
 from cycles.urls import host_hash, url_host
@@ -41,9 +43,9 @@ class Redirects:
         self.inline = inline
         """Which hosts are ours and which URLs already have a row (cycles/fetch/inline.py)."""
         self.stats = stats
-        self.known_not_due: dict[str, set[str]] = {}
-        """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due
-        (cycles/fetch/known.py), read once per partition run."""
+        self.known: dict[str, tuple[set[str], set[str]]] = {}
+        """Per host that redirected: its URLs the crawl DB holds as fetched and not yet due,
+        and as due (cycles/fetch/known.py), read once per partition run."""
         self._crawldb_manifest = None
         """The crawl DB version those lookups read (taken at the first one)."""
 
@@ -79,10 +81,16 @@ class Redirects:
         # Crawl-delay and any Retry-After — also after a kill, as a resumed partition keeps
         # its rows (cycles/fetch/resumed_hosts.py). Leaving it to the later segment instead
         # would cost every cross-host redirect a segment (tests/test_run_redirect.py).
-        if url in self._known_not_due(host):
+        not_due, due = self._known(host)
+        if url in not_due:
             # Fetched in an earlier cycle and not due again yet: the redirect's row (and its
             # outlink) is enough; the target stays as the crawl DB has it.
             self.stats["fetch/redirect_known"] += 1
+            return None, None
+        if url in due:
+            # Due: a generate lists it. `crawl run` generates the next segment before this
+            # one is updated, so fetched here it was listed and fetched there again.
+            self.stats["fetch/redirect_due"] += 1
             return None, None
         target_slot = slot_for(host, url)
         if target_slot.set_aside:
@@ -97,15 +105,15 @@ class Redirects:
         self.stats["fetch/redirect_followed"] += 1
         return None, target_slot
 
-    def _known_not_due(self, host: str) -> set[str]:
-        """The host's fetched, not yet due URLs from the current crawl DB (cached per host)."""
-        known = self.known_not_due.get(host)
+    def _known(self, host: str) -> tuple[set[str], set[str]]:
+        """The host's fetched-not-due and due URLs from the current crawl DB (cached per host)."""
+        known = self.known.get(host)
         if known is None:
-            if not self.known_not_due:  # the first host asked: the version read from now on
+            if not self.known:  # the first host asked: the version read from now on
                 self._crawldb_manifest = self.store.manifest("crawldb")
             manifest = self._crawldb_manifest
             # next_fetch is on the crawl clock
             now = dt.datetime.fromtimestamp(time.time() + clock.offset_s(), dt.timezone.utc)
-            known = fetched_not_due(self.store, manifest, host, now) if manifest is not None else set()
-            self.known_not_due[host] = known
+            known = known_urls(self.store, manifest, host, now) if manifest is not None else (set(), set())
+            self.known[host] = known
         return known
