@@ -3,18 +3,20 @@ that the next segment lists too (issue #10, "never breaks spacing across overlap
 segments").
 
 Segment k holds only host ``a``, whose pages redirect to ``b`` (Crawl-delay 2) and ``c1``
-(its landing page answers 429 with Retry-After 4), and one to ``b``'s ``/p1``, a due URL. ``b`` and ``c1`` have due URLs in the
-crawl DB but are not in k (they were not due when k was generated), so the segment the run
-generates while k is fetched lists them. k's worker follows the redirects inline (it owns
-every host: one partition). Judged by what the server saw: between any two requests to a
-host, the host's delay (1 s, its Crawl-delay, its Retry-After) from the end of one
-response to the start of the next, whichever segment asked.
+(its landing page answers 429 with Retry-After 4), and one to ``b``'s ``/p1``, a due URL.
+``b`` and ``c1`` have due URLs in the crawl DB but are not in k (they were not due when k
+was generated), so the segment the run generates while k is fetched lists them. k's worker
+follows the redirects to the landing pages inline (``b`` and ``c1`` hash to the partition
+``a`` is in) and leaves the due ``/p1`` to generate. Judged by what the server saw: between
+any two requests to a host, the host's delay (1 s, its Crawl-delay, its Retry-After) from
+the end of one response to the start of the next, whichever segment asked; every page once.
 
 ``known``: ``b`` and ``c1`` are in the crawl DB when k is generated (k's known-hosts filter
 holds them); ``new``: they are injected after k was generated, so to k's worker they are
 new hosts, taken by claim (cycles/fetch/newhosts.py) against the next segment's generate.
 
-This holds without a change (checked when issue #10 was looked at again): one segment is
+The spacing held without a change (checked when issue #10 was looked at again; ``b``'s
+``/p1`` was fetched twice, by k and by the next segment): one segment is
 fetched at a time (the fetch lock), and the later segment's worker sets a host's slot up
 from the ``hosts/`` output of every segment not yet updated (cycles/hostdb.py
 ``load_host_state``), which holds what k's worker learnt of ``b`` and ``c1``.
@@ -185,7 +187,7 @@ def overlapped_redirect(request, gap_web, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"run-redirect-{request.param}")
     store = Store(tmp / "data")
     config = gap_config()
-    a_urls = [f"http://a.gap.test:{port}/go-b", f"http://a.gap.test:{port}/go-c", f"http://a.gap.test:{port}/go-due"]
+    a_urls = [f"http://a.gap.test:{port}{path}" for path in ("/go-b", "/go-c", "/go-due")]
     later = [f"http://{h}.gap.test:{port}/p{k}" for h in ("b", "c1") for k in (1, 2)]
     if request.param == "known":
         inject(store, config, write_seeds(tmp / "seeds.txt", a_urls + later))
@@ -201,7 +203,8 @@ def overlapped_redirect(request, gap_web, tmp_path_factory):
     before = len(seen)
     state = RunState()
     log = list(run_crawl(store, config, seconds=60, state=state, generate_ahead=True))
-    yield {"mode": request.param, "store": store, "k": k, "state": state, "log": log, "requests": list(seen[before:]), "port": port}
+    yield {"mode": request.param, "store": store, "k": k, "state": state, "log": log,
+           "requests": list(seen[before:]), "port": port}
 
 
 def fetchlist_hosts(store: Store, segment: str) -> set[str]:
