@@ -4,16 +4,16 @@ rules). No web: the segments are made by hand."""
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 from cycles import segment as seg
 from cycles.store import Store
 from tests.fetch.test_fetch_support import make_segment
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import demo  # noqa: E402
+_spec = importlib.util.spec_from_file_location("script_demo", Path(__file__).resolve().parent.parent / "scripts" / "demo.py")
+demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo)  # a script beside the package, as tests/test_bench_cost.py loads its own
 
 
 def segment_with(store: Store, urls: int, counters: dict) -> str:
