@@ -59,6 +59,10 @@ from testweb.harness import TestWeb  # noqa: E402
 from testweb.model import CLOCK_START  # noqa: E402
 
 
+SETTINGS: dict[str, str] = {}
+"""``--set update.KEY=VALUE`` overrides, applied by :func:`configure` (A/B of a setting)."""
+
+
 def configure(web, schedule: str, step_s: float, budget_per_cycle: int = 0):
     config = web.crawl_config() if web is not None else Config()
     u = config.update
@@ -69,6 +73,10 @@ def configure(web, schedule: str, step_s: float, budget_per_cycle: int = 0):
     u.deferred_retry_s = 3600
     u.cycle_interval_s = int(step_s)
     u.refresh_budget_per_cycle = budget_per_cycle
+    for key, value in SETTINGS.items():
+        section, name = key.split(".")
+        old = getattr(getattr(config, section), name)
+        setattr(getattr(config, section), name, type(old)(value))
     return config
 
 
@@ -455,7 +463,10 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="real crawls of the test web (one seed) instead")
     parser.add_argument("--poisson", action="store_true",
                         help="simulated: pages changing as Poisson processes of the same mean periods")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a config setting for every run (e.g. update.host_prior_changes=0)")
     args = parser.parse_args()
+    SETTINGS.update(item.split("=", 1) for item in args.set)
     schedules = args.schedules.split(",")
     (run_real if args.real else run_simulated)(args, schedules)
 
