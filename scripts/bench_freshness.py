@@ -419,7 +419,7 @@ def run_simulated(args, schedules: list[str]) -> None:
         web, pages = simulated_web(seed)
         if args.poisson:
             web = PoissonWeb(web, pages, seed, CLOCK_START + (steps + 2) * step_s)
-        budget = None
+        budget = args.budget
         for name in schedules:
             config = configure(None, "optimal" if name == ORACLE else name, step_s, budget or 0)
             fetches, intervals, end, new_page = simulate(web, pages, config, steps, step_s, oracle=name == ORACLE)
@@ -463,6 +463,9 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="real crawls of the test web (one seed) instead")
     parser.add_argument("--poisson", action="store_true",
                         help="simulated: pages changing as Poisson processes of the same mean periods")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="refetches per cycle of every schedule but adaptive (default: the first schedule's); "
+                             "fix it to compare versions of optimal on one budget")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a config setting for every run (e.g. update.host_prior_changes=0)")
     args = parser.parse_args()
