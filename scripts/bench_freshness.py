@@ -16,12 +16,23 @@ run, on every URL it fetched and with its own number of refetches:
   and at least the same refetches (cycles/update/optimum.py), on the same pages; the
   analytical Poisson value of that policy is printed beside it.
 
-Learning speed: for each change class, the first cycle from which every page's stored
-interval stays within 2x of its true optimal interval (the optimum for the known rates at
-the run's budget, clamped to [min_interval_s, max_interval_s] as the schedule is).
+Each figure over the whole window and in the steady state (from ``--steady-days`` on, when
+the rates are learned; the optimum there gets the refetches ours made from that day), with
+the freshness per change class. ``optimal-oracle`` (:data:`ORACLE`) is the optimal
+schedule's own SQL on the TRUE rates: the ceiling of its rules (grid, whole cycles,
+budget), so that ours − oracle is the learning and the estimator, oracle − optimum the
+discrete cycles and the budget rules.
 
-    .venv/bin/python scripts/bench_freshness.py                 # 20 seeds simulated, ~4 CPU-min
+Learning speed: for each change class, the first cycle from which every page's interval
+(in whole cycles, as generate applies it) stays within 2x of its true optimal interval
+(the optimum for the known rates at the run's budget, clamped to [min_interval_s,
+max_interval_s] as the schedule is).
+
+    .venv/bin/python scripts/bench_freshness.py                 # 20 seeds simulated, ~6 CPU-min
     .venv/bin/python scripts/bench_freshness.py --seeds 6 --poisson
+    .venv/bin/python scripts/bench_freshness.py --seeds 6 --days 21 --steady-days 7   # ~3 CPU-min
+    .venv/bin/python scripts/bench_freshness.py --seeds 6 --schedules optimal --budget 4 \
+        --set update.interval_growth=2                          # A/B of a version or a setting
     .venv/bin/python scripts/bench_freshness.py --real          # two crawls, ~5 CPU-min (30 min wall loaded)
 """
 
@@ -436,6 +447,7 @@ def run_real(args, schedules: list[str]) -> None:
     step_s = args.step_hours * 3600
     steps = int(args.days * 86400 // step_s)
     print(f"== freshness, real crawls: {args.days:g} simulated days in {args.step_hours:g} h steps, seed {args.seed} ==")
+    schedules = [name for name in schedules if name != ORACLE]  # the oracle is a simulation only
     with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=3600, seed=args.seed) as web:
         pages = [u for u in web.expected_reachable(web.seeds()) if "/c/" in u]
         budget = None
@@ -467,9 +479,12 @@ def main() -> None:
                         help="refetches per cycle of every schedule but adaptive (default: the first schedule's); "
                              "fix it to compare versions of optimal on one budget")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="a config setting for every run (e.g. update.host_prior_changes=0)")
+                        help="a config setting (a number or a word) for every run, e.g. update.interval_growth=2")
     args = parser.parse_args()
     SETTINGS.update(item.split("=", 1) for item in args.set)
+    if not 0 <= args.steady_days < args.days - 1:
+        parser.error(f"--steady-days {args.steady_days:g} must leave at least a day of the {args.days:g} days "
+                     "to measure the steady state on (e.g. --days 21 --steady-days 7)")
     schedules = args.schedules.split(",")
     (run_real if args.real else run_simulated)(args, schedules)
 
