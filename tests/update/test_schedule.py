@@ -328,3 +328,28 @@ def test_adaptive_starts_a_new_page_of_a_fast_changing_host_at_a_short_interval(
 
     assert first("fast.example") == pytest.approx(u.revisit_factor * 6 * 14400 / 5, abs=1)
     assert first("calm.example") == first("new.example") == u.default_interval_s
+
+
+def test_the_plan_in_whole_cycles_is_near_the_best_whole_cycle_plan():
+    """Four pages (rates 1/6 h .. 1/week), 2 h cycles, a budget of 1.5 fetches per 2 h: the
+    planned cycles at the solved μ spend at most the budget and reach within 2 % of the best
+    freshness any choice of whole cycles (1..24 each) within the budget reaches (brute force).
+    Measured: the plan (2, 3, 4, 7 cycles) spends 82 % of the budget for 3.495 pages fresh,
+    the best whole cycles (2, 2, 3, 6) 3.556, the continuous optimum 3.582: one μ for all
+    pages cannot reach (2, 2, 3, 6) — at μ ≈ 1740 s the fastest page steps from 1 to 2 cycles
+    and the spend from 117 % to 82 % of the budget (the relaxation's gap on so few pages)."""
+    import itertools
+
+    config = optimal_config(cycle_interval_s=7200, refresh_budget_per_cycle=3, min_interval_s=3600,
+                            max_interval_s=48 * 3600)
+    u = config.update
+    rates = np.array([1 / (6 * 3600), 1 / DAY, 1 / (2 * DAY), 1 / (7 * DAY)])
+    budget = 1.5 / u.cycle_interval_s
+    mu = optimum.solve_multiplier(lambda m: float(np.sum(1 / planned_cycles(u, rates, m))), budget)
+    plan = planned_cycles(u, rates, mu)
+    assert np.sum(1 / plan) <= budget * (1 + 1e-9)
+    planned = float(optimum.freshness(rates, 1 / plan).sum())
+    intervals = np.array(list(itertools.product(range(1, 25), repeat=len(rates)))) * float(u.cycle_interval_s)
+    within = np.sum(1 / intervals, axis=1) <= budget * (1 + 1e-9)
+    best = float(optimum.freshness(rates[None, :], 1 / intervals[within]).sum(axis=1).max())
+    assert planned >= 0.98 * best
