@@ -13,11 +13,13 @@ WARC write. ``scripts/bench_parse.py`` times every step; on the 2-vCPU developme
 page with 133 links takes about 0.88 ms of CPU, of which lxml's parse is ~0.18 ms, the walks
 over the tree ~0.14 ms, the links ~0.24 ms, the text ~0.1 ms and the fingerprints ~0.13 ms;
 a page of the test web bench_fetch.py crawls (29 KB, 5,000 words, 7 links) ~0.57 ms,
-of which ~0.23 ms are the fingerprints of its long text. The SimHash of the main content
-(:func:`_main_blocks`, GitHub issue #13 section 3) added ~0.3 ms a page on the pages of
-testweb.neardup_set (0.47 -> 0.77 ms, best of 5 per page on a machine loaded ~5x over its
-2 cores: ``scripts/bench_update.py --only neardup-set``), about a third of it marking and
-cutting the paragraphs, the rest sorting the shingles to count each once.
+of which ~0.23 ms are the fingerprints of its long text. The fingerprint of the main
+content (:func:`_main_blocks`, GitHub issue #13 section 3, fetch's default) costs about 2.0
+million instructions a page more than that of the whole text on those pages (7.5 against 5.5
+million for all of parse_html, valgrind --tool=cachegrind; it was 10.0 when the boilerplate was
+emptied and each paragraph marked in the tree, then a second normalize-space() taken): the
+content's marked text comes from one XSLT transform (:func:`_marked_content`), its blocks from
+one split, and the fingerprint leaves out the shingles that span two blocks.
 So the tree is walked with lxml's C iterators filtered by tag (each element a walk yields
 costs a Python proxy), the text is collected by one XPath ``normalize-space()`` call, links
 are resolved by string concatenation (cycles.urls.link_resolver; ``urljoin`` is 5-10 times slower), and the fingerprints
