@@ -9,11 +9,13 @@ Generates realistic ~30 KB news-like pages (head with inline script and style, a
 navigation, breadcrumbs, ~28 paragraphs of Zipf-distributed words with inline links, a
 related-articles list, a nofollow footer; half of them minified) and prints, per page:
 
-- microseconds for parse_html as a whole (wall clock and CPU time) and for each of its steps,
-  the same functions in the same order: decode, lxml parse, scan (pad block elements;
-  collect anchors, hidden elements and head data), clear script/style/template, links
-  (resolve, deduplicate, anchor text), text, fingerprints (and within them the content
-  hash and the SimHash, each timed alone);
+- microseconds for parse_html as a whole (wall clock and CPU time; with the main content,
+  fetch's default, and with the whole text, ``fetch.simhash_main_content = false``) and for
+  each of its steps, the same functions in the same order: decode, lxml parse, scan (pad
+  block elements; collect anchors, hidden elements and head data), clear
+  script/style/template, links (resolve, deduplicate, anchor text), text, main content
+  (``_main_blocks``, and its XSLT alone), fingerprints of the main content's blocks or of
+  the whole text (and within them the content hash and the SimHash, each timed alone);
 - for the test web's pages (``--testweb``: the ~30 KB pages scripts/bench_fetch.py crawls,
   rendered in-process by testweb, mostly paragraphs of text, 7 links), also the rest
   of the fetch worker's CPU work on a page, in microseconds per page: the WARC request and
@@ -190,14 +192,25 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
         parse._clear(scan.noscripts)
         return parse._visible_text(root)
 
+    def with_text(index: int):
+        root, scan = with_links(index)
+        return root, text_step((root, scan))
+
     texts = [text_step(with_links(i)) for i in indexes]
     lowered = [fingerprint.lower(text) for text in texts]
     fingerprints = lambda text: fingerprint.fingerprints(text, collapsed=True)  # noqa: E731
     whole = lambda page: parse.parse_html(page[0], page[1], page[2])  # noqa: E731
+    # fetch.simhash_main_content = true (the default): the fingerprint of the main content.
+    block = parse.SIMHASH_BLOCK_MIN_BYTES
+    main = lambda page: parse.parse_html(page[0], page[1], page[2], "crawlbot", block)  # noqa: E731
+    blocks = [parse._main_blocks(*with_text(i), block) for i in indexes]
     return {
-        "parse_html (total)": best_per_item(whole, pages, repeat),
-        "parse_html (total, CPU time of the process)": best_per_item(whole, pages, repeat,
-                                                                     clock=time.process_time),
+        "parse_html (total, main content)": best_per_item(main, pages, repeat),
+        "parse_html (total, main content, CPU time of the process)": best_per_item(
+            main, pages, repeat, clock=time.process_time),
+        "parse_html (total, whole text)": best_per_item(whole, pages, repeat),
+        "parse_html (total, whole text, CPU time of the process)": best_per_item(
+            whole, pages, repeat, clock=time.process_time),
         "  decode (charset, validate UTF-8)": best_per_item(
             lambda page: parse._decode(page[0], page[2]), pages, repeat),
         "  lxml parse": best_per_item(tree, indexes, repeat),
@@ -209,7 +222,14 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
             lambda state: parse._links(state[1], state[2]), indexes, repeat, setup=cleared),
         "  text (clear noscript, normalize-space)": best_per_item(text_step, indexes, repeat,
                                                                    setup=with_links),
-        "  fingerprints (lower case, content hash, SimHash)": best_per_item(fingerprints, texts, repeat),
+        "  main content (_main_blocks: XSLT, blocks)": best_per_item(
+            lambda state: parse._main_blocks(*state, block), indexes, repeat, setup=with_text),
+        "    of which the marked content (XSLT)": best_per_item(
+            lambda state: parse._marked_content(state[0], parse._MARKS), indexes, repeat, setup=with_text),
+        "  fingerprints of the main content (content hash, MinHash)": best_per_item(
+            lambda item: fingerprint.fingerprints(item[0], collapsed=True, blocks=item[1]),
+            list(zip(texts, blocks)), repeat),
+        "  fingerprints of the whole text (content hash, MinHash)": best_per_item(fingerprints, texts, repeat),
         "    content hash alone (BLAKE2b)": best_per_item(_content_hash_normalised, lowered, repeat),
         "    simhash alone (numpy)": best_per_item(_simhash_normalised, lowered, repeat),
     }

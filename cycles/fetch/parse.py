@@ -13,11 +13,13 @@ WARC write. ``scripts/bench_parse.py`` times every step; on the 2-vCPU developme
 page with 133 links takes about 0.88 ms of CPU, of which lxml's parse is ~0.18 ms, the walks
 over the tree ~0.14 ms, the links ~0.24 ms, the text ~0.1 ms and the fingerprints ~0.13 ms;
 a page of the test web bench_fetch.py crawls (29 KB, 5,000 words, 7 links) ~0.57 ms,
-of which ~0.23 ms are the fingerprints of its long text. The SimHash of the main content
-(:func:`_main_blocks`, GitHub issue #13 section 3) added ~0.3 ms a page on the pages of
-testweb.neardup_set (0.47 -> 0.77 ms, best of 5 per page on a machine loaded ~5x over its
-2 cores: ``scripts/bench_update.py --only neardup-set``), about a third of it marking and
-cutting the paragraphs, the rest sorting the shingles to count each once.
+of which ~0.23 ms are the fingerprints of its long text. The fingerprint of the main
+content (:func:`_main_blocks`, GitHub issue #13 section 3, fetch's default) costs about 2.0
+million instructions a page more than that of the whole text on those pages (7.5 against 5.5
+million for all of parse_html, valgrind --tool=cachegrind; it was 10.0 when the boilerplate was
+emptied and each paragraph marked in the tree, then a second normalize-space() taken): the
+content's marked text comes from one XSLT transform (:func:`_marked_content`), its blocks from
+one split, and the fingerprint leaves out the shingles that span two blocks.
 So the tree is walked with lxml's C iterators filtered by tag (each element a walk yields
 costs a Python proxy), the text is collected by one XPath ``normalize-space()`` call, links
 are resolved by string concatenation (cycles.urls.link_resolver; ``urljoin`` is 5-10 times slower), and the fingerprints
@@ -585,9 +587,14 @@ _BOILERPLATE_TAGS = ("header", "nav", "footer", "aside")
 """HTML5 sectioning elements around a page's content. (Not form: ASP.NET pages wrap the
 whole body in one.)"""
 _MAIN_TAGS = ("main", "article")
-_BLOCK_START, _BLOCK_END = "\ue000", "\ue001"
-"""Mark a paragraph's start and end in the tree (private-use characters: no page means
-anything by them)."""
+_MARKS = ("\x81", "\x8d")
+"""Marks of a paragraph's start and end in the content's text: two C1 control characters
+that pages almost never hold (windows-1252 leaves the bytes 0x81 and 0x8D undefined). In
+Latin-1, so that the content of a Latin-1 page stays one byte a character: private-use marks
+made the whole text two bytes a character, which cost ~50 µs a 30 KB page in the scans that
+follow."""
+_RARE_MARKS = ("\ue000", "\ue001")
+"""The marks of a page whose text holds one of _MARKS (private-use characters)."""
 _BLOCKS = ("p", "pre", "blockquote", "dd")
 """Elements whose text is one block of prose (containers such as div, td and li are not:
 their text is everything inside, boilerplate included)."""
@@ -596,6 +603,51 @@ their text is everything inside, boilerplate included)."""
 _MAIN_MIN_BLOCKS = 5
 """This many paragraphs of at least ``block_min_bytes`` are a page's main content even when
 they are under a third of its text (see _main_blocks)."""
+
+
+def _marked_content_xslt(start: str, end: str) -> str:
+    """The stylesheet of :func:`_marked_content`, built from the tag tuples above."""
+    boilerplate = " or ".join(f"ancestor::{tag}" for tag in _BOILERPLATE_TAGS)
+    mains = " | ".join(f"$body//{tag}" for tag in _MAIN_TAGS)
+    return f"""<xsl:stylesheet version="1.0" xmlns:xsl="http://www.w3.org/1999/XSL/Transform">
+<xsl:output method="text" encoding="utf-8"/>
+<xsl:template match="/">
+  <xsl:variable name="body" select="/*/body[1]"/>
+  <xsl:variable name="main" select="({mains})[not({boilerplate})][1]"/>
+  <xsl:variable name="content">
+    <xsl:choose>
+      <xsl:when test="$main"><xsl:apply-templates select="$main"/></xsl:when>
+      <xsl:otherwise><xsl:apply-templates select="$body"/></xsl:otherwise>
+    </xsl:choose>
+  </xsl:variable>
+  <xsl:value-of select="normalize-space($content)"/>
+</xsl:template>
+<xsl:template match="{"|".join(_BOILERPLATE_TAGS)}"/>
+<xsl:template match="{"|".join(_BLOCKS)}">{start}<xsl:apply-templates/>{end}</xsl:template>
+</xsl:stylesheet>"""
+
+
+def _marked_content(root: etree._Element, marks: tuple[str, str]) -> str | None:
+    """normalize-space() of the page's content (steps 1 and 2 of :func:`_main_blocks`) with
+    each paragraph between the ``marks`` (start, end), or None if libxslt gives up.
+
+    One XSLT transform, all in C, and the tree is left as it is: emptying the boilerplate,
+    setting two marks a paragraph into the tree (two lxml setters, ~1.5 µs, each re-encoding
+    the paragraph) and a second normalize-space() of the content had cost ~300 µs of CPU on
+    the 95-paragraph pages of scripts/bench_fetch.py, this ~125 µs (load ~10 on 2 cores; the
+    same text, tests/fetch/test_main_blocks.py compares it with the marking).
+    """
+    transforms = getattr(_local, "marked_content", None)
+    if transforms is None:
+        transforms = _local.marked_content = {}
+    transform = transforms.get(marks)
+    if transform is None:
+        transform = transforms[marks] = etree.XSLT(
+            etree.XML(_marked_content_xslt(*marks)), access_control=etree.XSLTAccessControl.DENY_ALL)
+    try:
+        return str(transform(root))
+    except etree.XSLTApplyError:  # e.g. libxslt's template depth limit (3,000 levels)
+        return None
 
 
 def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[str]:
@@ -608,8 +660,8 @@ def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[
     (GitHub issue #13, section 3; measured on testweb.neardup_set by
     scripts/bench_update.py). So, on the already-parsed tree (the full text is taken):
 
-    1. header, nav, footer and aside elements are emptied;
-    2. the first ``<main>`` or ``<article>`` is the content, if there is one;
+    1. the text of header, nav, footer and aside elements is left out;
+    2. the first ``<main>`` or ``<article>`` outside them is the content, if there is one;
     3. of its paragraphs (p, pre, blockquote, dd), those of fewer than ``block_min_bytes``
        UTF-8 bytes (menus, taglines, advertisements, footers, date and session lines of
        unmarked pages, short comments) are left out.
@@ -618,51 +670,42 @@ def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[
     _MAIN_MIN_BLOCKS blocks making under a third of the content's text, or a content under
     ``block_min_bytes``, is a page this reading does not fit (a list of links, a page of
     short lines), and the whole text fingerprints it better than a fragment. The exact-duplicate content hash is always
-    taken of the whole text.
+    taken of the whole text. The tree is not changed.
 
     Measured, not kept: emptying elements whose id or class names boilerplate (``ad-box``,
     ``sidebar``, ``footer``) and ARIA roles (navigation, banner ...) found no more pairs of
     the set than the paragraph length rule alone, and finding them (an XPath over every
     element with an id or class) cost ~0.25 ms on bench_parse.py's 30 KB pages, as much as
-    the rest of this function.
+    the rest of this function did then.
     """
-    body = root.find("body")
-    if body is None or not text:
+    if not text or root.find("body") is None:
         return [text]
-    for element in list(body.iter(*_BOILERPLATE_TAGS)):
-        element.clear(keep_tail=True)
-    main = next(body.iter(*_MAIN_TAGS), body)
-    # Each paragraph's start and end are marked in the tree, and one normalize-space() of
-    # the content is cut at the marks: an XPath call per paragraph cost twice as much.
-    for element in main.iter(*_BLOCKS):
-        _mark(element)
-    pieces = collapse_other_whitespace(_text_of(main)).split(_BLOCK_END)
-    content = sum(len(piece) for piece in pieces) - len(_BLOCK_START) * (len(pieces) - 1)
+    # The content is part of the text: marks the text does not hold mark only paragraphs.
+    start, end = _MARKS if _MARKS[0] not in text and _MARKS[1] not in text else _RARE_MARKS
+    marked = _marked_content(root, (start, end))
+    if marked is None:
+        return [text]
+    marked = collapse_other_whitespace(marked)
+    pieces = marked.split(end)
+    pieces.pop()  # after the last paragraph
+    # The content's characters less the marks (a start mark for every end mark).
+    content = len(marked) - 2 * len(pieces)
     if content < block_min_bytes:
         return [text]
     # A piece is the loose text since the last paragraph (headings, a div's own text, link
     # lists), then the paragraph: only what follows the last start mark is the paragraph.
     # UTF-8 bytes measure a paragraph's information across scripts better than characters:
-    # a CJK character (3 bytes) says about as much as a few Latin letters.
-    blocks = [block for block in (piece.rpartition(_BLOCK_START)[2] for piece in pieces[:-1])
-              if len(block.encode()) >= block_min_bytes]
-    kept = sum(len(block) for block in blocks)
+    # a CJK character (3 bytes) says about as much as a few Latin letters. A block has at
+    # least as many bytes as characters, and as many when it is ASCII: most need no encoding.
+    blocks = [block for block in (piece.rpartition(start)[2] for piece in pieces)
+              if len(block) >= block_min_bytes
+              or (not block.isascii() and len(block.encode()) >= block_min_bytes)]
+    kept = sum(map(len, blocks))
     # Enough long paragraphs are the content whatever else the page holds: by the share
     # alone, a Japanese article whose paragraphs were half under the length fell back to
     # its whole text when a reader's comment was added, and its copy looked new.
     enough = len(blocks) >= _MAIN_MIN_BLOCKS
-    return blocks if enough or 3 * kept >= content else ["".join(pieces).replace(_BLOCK_START, "")]
-
-
-def _mark(element: etree._Element) -> None:
-    """Put _BLOCK_START before the element's content and _BLOCK_END after it."""
-    inner, tail = element.text, element.tail
-    try:
-        element.text = _BLOCK_START + inner if inner else _BLOCK_START
-        element.tail = _BLOCK_END + tail if tail else _BLOCK_END
-    except ValueError:  # control characters libxml2 kept (see _scan)
-        element.text = _BLOCK_START + _XML_INCOMPATIBLE.sub(" ", inner or "")
-        element.tail = _BLOCK_END + _XML_INCOMPATIBLE.sub(" ", tail or "")
+    return blocks if enough or 3 * kept >= content else [marked.replace(end, "").replace(start, "")]
 
 
 def _visible_text(root: etree._Element) -> str:
