@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
+from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql, verify_bucket_file
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.fetch.newhosts import claimed_elsewhere, write_known_hosts
@@ -183,6 +183,9 @@ def select_bucket_due(task: GenerateBucketTask) -> dict[int, int]:
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
     """
     store = Store(task.store_uri)
+    # The first round reads every bucket: each task verifies its own (generate's
+    # coordinator does not; the later rounds read only files verified here).
+    verify_bucket_file(store, task.file)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
     if task.host_lease_files:
@@ -450,7 +453,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store)
+        manifest, files = current_bucket_files(store, verify=False)  # select_bucket_due verifies
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
