@@ -137,3 +137,32 @@ def test_a_corrupt_bucket_stops_the_scan_naming_the_file(tmp_path):
         find_segment_duplicates(store, config, connect(store, config), InProcess(), files, schema.SCHEMA_VERSION,
                                 tmp_path / "data" / "segments" / "s1" / "update", segment_pages(rng, stored),
                                 Counter())
+
+
+def test_update_with_a_corrupt_bucket_commits_nothing(store, tmp_path):
+    """The verification is in update's first round of tasks (dedup_bucket): a flipped bit
+    stops update naming the file before the host DB, the link DB or the crawl DB is swapped."""
+    from cycles.generate.generate import generate
+    from cycles.inject import inject
+    from cycles.update.update import update_segment
+    from cycles.crawldb import current_bucket_files
+    from tests.test_cli_errors import flip_a_bit
+    from tests.update.test_transitions import fetch_result
+
+    config = Config()
+    config.db.buckets = 3
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(f"http://h{h}.example/p\n" for h in range(9)))
+    inject(store, config, seeds)
+    segment = generate(store, config).segment
+    fetch_result(store, segment, [{"url": f"http://h{h}.example/p", "host": f"h{h}.example", "outcome": "ok",
+                                   "http_status": 200, "fetched_at": T0, "content_hash": "1" * 32, "simhash": 5}
+                                  for h in range(9)],
+                 [{"from_url": "http://h0.example/p", "url": "http://h1.example/q", "anchor": "", "nofollow": False,
+                   "depth": 1}])
+    manifests = {table: store.manifest(table) for table in ("crawldb", "hostdb", "linkdb")}
+    _, files = current_bucket_files(store)
+    flip_a_bit(files[1])
+    with pytest.raises(StoreError, match=files[1].name):
+        update_segment(store, config, segment)
+    assert {table: store.manifest(table) for table in manifests} == manifests
