@@ -28,6 +28,7 @@ of one other host's pages is reported as that host's mirror.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -297,36 +298,52 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
 # --- as tasks: one scan per crawl DB bucket ---------------------------------------------------
 DEDUP_INPUTS = "dedup"
 """The folder in the segment's update inputs (``update/dedup/``): ``pages.parquet`` (the
-segment's stored pages, written by the coordinator) and ``<kind>/bucket-NNNNN.parquet``,
-each bucket's :func:`match_stored` tables (written by its :func:`dedup_bucket` task)."""
+segment's stored pages, written by the coordinator) and ``<kind>/part-NNNNN.parquet``,
+each scan task's :func:`match_stored` tables (written by its :func:`dedup_scan` task)."""
 
 
 def pages_file(inputs: StorePath) -> StorePath:
     return inputs / DEDUP_INPUTS / "pages.parquet"
 
 
-def match_file(inputs: StorePath, kind: str, bucket: int) -> StorePath:
-    return inputs / DEDUP_INPUTS / kind / f"bucket-{bucket:05d}.parquet"
+def match_file(inputs: StorePath, kind: str, part: int) -> StorePath:
+    return inputs / DEDUP_INPUTS / kind / f"part-{part:05d}.parquet"
+
+
+def scan_groups(bucket_rows: list[int], pages: int) -> list[list[int]]:
+    """The crawl DB's buckets in groups, one :func:`dedup_scan` task each.
+
+    Every task joins the whole segment's fingerprints (a near copy may be in any bucket)
+    with its buckets' rows, so its cost is about segment + its rows, and all the tasks'
+    together tasks × segment + crawl DB. One task per bucket made that buckets × segment
+    (64 × 10 M pages at 100 M URLs: ~6× the crawl DB); one task for all is the old serial
+    scan. So: about as many tasks as the segment goes into the crawl DB (a task's rows ≈ the
+    segment), at most one per bucket: all tasks together do about twice the work of one
+    scan, and each about the segment's twice. Buckets go round-robin (similar sizes)."""
+    count = max(1, min(len(bucket_rows), math.ceil(sum(bucket_rows) / max(1, pages))))
+    return [list(range(group, len(bucket_rows), count)) for group in range(count)]
 
 
 @dataclass(frozen=True)
-class DedupBucketTask:
-    """One bucket's dedup scan: locations, ids and the config (picklable)."""
+class DedupScanTask:
+    """One dedup scan over some crawl DB buckets: locations, ids and the config (picklable)."""
 
     store_uri: str
     config: Config
-    bucket: int
-    old_file: StorePath
-    """The bucket's file in the crawl DB version update starts from."""
+    part: int
+    """This task's number: its output files' names."""
+    old_files: tuple
+    """Its buckets' files in the crawl DB version update starts from."""
     schema_version: int
     inputs: StorePath
     """The segment's update inputs folder (``segments/<id>/update``)."""
     workers: int = 1
 
 
-def dedup_bucket(task: DedupBucketTask) -> dict[str, int]:
-    """Verify the bucket's file, then scan it for the segment's pages (:func:`match_stored`)
-    and write each table to ``update/dedup/<kind>/bucket-NNNNN.parquet``; returns rows per kind.
+def dedup_scan(task: DedupScanTask) -> dict[str, int]:
+    """Verify the task's bucket files, then scan them for the segment's pages
+    (:func:`match_stored`) and write each table to ``update/dedup/<kind>/part-NNNNN.parquet``;
+    returns rows per kind.
 
     Update's first round over the crawl DB, so the verification is here: a corrupt bucket
     fails this task, naming the file, before update has written anything the crawl DB,
@@ -335,14 +352,15 @@ def dedup_bucket(task: DedupBucketTask) -> dict[str, int]:
     write changes no byte the coordinator reads.
     """
     store, config = Store(task.store_uri), task.config
-    verify_bucket_file(store, task.old_file)
+    for path in task.old_files:
+        verify_bucket_file(store, path)
     con = connect(store, config, task.workers)
-    db = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
+    db = upgraded_sql(store.duckdb_source(con, list(task.old_files)), task.schema_version)
     con.execute(f"CREATE TEMP TABLE pages AS SELECT * FROM {store.duckdb_source(con, [pages_file(task.inputs)])}")
     counts = {}
     for kind, table in match_stored(con, db, "pages", config.update).items():
         reader = con.sql(f"SELECT * FROM {table} ORDER BY ALL").to_arrow_reader(64 * 1024)
-        counts[kind] = store.write_batches(match_file(task.inputs, kind, task.bucket), reader, reader.schema)
+        counts[kind] = store.write_batches(match_file(task.inputs, kind, task.part), reader, reader.schema)
     con.close()
     return counts
 
@@ -361,7 +379,7 @@ class HostPagesTask:
 
 def count_host_pages(task: HostPagesTask) -> dict[str, int]:
     """host → stored pages in the bucket file (the mirror test's page counts; the file was
-    verified by this update's :func:`dedup_bucket`)."""
+    verified by this update's :func:`dedup_scan`)."""
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     db = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
@@ -373,16 +391,17 @@ def count_host_pages(task: HostPagesTask) -> dict[str, int]:
 def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyConnection, executor: Executor,
                             files: list[StorePath], schema_version: int, inputs: StorePath, pages: pa.Table,
                             counters: Counter) -> DedupResult:
-    """:func:`find_duplicates` for update, with the crawl DB scanned by one
-    :func:`dedup_bucket` task per bucket on ``executor``: the coordinator holds the
-    segment's pages and their matches, never the crawl DB's rows (issue #11). The result
-    carries ``known_hashes`` for the pages feed (feed.feed_candidates).
+    """:func:`find_duplicates` for update, with the crawl DB scanned by :func:`dedup_scan`
+    tasks on ``executor``, each over a group of buckets (:func:`scan_groups`): the
+    coordinator holds the segment's pages and their matches, never the crawl DB's rows
+    (issue #11). The result carries ``known_hashes`` for the pages feed (feed.feed_candidates).
     """
     store.write_table(pages_file(inputs), pages, pages.schema)
-    tasks = [DedupBucketTask(store.uri, config, bucket, file, schema_version, inputs, executor.workers)
-             for bucket, file in enumerate(files)]
-    executor.map(dedup_bucket, tasks)
-    sources = {kind: store.duckdb_source(con, [match_file(inputs, kind, b) for b in range(len(files))])
+    groups = scan_groups([store.read_metadata(f).num_rows for f in files], pages.num_rows)
+    tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
+                           executor.workers) for part, group in enumerate(groups)]
+    executor.map(dedup_scan, tasks)
+    sources = {kind: store.duckdb_source(con, [match_file(inputs, kind, part) for part in range(len(tasks))])
                for kind in MATCH_KINDS}
     known = con.sql(f"SELECT url, db_content_hash AS content_hash FROM {sources['seg']}").to_arrow_table()
 

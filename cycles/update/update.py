@@ -337,7 +337,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
     The host graph's PageRank runs here; dedup scans each bucket in a
-    :func:`cycles.update.dedup.dedup_bucket` task (the first round: it verifies the bucket
+    :func:`cycles.update.dedup.dedup_scan` task (the first round: it verifies the bucket
     file) and joins only the segment's matches here; outlink preparation and routing inputs to
     buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
     chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
@@ -364,7 +364,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     now = now or clock.now()
     seg_dir = seg.segment_dir(store, segment)
     with store.lock("crawldb", db=config.db):
-        # The footers only: the first round of bucket tasks (dedup.dedup_bucket) verifies
+        # The footers only: the first round of bucket tasks (dedup.dedup_scan) verifies
         # each bucket's page checksums before anything reads its rows.
         manifest, files = current_bucket_files(store, verify=False)
         if manifest is None:

@@ -1,7 +1,7 @@
 """cycles/update/dedup.py: the per-bucket scan tasks find what one scan of the whole crawl DB finds.
 
-update runs dedup as one :func:`dedup_bucket` task per bucket (issue #11: no process scans
-the whole crawl DB); :func:`find_duplicates` scans the whole crawl DB in one process. On a
+update runs dedup as :func:`dedup_scan` tasks, each over a group of buckets (issue #11: no
+process scans the whole crawl DB); :func:`find_duplicates` scans the whole crawl DB in one process. On a
 crawl DB of several buckets whose exact copies, near copies and mirror pairs cross buckets,
 both give the same marks, low-priority hosts and mirrors, and the feed's stored hashes.
 """
@@ -22,7 +22,8 @@ from cycles.errors import StoreError
 from cycles.executor import InProcess
 from cycles.hostdb import host_buckets
 from cycles.store import Store
-from cycles.update.dedup import find_duplicates, find_segment_duplicates
+from cycles.update import dedup
+from cycles.update.dedup import find_duplicates, find_segment_duplicates, scan_groups
 from cycles.urls import host_hashes
 from tests.test_store_durability import flip_a_bit_in_a_data_page
 
@@ -102,8 +103,18 @@ def found(result) -> tuple:
             result.mirrors)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_bucket_tasks_find_what_one_scan_of_the_crawl_db_finds(tmp_path, seed):
+def test_scan_groups_cover_each_bucket_once_and_about_the_segment_each():
+    assert scan_groups([100] * 8, 10) == [[b] for b in range(8)]  # at most one task per bucket
+    assert scan_groups([100] * 8, 400) == [[0, 2, 4, 6], [1, 3, 5, 7]]  # ~ the segment's rows each
+    assert scan_groups([100] * 8, 10_000) == [list(range(8))]
+    assert scan_groups([0] * 3, 0) == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("seed,groups", [(1, None), (2, None), (3, 2)])
+def test_the_bucket_tasks_find_what_one_scan_of_the_crawl_db_finds(tmp_path, seed, groups, monkeypatch):
+    if groups:  # buckets grouped: a task scans several
+        monkeypatch.setattr(dedup, "scan_groups", lambda rows, pages: [list(range(g, len(rows), groups))
+                                                                       for g in range(groups)])
     rng = random.Random(seed)
     store, config = Store(tmp_path / "data"), Config()
     config.update.simhash_min_chars = 300
@@ -140,7 +151,7 @@ def test_a_corrupt_bucket_stops_the_scan_naming_the_file(tmp_path):
 
 
 def test_update_with_a_corrupt_bucket_commits_nothing(store, tmp_path):
-    """The verification is in update's first round of tasks (dedup_bucket): a flipped bit
+    """The verification is in update's first round of tasks (dedup_scan): a flipped bit
     stops update naming the file before the host DB, the link DB or the crawl DB is swapped."""
     from cycles.generate.generate import generate
     from cycles.inject import inject
