@@ -23,6 +23,14 @@ stored pages are not demoted by a near match (a near match is weaker evidence).
 **Hosts**: a host whose pages in the segment are mostly duplicates is reported (its
 unfetched URLs lose priority in update), and a host most of whose pages are exact copies
 of one other host's pages is reported as that host's mirror.
+
+**Where it runs** (issue #11): the crawl DB is scanned by :func:`dedup_scan` tasks on
+update's executor, each over a group of buckets (:func:`scan_groups`), which verify their
+bucket files first and write what they matched (:data:`MATCH_KINDS`) under the segment's
+``update/dedup/``; the coordinator then joins only the segment's pages with those matches
+(:func:`merge_matches`), and asks :func:`count_host_pages` tasks, only in the buckets of a
+possible mirror pair's hosts, for those hosts' stored pages. :func:`find_duplicates` runs
+the same scan and merge over the whole crawl DB in one process (tools, tests).
 """
 
 from __future__ import annotations
