@@ -421,8 +421,7 @@ def write_known_hosts(store: Store, folder: StorePath, parts: list[StorePath], h
         if merged is None:
             merged = part
             continue
-        np.bitwise_or(merged._array, part._array, out=merged._array)
-        merged.count += part.count
+        merged.union_update(part)
     if claimed:
         merged.add_new(sorted(claimed))
     store.write_bytes(seg.known_hosts_file(folder), merged.to_bytes())

@@ -336,9 +336,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    The host graph's PageRank runs here; dedup scans each bucket in a
-    :func:`cycles.update.dedup.dedup_scan` task (the first round: it verifies the bucket
-    file) and joins only the segment's matches here; outlink preparation and routing inputs to
+    The host graph's PageRank runs here; dedup scans the buckets in
+    :func:`cycles.update.dedup.dedup_scan` tasks, each over a group of buckets (the first
+    round: they verify the bucket files), and joins only the segment's matches here;
+    outlink preparation and routing inputs to
     buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
     chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
     merge a :func:`cycles.update.linkgraph.merge_link_bucket` task, all run by
@@ -399,8 +400,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # Route every input to its bucket, a task per group of chunks on the bucket tasks'
         # executor (cycles/update/route.py): each bucket is then a task reading only its files.
         route_segment(store, config, segment, manifest.buckets, executor, counters)
-        # The optimal schedule's plan needs every page's learned rate: one aggregate, here.
-        multiplier = (refresh_multiplier(con, crawldb_source_sql(files, con, store, manifest.schema_version), config, routed_results_sql(con, store, inputs, manifest.buckets),
+        # The optimal schedule's plan needs every page's learned rate: one aggregate, here
+        # (the one step left in the coordinator that reads every crawl DB row; only with
+        # update.schedule = 'optimal'; the files were verified by the dedup tasks).
+        multiplier = (refresh_multiplier(con, crawldb_source_sql(files, con, store, manifest.schema_version), config,
+                                         routed_results_sql(con, store, inputs, manifest.buckets),
                                          SEEN_SQL, CHANGED_SQL)
                       if config.update.schedule == "optimal" else None)
         if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
