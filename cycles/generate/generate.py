@@ -26,7 +26,8 @@ No process holds the segment's rows (issue #11). Tasks on the stage's executor, 
    host (and writes its hosts' part of the known-hosts filter, sized from the host counts
    of round 1); from those counts the coordinator plans the host → partition assignment;
 4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
-   at or before the cutoff — and its seen-set; the coordinator ORs the filter's parts.
+   at or before the cutoff — and its seen-set; :func:`merge_known_hosts` tasks OR the
+   known-hosts filter's parts.
 
 The candidate files stay sorted by ranking key rather than by host: the cutoff then prunes
 every row group past it (most of a bucket's ``top_n`` when there are many buckets), while a
@@ -407,25 +408,60 @@ def known_hosts_capacity(hosts: int, claimed: int) -> int:
     return max(MIN_KNOWN_HOSTS_CAPACITY, hosts + claimed)
 
 
-def write_known_hosts(store: Store, folder: StorePath, parts: list[StorePath], hosts: int) -> dict[str, int]:
-    """The segment's known-hosts filter (``seen/hosts.bloom``, cycles/fetch/newhosts.py):
-    the buckets' parts (:func:`write_known_hosts_part`, ``hosts`` hosts in all) merged by
-    OR — the bits of one filter holding every host — plus the hosts claimed by pending
-    segments, read now (the parts were sized from an earlier read: a claim made since
-    raises the false-positive rate a little, it is not lost). Memory: two filters (~1.8
-    bytes per host); the coordinator no longer reads the crawl DB's hosts (issue #11)."""
-    claimed = pending_claims(store)
-    merged: BloomFilter | None = None
-    for path in parts:
-        part = BloomFilter.from_bytes(store.read_bytes(path))
-        if merged is None:
-            merged = part
-            continue
-        merged.union_update(part)
+KNOWN_HOSTS_FAN_IN = 8
+"""Parts one :func:`merge_known_hosts` task ORs. Every part is as large as the whole filter
+(~1.8 bytes per host of the crawl DB: 18 MB at 10 M hosts), so one process merging all of
+a 64-bucket crawl DB's would read 1.15 GB; merged in a tree, no task reads more than this
+many filters (the last one ceil(buckets / 8) beyond 64 buckets)."""
+
+
+@dataclass(frozen=True)
+class KnownHostsMergeTask:
+    """OR some known-hosts filters into one (picklable)."""
+
+    store_uri: str
+    parts: tuple
+    out: StorePath
+    claims: bool = False
+    """The last merge: ``out`` is the segment's filter, and the hosts claimed by pending
+    segments go in too."""
+
+
+def merge_known_hosts(task: KnownHostsMergeTask) -> dict[str, int]:
+    """Write the OR of ``task.parts`` (filters of one size, :meth:`BloomFilter.union_update`)
+    to ``task.out``; with ``claims``, plus the hosts pending segments claimed, read now (the
+    parts were sized from an earlier read: a claim made since raises the false-positive rate
+    a little, it is not lost). Returns ``claimed``: how many were added. A retried task
+    writes the same bytes (for the same claims)."""
+    store = Store(task.store_uri)
+    merged = BloomFilter.from_bytes(store.read_bytes(task.parts[0]))
+    for path in task.parts[1:]:
+        merged.union_update(BloomFilter.from_bytes(store.read_bytes(path)))
+    claimed = pending_claims(store) if task.claims else set()
     if claimed:
         merged.add_new(sorted(claimed))
-    store.write_bytes(seg.known_hosts_file(folder), merged.to_bytes())
-    return {"generate/known_hosts": hosts + len(claimed)}
+    store.write_bytes(task.out, merged.to_bytes())
+    return {"claimed": len(claimed)}
+
+
+def write_known_hosts(store: Store, executor: Executor, folder: StorePath, parts: list[StorePath],
+                      hosts: int) -> dict[str, int]:
+    """The segment's known-hosts filter (``seen/hosts.bloom``, cycles/fetch/newhosts.py):
+    the buckets' parts (:func:`write_known_hosts_part`, ``hosts`` hosts in all) merged by
+    OR — the bits of one filter holding every host — in a tree of :func:`merge_known_hosts`
+    tasks on ``executor``, the last adding the hosts pending segments claimed. The
+    coordinator reads none of it (issue #11: it ran a DISTINCT over every host of the
+    crawl DB). Intermediate filters go beside the parts (the candidates folder)."""
+    level, depth = list(parts), 0
+    while len(level) > KNOWN_HOSTS_FAN_IN:
+        groups = [tuple(level[i:i + KNOWN_HOSTS_FAN_IN]) for i in range(0, len(level), KNOWN_HOSTS_FAN_IN)]
+        level = [parts[0].parent / f"known-hosts-merged-{depth}-{i:05d}.bloom" for i in range(len(groups))]
+        executor.map(merge_known_hosts, [KnownHostsMergeTask(store.uri, group, out)
+                                         for group, out in zip(groups, level)])
+        depth += 1
+    last = KnownHostsMergeTask(store.uri, tuple(level), seg.known_hosts_file(folder), claims=True)
+    claimed = executor.map(merge_known_hosts, [last])[0]["claimed"]
+    return {"generate/known_hosts": hosts + claimed}
 
 
 def cutoff_params(cutoff: Cutoff) -> dict:
@@ -482,9 +518,9 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
                      schema_version: int, known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
     """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
     per host), then one :func:`write_partition` task per partition on ``executor``: the
-    coordinator never holds the chosen rows; and the known-hosts filter from its parts and
-    the claimed hosts (``known_hosts``, :func:`write_known_hosts`). Returns the tasks'
-    counters, summed."""
+    coordinator never holds the chosen rows; and the known-hosts filter from its parts
+    (``known_hosts``: their files and the hosts they hold, :func:`write_known_hosts`).
+    Returns the tasks' counters, summed."""
     folder = seg.segment_dir(store, segment, must_exist=False)
     assignment = plan_partitions(store, config, urls_per_host, partitions)
     store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
@@ -494,7 +530,7 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
     for result in executor.map(write_partition, tasks):
         counters.update(result)
     if known_hosts is not None:
-        counters.update(write_known_hosts(store, folder, *known_hosts))
+        counters.update(write_known_hosts(store, executor, folder, *known_hosts))
     return dict(counters)
 
 
@@ -549,7 +585,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
             urls_per_host: dict[str, int] = {}
             if cutoff is not None:
                 # The known-hosts filter: each bucket task writes its hosts' part, sized
-                # from every bucket's host count; merged by OR in write_fetchlists.
+                # from every bucket's host count; merged by OR by tasks (write_known_hosts).
                 known_hosts = None
                 parts = [None] * len(outs)
                 if known_hosts_wanted(config):

@@ -178,7 +178,9 @@ def test_overdue_urls_outrank_equally_scored_urls_due_now(store, config, tmp_pat
     assert [r["url"] for r in rows] == ["http://host0.example/p1"]
 
 
-def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(store, config, tmp_path):
+@pytest.mark.parametrize("fan_in", [8, 2])
+def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(store, config, tmp_path, fan_in,
+                                                                               monkeypatch):
     """Each bucket task writes its hosts' part of the known-hosts filter (issue #11: the
     coordinator no longer reads every host of the crawl DB); ORed, the parts are bit for bit
     the one filter of every host, sized for all of them, plus the hosts pending segments claimed."""
@@ -186,6 +188,9 @@ def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(
     from cycles.bloom import BloomFilter
     from cycles.fetch.newhosts import KNOWN_HOSTS_FP, claim_body, read_known_hosts
 
+    from cycles.generate import generate as gen
+
+    monkeypatch.setattr(gen, "KNOWN_HOSTS_FAN_IN", fan_in)  # 2: the 3 parts merged in a tree of two levels
     urls = seed(store, config, tmp_path, hosts=1500, per_host=1)  # above MIN_KNOWN_HOSTS_CAPACITY
     first = generate(store, config, top_n=10).segment
     claim = seg.newhost_claim_file(store.segment_dir(first), "claimed.example")
