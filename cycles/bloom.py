@@ -148,6 +148,17 @@ class BloomFilter:
         byte, bit = positions >> np.uint64(3), (positions & np.uint64(7)).astype(np.uint8)
         return ((self._array[byte] >> bit) & 1).all(axis=1)
 
+    def union_update(self, other: "BloomFilter") -> None:
+        """Add every item ``other`` holds: its bits ORed into these. Both must have the same
+        size and hashes (made with the same capacity and rate); then the result is bit for
+        bit the filter of both sets (generate merges the buckets' known-hosts parts so).
+        ``count`` becomes the sum: items in both count twice."""
+        if (self.bits, self.hashes) != (other.bits, other.hashes):
+            raise ValueError(f"cannot merge Bloom filters of {other.bits} bits x {other.hashes} hashes "
+                             f"into {self.bits} x {self.hashes}: make both with the same capacity and rate")
+        np.bitwise_or(self._array, other._array, out=self._array)
+        self.count += other.count
+
     def to_bytes(self) -> bytes:
         """The filter as one blob: a magic line, a JSON line of its sizing, then the bits."""
         header = json.dumps({"capacity": self.capacity, "fp_rate": self.fp_rate, "bits": self.bits,

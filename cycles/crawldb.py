@@ -131,11 +131,16 @@ VERIFY_THREADS = 4
 
 
 def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | None, list[StorePath]]:
-    """The installed manifest and its bucket files, each checked to be readable Parquet.
+    """The installed manifest and its bucket files, each checked to be readable Parquet
+    (its footer: one small read per bucket).
 
     With ``verify`` every page of every bucket is read and its checksum checked
     (:meth:`Store.verify_parquet`) before a stage lets DuckDB — which checks none — read
     them: a corrupt bucket stops the stage, naming the file, before anything is written.
+    generate and update pass ``verify=False`` and have each bucket task of their first
+    round verify its own file (:func:`verify_bucket_file`): read here, the whole crawl DB
+    went through the coordinator on every cycle (issue #11: 0.7 CPU-s of generate's
+    1.5 coordinator CPU-s at 1 M URLs, scripts/bench_cost.py).
     """
     manifest = store.manifest("crawldb")
     if manifest is None:
@@ -145,6 +150,14 @@ def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | 
     if verify:
         store.verify_parquet(files, threads=min(VERIFY_THREADS, os.cpu_count() or 1))
     return manifest, files
+
+
+def verify_bucket_file(store: Store, path: StorePath) -> None:
+    """Check every page checksum of one bucket file (:meth:`Store.verify_parquet`): the
+    first thing a stage's first-round bucket task does, before DuckDB (which checks none)
+    reads the file. A corrupt file raises a StoreError naming it; the task fails, the
+    executor re-raises it in the coordinator, and the stage stops before it commits."""
+    store.verify_parquet([path])
 
 
 def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | None = None,

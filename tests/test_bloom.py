@@ -1,5 +1,7 @@
 """The Bloom filter: no false negatives, false positives near the configured rate."""
 
+import pytest
+
 from cycles.bloom import BloomFilter
 
 
@@ -47,3 +49,15 @@ def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(monke
     assert small_answers == numpy_answers and small_count == numpy_count
     assert np.array_equal(small_bits, numpy_bits)
     assert any(small_answers[-1])  # some false positives: the comparison covered them
+
+
+def test_union_update_is_the_filter_of_both_sets_and_refuses_another_size():
+    a, b, both = BloomFilter(5000, 0.01), BloomFilter(5000, 0.01), BloomFilter(5000, 0.01)
+    first, second = [f"h{i}.example" for i in range(0, 3000)], [f"h{i}.example" for i in range(3000, 5000)]
+    a.add_new(first)
+    b.add_new(second)
+    both.add_new(first + second)
+    a.union_update(b)
+    assert a._array.tobytes() == both._array.tobytes()  # the same bits
+    with pytest.raises(ValueError, match="same capacity"):
+        a.union_update(BloomFilter(6000, 0.01))

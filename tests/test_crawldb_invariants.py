@@ -65,7 +65,7 @@ def ok(url: str, at=None, content="c") -> dict:
 
 
 def with_dedup(monkeypatch, result: DedupResult) -> None:
-    monkeypatch.setattr(update_module, "find_duplicates", lambda *args, **kwargs: result)
+    monkeypatch.setattr(update_module, "find_segment_duplicates", lambda *args, **kwargs: result)
 
 
 def no_marks() -> pa.Table:

@@ -9,7 +9,7 @@ this segment, when nobody else can be fetching it:
 
 - **the crawl DB does not know the host**: generate writes beside the seen-sets a Bloom
   filter of every host of the crawl DB it read, plus every host claimed by a segment not
-  yet updated (``seen/hosts.bloom``, :func:`write_known_hosts`; a false positive leaves a
+  yet updated (``seen/hosts.bloom``, cycles/generate/generate.py ``write_known_hosts``; a false positive leaves a
   host to the usual path, a later generate). A known host is some partition's, or will be
   generated (and fetched with its spacing from the host DB) like any other;
 - **no other pending segment claimed it**: the claims of every other segment generated,
@@ -131,18 +131,6 @@ def pending_claims(store: Store, but: str | None = None) -> set[str]:
 
 
 # --- generate's side ---------------------------------------------------------------------
-def write_known_hosts(store: Store, folder: StorePath, con, crawldb_sql: str) -> dict[str, int]:
-    """The segment's known-hosts filter: the crawl DB's hosts and those claimed by pending segments."""
-    hosts = con.sql(f"SELECT DISTINCT host FROM {crawldb_sql}").to_arrow_table()["host"].to_pylist()
-    claimed = pending_claims(store)
-    bloom = BloomFilter(max(MIN_KNOWN_HOSTS_CAPACITY, len(hosts) + len(claimed)), KNOWN_HOSTS_FP)
-    bloom.add_new(hosts)
-    if claimed:
-        bloom.add_new(sorted(claimed))
-    store.write_bytes(seg.known_hosts_file(folder), bloom.to_bytes())
-    return {"generate/known_hosts": len(hosts) + len(claimed)}
-
-
 def read_known_hosts(store: Store, folder: StorePath) -> BloomFilter | None:
     path = seg.known_hosts_file(folder)
     try:

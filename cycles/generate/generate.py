@@ -23,9 +23,11 @@ No process holds the segment's rows (issue #11). Tasks on the stage's executor, 
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
    (:func:`top_n_cutoff`: one batch per bucket in memory);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
-   host; from those counts the coordinator plans the host → partition assignment;
+   host (and writes its hosts' part of the known-hosts filter, sized from the host counts
+   of round 1); from those counts the coordinator plans the host → partition assignment;
 4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
-   at or before the cutoff — and its seen-set.
+   at or before the cutoff — and its seen-set; :func:`merge_known_hosts` tasks OR the
+   known-hosts filter's parts.
 
 The candidate files stay sorted by ranking key rather than by host: the cutoff then prunes
 every row group past it (most of a bucket's ``top_n`` when there are many buckets), while a
@@ -53,10 +55,11 @@ import pyarrow.parquet as pq
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql
+from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql, verify_bucket_file
 from cycles.errors import StageError
 from cycles.executor import Executor
-from cycles.fetch.newhosts import claimed_elsewhere, write_known_hosts
+from cycles.bloom import BloomFilter
+from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
 from cycles.generate.assign import plan_partitions, write_seen_set
 from cycles.hostdb import host_buckets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
@@ -175,16 +178,33 @@ class GenerateBucketTask:
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
 
 
-def select_bucket_due(task: GenerateBucketTask) -> dict[int, int]:
+@dataclass(frozen=True)
+class BucketDue:
+    """What a :func:`select_bucket_due` task reports."""
+
+    histogram: dict[int, int]
+    """The bucket's candidates by :func:`priority_bins` (bin → URLs), for the top-N cutoff."""
+    hosts: int = 0
+    """The bucket's distinct hosts, when the segment gets a known-hosts filter
+    (:func:`known_hosts_wanted`; else 0): the filter's size is the sum over the buckets."""
+
+
+def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
-    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff.
+    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff, and the
+    bucket's host count when the known-hosts filter is wanted.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
     """
     store = Store(task.store_uri)
+    # The first round reads every bucket: each task verifies its own (generate's
+    # coordinator does not; the later rounds read only files verified here).
+    verify_bucket_file(store, task.file)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    hosts = (con.execute(f"SELECT count(DISTINCT host) FROM {source}").fetchall()[0][0]
+             if known_hosts_wanted(task.config) else 0)
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/run.py).
@@ -205,7 +225,13 @@ def select_bucket_due(task: GenerateBucketTask) -> dict[int, int]:
             yield batch
     store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
     con.close()
-    return dict(histogram)
+    return BucketDue(dict(histogram), hosts)
+
+
+def known_hosts_wanted(config: Config) -> bool:
+    """Whether a segment gets a known-hosts filter: when its fetch may claim new hosts
+    (cycles/fetch/newhosts.py)."""
+    return config.fetch.follow_outlinks_depth > 0 and config.fetch.follow_new_hosts
 
 
 CANDIDATE_ROW_GROUP_ROWS = 64 * 1024
@@ -330,6 +356,18 @@ cutoff by their statistics (a bucket file is in ranking order)."""
 
 
 @dataclass(frozen=True)
+class KnownHostsPart:
+    """One bucket's share of the segment's known-hosts filter (cycles/fetch/newhosts.py)."""
+
+    crawldb_file: StorePath
+    schema_version: int
+    capacity: int
+    """The whole filter's: every bucket's part has the same size and hashes, so the parts
+    merge by OR into the filter of all the crawl DB's hosts (:func:`write_known_hosts`)."""
+    out: StorePath
+
+
+@dataclass(frozen=True)
 class ChosenHostsTask:
     """Count one bucket's chosen URLs by host (picklable)."""
 
@@ -338,17 +376,92 @@ class ChosenHostsTask:
     candidates: StorePath
     cutoff: Cutoff
     workers: int = 1
+    known_hosts: KnownHostsPart | None = None
+    """Also write the bucket's part of the known-hosts filter (None: none wanted)."""
 
 
 def count_chosen_hosts(task: ChosenHostsTask) -> dict[str, int]:
     """host → URLs of the bucket's candidates ranked at or before the cutoff: the per-host
-    stats the assignment is planned from (a bucket's hosts of the segment, small)."""
+    stats the assignment is planned from (a bucket's hosts of the segment, small). With
+    ``known_hosts``, the bucket's hosts go into its part of the known-hosts filter."""
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     rows = con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
         WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall()
+    if task.known_hosts is not None:
+        write_known_hosts_part(store, con, task.known_hosts)
     con.close()
     return dict(rows)
+
+
+def write_known_hosts_part(store: Store, con, part: KnownHostsPart) -> None:
+    """A Bloom filter of the bucket's hosts, sized for the whole crawl DB's (a host lives in
+    one bucket). Written whole under its bucket's name: a retried task writes the same bytes."""
+    source = upgraded_sql(store.duckdb_source(con, [part.crawldb_file]), part.schema_version)
+    hosts = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()["host"].to_pylist()
+    bloom = BloomFilter(part.capacity, KNOWN_HOSTS_FP)
+    bloom.add_new(hosts)
+    store.write_bytes(part.out, bloom.to_bytes())
+
+
+def known_hosts_capacity(hosts: int, claimed: int) -> int:
+    return max(MIN_KNOWN_HOSTS_CAPACITY, hosts + claimed)
+
+
+KNOWN_HOSTS_FAN_IN = 8
+"""Parts one :func:`merge_known_hosts` task ORs. Every part is as large as the whole filter
+(~1.8 bytes per host of the crawl DB: 18 MB at 10 M hosts), so one process merging all of
+a 64-bucket crawl DB's would read 1.15 GB; merged in a tree, no task reads more than this
+many filters (the last one ceil(buckets / 8) beyond 64 buckets)."""
+
+
+@dataclass(frozen=True)
+class KnownHostsMergeTask:
+    """OR some known-hosts filters into one (picklable)."""
+
+    store_uri: str
+    parts: tuple
+    out: StorePath
+    claims: bool = False
+    """The last merge: ``out`` is the segment's filter, and the hosts claimed by pending
+    segments go in too."""
+
+
+def merge_known_hosts(task: KnownHostsMergeTask) -> dict[str, int]:
+    """Write the OR of ``task.parts`` (filters of one size, :meth:`BloomFilter.union_update`)
+    to ``task.out``; with ``claims``, plus the hosts pending segments claimed, read now (the
+    parts were sized from an earlier read: a claim made since raises the false-positive rate
+    a little, it is not lost). Returns ``claimed``: how many were added. A retried task
+    writes the same bytes (for the same claims)."""
+    store = Store(task.store_uri)
+    merged = BloomFilter.from_bytes(store.read_bytes(task.parts[0]))
+    for path in task.parts[1:]:
+        merged.union_update(BloomFilter.from_bytes(store.read_bytes(path)))
+    claimed = pending_claims(store) if task.claims else set()
+    if claimed:
+        merged.add_new(sorted(claimed))
+    store.write_bytes(task.out, merged.to_bytes())
+    return {"claimed": len(claimed)}
+
+
+def write_known_hosts(store: Store, executor: Executor, folder: StorePath, parts: list[StorePath],
+                      hosts: int) -> dict[str, int]:
+    """The segment's known-hosts filter (``seen/hosts.bloom``, cycles/fetch/newhosts.py):
+    the buckets' parts (:func:`write_known_hosts_part`, ``hosts`` hosts in all) merged by
+    OR — the bits of one filter holding every host — in a tree of :func:`merge_known_hosts`
+    tasks on ``executor``, the last adding the hosts pending segments claimed. The
+    coordinator reads none of it (issue #11: it ran a DISTINCT over every host of the
+    crawl DB). Intermediate filters go beside the parts (the candidates folder)."""
+    level, depth = list(parts), 0
+    while len(level) > KNOWN_HOSTS_FAN_IN:
+        groups = [tuple(level[i:i + KNOWN_HOSTS_FAN_IN]) for i in range(0, len(level), KNOWN_HOSTS_FAN_IN)]
+        level = [parts[0].parent / f"known-hosts-merged-{depth}-{i:05d}.bloom" for i in range(len(groups))]
+        executor.map(merge_known_hosts, [KnownHostsMergeTask(store.uri, group, out)
+                                         for group, out in zip(groups, level)])
+        depth += 1
+    last = KnownHostsMergeTask(store.uri, tuple(level), seg.known_hosts_file(folder), claims=True)
+    claimed = executor.map(merge_known_hosts, [last])[0]["claimed"]
+    return {"generate/known_hosts": hosts + claimed}
 
 
 def cutoff_params(cutoff: Cutoff) -> dict:
@@ -402,10 +515,12 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
 
 def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath], cutoff: Cutoff,
                      urls_per_host: dict[str, int], partitions: int, config: Config, crawldb_files: list[StorePath],
-                     schema_version: int) -> dict[str, int]:
+                     schema_version: int, known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
     """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
     per host), then one :func:`write_partition` task per partition on ``executor``: the
-    coordinator never holds the chosen rows. Returns the tasks' counters, summed."""
+    coordinator never holds the chosen rows; and the known-hosts filter from its parts
+    (``known_hosts``: their files and the hosts they hold, :func:`write_known_hosts`).
+    Returns the tasks' counters, summed."""
     folder = seg.segment_dir(store, segment, must_exist=False)
     assignment = plan_partitions(store, config, urls_per_host, partitions)
     store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
@@ -414,11 +529,8 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
     counters: Counter = Counter()
     for result in executor.map(write_partition, tasks):
         counters.update(result)
-    if config.fetch.follow_outlinks_depth > 0 and config.fetch.follow_new_hosts:
-        con = connect(store, config)  # the segment's known-hosts filter: one per segment
-        counters.update(write_known_hosts(store, folder, con, upgraded_sql(store.duckdb_source(con, crawldb_files),
-                                                                          schema_version)))
-        con.close()
+    if known_hosts is not None:
+        counters.update(write_known_hosts(store, executor, folder, *known_hosts))
     return dict(counters)
 
 
@@ -450,7 +562,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store)
+        manifest, files = current_bucket_files(store, verify=False)  # select_bucket_due verifies
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
@@ -468,18 +580,31 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                  for bucket, file in enumerate(files)]
         try:
             outs = [t.out for t in tasks]
-            cutoff = top_n_cutoff(store, outs, executor.map(select_bucket_due, tasks), top_n)
+            due = executor.map(select_bucket_due, tasks)
+            cutoff = top_n_cutoff(store, outs, [d.histogram for d in due], top_n)
             urls_per_host: dict[str, int] = {}
             if cutoff is not None:
-                for counts in executor.map(count_chosen_hosts, [ChosenHostsTask(store.uri, config, out, cutoff,
-                                                                                executor.workers) for out in outs]):
+                # The known-hosts filter: each bucket task writes its hosts' part, sized
+                # from every bucket's host count; merged by OR by tasks (write_known_hosts).
+                known_hosts = None
+                parts = [None] * len(outs)
+                if known_hosts_wanted(config):
+                    hosts = sum(d.hosts for d in due)
+                    capacity = known_hosts_capacity(hosts, len(pending_claims(store)))
+                    parts = [KnownHostsPart(file, manifest.schema_version, capacity,
+                                            candidates / f"known-hosts-{bucket:05d}.bloom")
+                             for bucket, file in enumerate(files)]
+                    known_hosts = ([part.out for part in parts], hosts)
+                for counts in executor.map(count_chosen_hosts, [
+                        ChosenHostsTask(store.uri, config, out, cutoff, executor.workers, part)
+                        for out, part in zip(outs, parts)]):
                     urls_per_host.update(counts)
                 if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
                     # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
                     for host in claimed_elsewhere(store, segment, sorted(urls_per_host)):
                         del urls_per_host[host]
                 write_fetchlists(store, executor, segment, outs, cutoff, urls_per_host,
-                                 partitions, config, files, manifest.schema_version)
+                                 partitions, config, files, manifest.schema_version, known_hosts)
         finally:
             store.delete_dir(candidates)
         urls, hosts = sum(urls_per_host.values()), len(urls_per_host)

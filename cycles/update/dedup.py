@@ -23,11 +23,20 @@ stored pages are not demoted by a near match (a near match is weaker evidence).
 **Hosts**: a host whose pages in the segment are mostly duplicates is reported (its
 unfetched URLs lose priority in update), and a host most of whose pages are exact copies
 of one other host's pages is reported as that host's mirror.
+
+**Where it runs** (issue #11): the crawl DB is scanned by :func:`dedup_scan` tasks on
+update's executor, each over a group of buckets (:func:`scan_groups`), which verify their
+bucket files first and write what they matched (:data:`MATCH_KINDS`) under the segment's
+``update/dedup/``; the coordinator then joins only the segment's pages with those matches
+(:func:`merge_matches`), and asks :func:`count_host_pages` tasks, only in the buckets of a
+possible mirror pair's hosts, for those hosts' stored pages. :func:`find_duplicates` runs
+the same scan and merge over the whole crawl DB in one process (tools, tests).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,7 +44,11 @@ import duckdb
 import pyarrow as pa
 
 from cycles.config import Config
+from cycles.crawldb import connect, upgraded_sql, verify_bucket_file
+from cycles.executor import Executor
+from cycles.hostdb import host_buckets
 from cycles.schema import DbStatus
+from cycles.store import Store, StorePath
 
 STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
 """SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
@@ -51,6 +64,9 @@ class DedupResult:
     low_priority_hosts: list[str] = field(default_factory=list)
     mirrors: dict[str, str] = field(default_factory=dict)
     """mirror host -> the host it copies."""
+    known_hashes: pa.Table | None = None
+    """(url, content_hash): the crawl DB's stored content hash of each page of the segment it
+    holds, for the pages feed (set by :func:`find_segment_duplicates`; None: not gathered)."""
 
 
 def block_masks(blocks: int, distance: int) -> list[int]:
@@ -65,27 +81,123 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
                     config: Config, counters: Counter) -> DedupResult:
     """``pages``: this segment's stored pages (url, host, content_hash, simhash, text_chars).
 
-    ``db_source`` is the SQL source of the whole (old) crawl DB.
+    ``db_source`` is the SQL source of the whole (old) crawl DB, scanned here in one
+    process: for tools and tests. update runs the same scan bucket by bucket as tasks
+    (:func:`find_segment_duplicates`); both then choose by :func:`merge_matches`.
     """
-    u = config.update
     con.register("seg_pages", pages)
-    # The segment's pages with their crawl DB facts. The crawl DB's other stored pages are
-    # never materialised: at 100 M URLs they are ~80 M rows, and copying them (as this
-    # did once) made update's largest table.
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE seg AS
-        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, db.score, db.first_seen
-        FROM seg_pages p JOIN {db_source} db USING (url)""")
-    # Each scan of the crawl DB filters on its cheap columns first; only the few rows left
-    # are checked against the segment's URLs.
-    stored = f"""{db_source} WHERE status IN {STORED_STATUSES}
-                  AND content_hash IS NOT NULL"""
-    # Exact copies have equal fingerprints too, so stored candidates are found by a join on
-    # the 64-bit SimHash and only then compared by content hash: probing 80 M 32-character
+    tables = match_stored(con, db_source, "seg_pages", config.update)
+    sources = {kind: f"(SELECT * FROM {table})" for kind, table in tables.items()}
+    try:
+        return merge_matches(con, "seg_pages", sources, config, counters,
+                             lambda hosts: stored_pages_per_host(con, db_source, hosts))
+    finally:
+        for table in tables.values():
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+MATCH_KINDS = ("seg", "exact", "near_pairs", "near_holders", "copies")
+"""What a scan of crawl DB rows gives the segment's dedup (:func:`match_stored`), each a table:
+
+- ``seg``: the segment's pages the rows hold, with their crawl DB facts (score, first_seen,
+  the stored content hash ``db_content_hash``, which the pages feed compares);
+- ``exact``: stored pages (not of the segment) sharing a fingerprint and a content hash
+  with a page of the segment: exact-copy candidates;
+- ``near_pairs``: (url, other_hash) — a page of the segment and a stored fingerprint
+  within ``update.simhash_max_distance`` bits; ``near_holders``: the stored pages holding
+  those fingerprints;
+- ``copies``: (host, of_host, n) — the rows' earlier exact copies (not of the segment's
+  pages) by host pair, for the mirror search.
+
+A page's row lives in one bucket, and a stored page that matches a page of the segment
+matches it in its own bucket, so the union of the buckets' tables is what one scan of the
+whole crawl DB gives; every segment-wide condition (which pages are in the crawl DB, the
+exact marks before the near search) is applied after the union, in :func:`merge_matches`.
+"""
+
+
+def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) -> dict[str, str]:
+    """Scan crawl DB rows ``db_source`` (a bucket, or the whole crawl DB) for the segment's
+    pages ``pages`` (a table: url, host, content_hash, simhash, text_chars); returns kind →
+    temp table (:data:`MATCH_KINDS`). Cost: one pass over the rows' cheap columns plus one
+    hash join per block mask with the segment's fingerprints on the build side."""
+    stored = stored_sql(db_source)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_seg AS
+        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, db.score, db.first_seen,
+               db.content_hash AS db_content_hash
+        FROM {pages} p JOIN {db_source} db USING (url)""")
+    # Exact copies have equal fingerprints too, so stored candidates are found by the
+    # 64-bit SimHash and only then compared by content hash: probing 80 M 32-character
     # strings took a minute at 100 M URLs, the integers a few seconds.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_exact AS
+        SELECT url, host, content_hash, simhash, score, first_seen FROM {stored}
+           AND simhash IN (SELECT simhash FROM {pages} WHERE simhash IS NOT NULL)
+           AND content_hash IN (SELECT content_hash FROM {pages})
+           AND url NOT IN (SELECT url FROM {pages})""")
+    # Near: the segment's candidates (before the exact marks are known: a superset, cut in
+    # merge_matches) against the stored fingerprints, one join per block mask, one at a
+    # time: each hash table is built on the segment's pages and the stored fingerprints
+    # stream past it (all 20 in one UNION ALL built them side by side and spilled: 115 s
+    # instead of ~40 s at 100 M URLs). Only fingerprints go through the joins; the few
+    # rows holding a paired one are looked up after.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
+        SELECT url, simhash FROM {pages} WHERE simhash IS NOT NULL AND simhash <> 0
+          AND text_chars >= {u.simhash_min_chars}""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
+        SELECT simhash FROM {stored} AND simhash IS NOT NULL AND simhash <> 0""")
+    con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
+    for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
+        con.execute(f"""INSERT INTO m_cand
+            SELECT a.url, b.simhash FROM m_mine a JOIN m_hashes b
+              ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""")
+    con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
+        SELECT url, simhash, score, first_seen FROM {stored}
+           AND simhash IN (SELECT other_hash FROM m_near_pairs)""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_copies AS
+        SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host, count(*) AS n
+        FROM {db_source} db
+        WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
+        GROUP BY ALL""")
+    for table in ("m_mine", "m_hashes", "m_cand"):
+        con.execute(f"DROP TABLE {table}")
+    return {kind: f"m_{kind}" for kind in MATCH_KINDS}
+
+
+def stored_sql(db_source: str) -> str:
+    """``db_source``'s rows holding a stored page's fingerprints, to which more conditions
+    are joined with AND. Each scan filters on the cheap columns first; only the few rows
+    left are checked against the segment's URLs."""
+    return f"{db_source} WHERE status IN {STORED_STATUSES} AND content_hash IS NOT NULL"
+
+
+def stored_pages_per_host(con: duckdb.DuckDBPyConnection, db_source: str, hosts: list[str]) -> dict[str, int]:
+    """host → stored pages in ``db_source``, for ``hosts`` (those without any are left out)."""
+    if not hosts:
+        return {}
+    con.register("mirror_hosts", pa.table({"host": pa.array(sorted(hosts), pa.string())}))
+    rows = con.sql(f"""SELECT host, count(*) FROM {db_source}
+        WHERE status IN {STORED_STATUSES} AND host IN (SELECT host FROM mirror_hosts) GROUP BY host""").fetchall()
+    con.unregister("mirror_hosts")
+    return dict(rows)
+
+
+def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str, str], config: Config,
+                  counters: Counter, stored_pages_of) -> DedupResult:
+    """The segment's marks, low-priority hosts and mirrors from the scans' tables
+    (``sources``: kind → SQL source, the union over the scanned buckets; see
+    :data:`MATCH_KINDS`). ``pages``: the segment's pages (table); ``stored_pages_of(hosts)``:
+    host → stored pages, asked only for the hosts of a possible mirror pair.
+
+    Memory and time are bounded by the segment (its pages and their matches) and, for the
+    mirrors, by the host pairs that share earlier copies — not by the crawl DB."""
+    u = config.update
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE seg AS
+        SELECT url, host, content_hash, simhash, text_chars, score, first_seen FROM {sources['seg']}""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
-        SELECT url, host, content_hash, score, first_seen FROM {stored}
-           AND simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
+        SELECT url, host, content_hash, score, first_seen FROM {sources['exact']}
+        WHERE simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
     exact = con.sql(f"""
         WITH stored_copies AS (
             SELECT * FROM exact_stored
@@ -103,83 +215,82 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
     counters["dedup/exact"] += exact.num_rows
 
     con.register("exact_marks", exact)
-    near = find_near_duplicates(con, stored, u)
+    near = find_near_duplicates(con, sources, u)
     counters["dedup/near"] += near.num_rows
     marks = pa.concat_tables([exact, near.cast(exact.schema)])
 
     con.register("marks", marks)
     per_host = con.sql(f"""
         SELECT p.host, count(*) AS pages, count(m.url) AS dups
-        FROM seg_pages p LEFT JOIN marks m ON p.url = m.url
+        FROM {pages} p LEFT JOIN marks m ON p.url = m.url
         GROUP BY p.host HAVING count(m.url) >= {u.dup_host_ratio} * count(*) AND count(m.url) > 0""").fetchall()
     low = sorted(host for host, _, _ in per_host)
     counters["dedup/low_priority_hosts"] += len(low)
-    # Mirrors: host pairs sharing many exact copies, over the whole crawl DB (earlier marks)
-    # and this segment's. Which page of a pair is canonical varies page by page, so pairs are
-    # counted in both directions; the mirror is the host with fewer canonical pages of the pair.
-    mirror_rows = con.sql(f"""
-        WITH copies AS (
-            SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host
-            FROM {db_source} db
-            WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM seg_pages)
-            UNION ALL
-            SELECT host, regexp_extract(canonical, '^[a-z]+://([^/:]+)', 1) FROM marks WHERE kind = 'duplicate'),
-        directed AS (SELECT host, of_host, count(*) AS n FROM copies WHERE host <> of_host GROUP BY ALL),
-        pairs AS (
-            SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
-                   sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
-            FROM directed GROUP BY ALL),
-        sizes AS (SELECT host, count(*) AS pages FROM {db_source}
-                  WHERE status IN {STORED_STATUSES}
-                    AND host IN (SELECT a FROM pairs UNION SELECT b FROM pairs) GROUP BY host)
-        SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
-               CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
-        FROM pairs JOIN sizes sa ON sa.host = pairs.a JOIN sizes sb ON sb.host = pairs.b
-        WHERE shared >= {u.mirror_min_pages}
-          AND shared >= {u.mirror_ratio} * least(sa.pages, sb.pages)""").fetchall()
-    mirrors = dict(mirror_rows)
+    mirrors = find_mirrors(con, sources["copies"], u, stored_pages_of)
     counters["dedup/mirror_hosts"] += len(mirrors)
-    for table in ("seg", "exact_stored", "near_mine", "near_hashes", "near_cand", "near_pairs"):
+    for table in ("seg", "exact_stored", "near_mine", "near_cand", "near_pairs"):
         con.execute(f"DROP TABLE IF EXISTS {table}")  # the memory goes to the next steps
+    con.unregister("exact_marks")
+    con.unregister("marks")
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors)
 
 
-def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.Table:
-    """(url, host, canonical, kind) for the segment's pages (table ``seg``) that are near
-    a better page; ``stored`` is ``<crawl DB> WHERE <it stored content>``, to which more
-    conditions are joined with AND.
+def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of) -> dict[str, str]:
+    """mirror host → the host it copies: host pairs sharing many exact copies, over the
+    whole crawl DB (earlier marks: ``copies``, by host pair) and this segment's (table
+    ``marks``). Which page of a pair is canonical varies page by page, so pairs are counted
+    in both directions; the mirror is the host with fewer canonical pages of the pair."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE mirror_pairs AS
+        WITH copies AS (
+            SELECT host, of_host, n FROM {copies}
+            UNION ALL
+            SELECT host, regexp_extract(canonical, '^[a-z]+://([^/:]+)', 1), 1 FROM marks WHERE kind = 'duplicate'),
+        directed AS (SELECT host, of_host, sum(n) AS n FROM copies WHERE host <> of_host GROUP BY ALL)
+        SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
+               sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
+        FROM directed GROUP BY ALL HAVING sum(n) >= {u.mirror_min_pages}""")
+    hosts = [h for (h,) in con.execute("SELECT a FROM mirror_pairs UNION SELECT b FROM mirror_pairs").fetchall()]
+    sizes = stored_pages_of(hosts) if hosts else {}
+    con.register("mirror_sizes", pa.table({"host": pa.array(list(sizes), pa.string()),
+                                           "pages": pa.array(list(sizes.values()), pa.int64())}))
+    rows = con.sql(f"""
+        SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
+               CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
+        FROM mirror_pairs pairs JOIN mirror_sizes sa ON sa.host = pairs.a JOIN mirror_sizes sb ON sb.host = pairs.b
+        WHERE shared >= {u.mirror_ratio} * least(sa.pages, sb.pages)""").fetchall()
+    con.unregister("mirror_sizes")
+    con.execute("DROP TABLE mirror_pairs")
+    return dict(rows)
 
-    Two passes, so that only fingerprints are carried through the joins: the block-mask
-    joins pair each page of the segment with the *fingerprints* within the distance, then
-    the few pages holding those fingerprints are looked up to pick the best one.
+
+def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str], u) -> pa.Table:
+    """(url, host, canonical, kind) for the segment's pages (table ``seg``) that are near
+    a better page; ``sources``: the scans' ``near_pairs`` and ``near_holders`` (the stored
+    side, :func:`match_stored`).
+
+    The segment's pages are paired with each other here (block-mask joins on the segment
+    alone), and with the stored fingerprints by the scans; then the pages holding the
+    paired fingerprints are compared to pick the best one. A stored row of a page of this
+    segment (its previous fingerprint) or of an exact copy may still have paired: such
+    holders are dropped.
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
         SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
           AND url NOT IN (SELECT url FROM exact_marks)""")
-    # The stored fingerprints without their URLs (no URL column is read); the segment's own
-    # carry theirs, so that a page does not pair with itself. A segment page's previous
-    # fingerprint or an exact copy's may still pair here: they are dropped below, where the
-    # holders of the paired fingerprints are looked up.
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE near_hashes AS
-        SELECT simhash, url FROM near_mine
-        UNION ALL SELECT simhash, NULL AS url FROM {stored} AND simhash IS NOT NULL AND simhash <> 0""")
-    # One join per block mask, one at a time: each hash table is built on the segment's
-    # pages and the stored fingerprints stream past it. (All 20 in one UNION ALL built
-    # them side by side and spilled: 115 s instead of ~40 s at 100 M URLs.)
-    con.execute("CREATE OR REPLACE TEMP TABLE near_cand (url VARCHAR, other_hash UBIGINT)")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE near_cand AS
+        SELECT url, other_hash FROM {sources['near_pairs']} WHERE url IN (SELECT url FROM near_mine)""")
     for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
         con.execute(f"""INSERT INTO near_cand
-            SELECT a.url, b.simhash FROM near_mine a JOIN near_hashes b
+            SELECT a.url, b.simhash FROM near_mine a JOIN near_mine b
               ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
             WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}
-              AND b.url IS DISTINCT FROM a.url""")
+              AND b.url <> a.url""")
     con.execute("CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM near_cand")
     return con.sql(f"""
         WITH holders AS (
             SELECT url, simhash, score, first_seen FROM near_mine JOIN seg USING (url, simhash)
             UNION ALL
-            SELECT * FROM (SELECT url, simhash, score, first_seen FROM {stored}
-                             AND simhash IN (SELECT other_hash FROM near_pairs))
+            SELECT url, simhash, score, first_seen FROM {sources['near_holders']}
             WHERE url NOT IN (SELECT url FROM seg) AND url NOT IN (SELECT url FROM exact_marks)),
         scored AS (
             SELECT p.url, m.host, o.url AS other,
@@ -190,3 +301,133 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, stored: str, u) -> pa.T
                OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) < length(m.url))
                OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) = length(m.url) AND o.url < m.url))
         SELECT url, host, other AS canonical, '{DbStatus.NEAR_DUPLICATE}' AS kind FROM scored WHERE r = 1""").to_arrow_table()
+
+
+# --- as tasks: one scan per crawl DB bucket ---------------------------------------------------
+DEDUP_INPUTS = "dedup"
+"""The folder in the segment's update inputs (``update/dedup/``): ``pages.parquet`` (the
+segment's stored pages, written by the coordinator) and ``<kind>/part-NNNNN.parquet``,
+each scan task's :func:`match_stored` tables (written by its :func:`dedup_scan` task)."""
+
+
+def pages_file(inputs: StorePath) -> StorePath:
+    return inputs / DEDUP_INPUTS / "pages.parquet"
+
+
+def match_file(inputs: StorePath, kind: str, part: int) -> StorePath:
+    return inputs / DEDUP_INPUTS / kind / f"part-{part:05d}.parquet"
+
+
+def scan_groups(bucket_rows: list[int], pages: int) -> list[list[int]]:
+    """The crawl DB's buckets in groups, one :func:`dedup_scan` task each.
+
+    Every task joins the whole segment's fingerprints (a near copy may be in any bucket)
+    with its buckets' rows, so its cost is about segment + its rows, and all the tasks'
+    together tasks × segment + crawl DB. One task per bucket made that buckets × segment
+    (64 × 10 M pages at 100 M URLs: ~6× the crawl DB); one task for all is the old serial
+    scan. So: about as many tasks as the segment goes into the crawl DB (a task's rows ≈ the
+    segment), at most one per bucket: all tasks together do about twice the work of one
+    scan, and each about the segment's twice. Buckets go round-robin (similar sizes)."""
+    count = max(1, min(len(bucket_rows), math.ceil(sum(bucket_rows) / max(1, pages))))
+    return [list(range(group, len(bucket_rows), count)) for group in range(count)]
+
+
+@dataclass(frozen=True)
+class DedupScanTask:
+    """One dedup scan over some crawl DB buckets: locations, ids and the config (picklable)."""
+
+    store_uri: str
+    config: Config
+    part: int
+    """This task's number: its output files' names."""
+    old_files: tuple
+    """Its buckets' files in the crawl DB version update starts from."""
+    schema_version: int
+    inputs: StorePath
+    """The segment's update inputs folder (``segments/<id>/update``)."""
+    workers: int = 1
+
+
+def dedup_scan(task: DedupScanTask) -> dict[str, int]:
+    """Verify the task's bucket files, then scan them for the segment's pages
+    (:func:`match_stored`) and write each table to ``update/dedup/<kind>/part-NNNNN.parquet``;
+    returns rows per kind.
+
+    Update's first round over the crawl DB, so the verification is here: a corrupt bucket
+    fails this task, naming the file, before update has written anything the crawl DB,
+    the host DB or the link DB would commit. A retried task writes the same rows (sorted
+    by every column) under the same names, each write atomic, so a zombie attempt's late
+    write changes no byte the coordinator reads.
+    """
+    store, config = Store(task.store_uri), task.config
+    for path in task.old_files:
+        verify_bucket_file(store, path)
+    con = connect(store, config, task.workers)
+    db = upgraded_sql(store.duckdb_source(con, list(task.old_files)), task.schema_version)
+    con.execute(f"CREATE TEMP TABLE pages AS SELECT * FROM {store.duckdb_source(con, [pages_file(task.inputs)])}")
+    counts = {}
+    for kind, table in match_stored(con, db, "pages", config.update).items():
+        reader = con.sql(f"SELECT * FROM {table} ORDER BY ALL").to_arrow_reader(64 * 1024)
+        counts[kind] = store.write_batches(match_file(task.inputs, kind, task.part), reader, reader.schema)
+    con.close()
+    return counts
+
+
+@dataclass(frozen=True)
+class HostPagesTask:
+    """Count stored pages of some hosts in one bucket (picklable)."""
+
+    store_uri: str
+    config: Config
+    file: StorePath
+    schema_version: int
+    hosts: tuple
+    workers: int = 1
+
+
+def count_host_pages(task: HostPagesTask) -> dict[str, int]:
+    """host → stored pages in the bucket file (the mirror test's page counts; the file was
+    verified by this update's :func:`dedup_scan`)."""
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    db = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    counts = stored_pages_per_host(con, db, list(task.hosts))
+    con.close()
+    return counts
+
+
+def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyConnection, executor: Executor,
+                            files: list[StorePath], schema_version: int, inputs: StorePath, pages: pa.Table,
+                            counters: Counter) -> DedupResult:
+    """:func:`find_duplicates` for update, with the crawl DB scanned by :func:`dedup_scan`
+    tasks on ``executor``, each over a group of buckets (:func:`scan_groups`): the
+    coordinator holds the segment's pages and their matches, never the crawl DB's rows
+    (issue #11). The result carries ``known_hashes`` for the pages feed (feed.feed_candidates).
+    """
+    store.write_table(pages_file(inputs), pages, pages.schema)
+    groups = scan_groups([store.read_metadata(f).num_rows for f in files], pages.num_rows)
+    tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
+                           executor.workers) for part, group in enumerate(groups)]
+    executor.map(dedup_scan, tasks)
+    sources = {kind: store.duckdb_source(con, [match_file(inputs, kind, part) for part in range(len(tasks))])
+               for kind in MATCH_KINDS}
+    known = con.sql(f"SELECT url, db_content_hash AS content_hash FROM {sources['seg']}").to_arrow_table()
+
+    def stored_pages_of(hosts: list[str]) -> dict[str, int]:
+        by_bucket: dict[int, list[str]] = {}
+        for host, bucket in zip(hosts, host_buckets(pa.array(hosts, pa.string()), len(files)).tolist()):
+            by_bucket.setdefault(int(bucket), []).append(host)
+        sizes: dict[str, int] = {}
+        for counts in executor.map(count_host_pages, [
+                HostPagesTask(store.uri, config, files[b], schema_version, tuple(sorted(h)), executor.workers)
+                for b, h in sorted(by_bucket.items())]):
+            sizes.update(counts)
+        return sizes
+
+    con.register("seg_pages", pages)
+    try:
+        result = merge_matches(con, "seg_pages", sources, config, counters, stored_pages_of)
+    finally:
+        con.unregister("seg_pages")
+    result.known_hashes = known
+    return result

@@ -39,7 +39,7 @@ from cycles.crawldb import (bucket_executor, connect, plain_connection, crawldb_
 from cycles.executor import Executor
 from cycles.errors import StageError
 from cycles.store import Store, StorePath, new_id
-from cycles.update.dedup import find_duplicates
+from cycles.update.dedup import find_segment_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
@@ -336,7 +336,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    Dedup and the host graph's PageRank run here; outlink preparation and routing inputs to
+    The host graph's PageRank runs here; dedup scans the buckets in
+    :func:`cycles.update.dedup.dedup_scan` tasks, each over a group of buckets (the first
+    round: they verify the bucket files), and joins only the segment's matches here;
+    outlink preparation and routing inputs to
     buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
     chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
     merge a :func:`cycles.update.linkgraph.merge_link_bucket` task, all run by
@@ -362,7 +365,9 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     now = now or clock.now()
     seg_dir = seg.segment_dir(store, segment)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store)
+        # The footers only: the first round of bucket tasks (dedup.dedup_scan) verifies
+        # each bucket's page checksums before anything reads its rows.
+        manifest, files = current_bucket_files(store, verify=False)
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
@@ -371,14 +376,20 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
         seg.verify_fetched(store, segment)  # before anything is written: a lost chunk fails here
         con = connect(store, config)
+        inputs = seg_dir / seg.UPDATE_INPUTS
+        executor = bucket_executor(store, config, files, executor)
         pages = stored_pages(seg_dir, store, con)
-        db_source = crawldb_source_sql(files, con, store, manifest.schema_version)
-        dedup = find_duplicates(con, db_source, pages, config, counters)
-        changed = feed_candidates(con, db_source, pages, dedup)
-        con.unregister("seg_pages")
+        # Each bucket scanned for the segment's pages by a task (cycles/update/dedup.py);
+        # here only the segment's pages and their matches are joined.
+        dedup = find_segment_duplicates(store, config, con, executor, files, manifest.schema_version,
+                                        inputs, pages, counters)
+        known = dedup.known_hashes if dedup.known_hashes is not None else pa.table(
+            {"url": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
+        con.register("dedup_known", known)
+        changed = feed_candidates(con, "dedup_known", pages, dedup)
+        con.unregister("dedup_known")
         con.unregister("feed_pages")
         del pages
-        inputs = seg_dir / seg.UPDATE_INPUTS
         # The marks before the routing tasks: they leave out the outlinks of exact copies.
         store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
         demoted = pa.table({
@@ -386,12 +397,14 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
                                + [config.update.mirror_score_factor] * len(dedup.mirrors), pa.float32())})
         store.write_table(inputs / "demoted_hosts.parquet", demoted, demoted.schema)
-        executor = bucket_executor(store, config, files, executor)
         # Route every input to its bucket, a task per group of chunks on the bucket tasks'
         # executor (cycles/update/route.py): each bucket is then a task reading only its files.
         route_segment(store, config, segment, manifest.buckets, executor, counters)
-        # The optimal schedule's plan needs every page's learned rate: one aggregate, here.
-        multiplier = (refresh_multiplier(con, db_source, config, routed_results_sql(con, store, inputs, manifest.buckets),
+        # The optimal schedule's plan needs every page's learned rate: one aggregate, here
+        # (the one step left in the coordinator that reads every crawl DB row; only with
+        # update.schedule = 'optimal'; the files were verified by the dedup tasks).
+        multiplier = (refresh_multiplier(con, crawldb_source_sql(files, con, store, manifest.schema_version), config,
+                                         routed_results_sql(con, store, inputs, manifest.buckets),
                                          SEEN_SQL, CHANGED_SQL)
                       if config.update.schedule == "optimal" else None)
         if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)

@@ -176,3 +176,32 @@ def test_overdue_urls_outrank_equally_scored_urls_due_now(store, config, tmp_pat
                      ELSE now() - INTERVAL 1 MINUTE END AS next_fetch) FROM {old}""", who="test")
     rows = fetchlist(store, generate(store, config, top_n=1).segment)
     assert [r["url"] for r in rows] == ["http://host0.example/p1"]
+
+
+@pytest.mark.parametrize("fan_in", [8, 2])
+def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(store, config, tmp_path, fan_in,
+                                                                               monkeypatch):
+    """Each bucket task writes its hosts' part of the known-hosts filter (issue #11: the
+    coordinator no longer reads every host of the crawl DB); ORed, the parts are bit for bit
+    the one filter of every host, sized for all of them, plus the hosts pending segments claimed."""
+    from cycles import segment as seg
+    from cycles.bloom import BloomFilter
+    from cycles.fetch.newhosts import KNOWN_HOSTS_FP, claim_body, read_known_hosts
+
+    from cycles.generate import generate as gen
+
+    monkeypatch.setattr(gen, "KNOWN_HOSTS_FAN_IN", fan_in)  # 2: the 3 parts merged in a tree of two levels
+    urls = seed(store, config, tmp_path, hosts=1500, per_host=1)  # above MIN_KNOWN_HOSTS_CAPACITY
+    first = generate(store, config, top_n=10).segment
+    claim = seg.newhost_claim_file(store.segment_dir(first), "claimed.example")
+    store.write_bytes(claim, claim_body(first, 0, "claimed.example"))
+    segment = generate(store, config, top_n=10).segment
+    hosts = sorted({u.split("/")[2] for u in urls})
+    one = BloomFilter(len(hosts) + 1, KNOWN_HOSTS_FP)
+    one.add_new(hosts)
+    one.add_new(["claimed.example"])
+    known = read_known_hosts(store, store.segment_dir(segment))
+    assert (known.bits, known.hashes) == (one.bits, one.hashes)
+    assert known._array.tobytes() == one._array.tobytes()
+    assert all(known.contains_many(hosts + ["claimed.example"]))
+    assert not store.exists(store.segment_dir(segment) / seg.CANDIDATES)  # the parts went with the candidates

@@ -89,8 +89,10 @@ def test_each_partition_is_written_by_its_own_task(store, config, tmp_path):
 
     executor = Recording()
     result = gen.generate(store, config, top_n=40, executor=executor)
-    # Per bucket: its top, then its chosen URLs per host; then one task per partition.
-    assert executor.calls == [("select_bucket_due", 4), ("count_chosen_hosts", 4), ("write_partition", 3)]
+    # Per bucket: its top, then its chosen URLs per host (and its known hosts); then one task
+    # per partition, and one merging the known-hosts filter's 4 parts.
+    assert executor.calls == [("select_bucket_due", 4), ("count_chosen_hosts", 4), ("write_partition", 3),
+                              ("merge_known_hosts", 1)]
     folder = store.segment_dir(result.segment)
     assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
     for part in range(3):
