@@ -29,6 +29,7 @@ times less so. ``--json`` writes the rows for scripts/project_cluster.py.
 
     .venv/bin/python scripts/bench_cost.py --sizes 1M --json /tmp/bench-cost.json
     .venv/bin/python scripts/bench_cost.py --sizes 10M,100M --root /big/disk --json cost.json
+    .venv/bin/python scripts/bench_cost.py --sizes 100M --built /big/disk/built   # bench_scale's store, built once
 """
 
 from __future__ import annotations
@@ -226,12 +227,8 @@ def bench_size(args, size: int, top_n_pct: float) -> dict:
     n_hosts = min(1_000_000, size // 10)
     buckets = args.buckets or max(8, 2 ** round(math.log2(max(1, size / args.bucket_rows))))
     con = bench_scale.connect(args.threads, args.memory_limit, Path(args.root) / ".duckdb-tmp")
-    shutil.rmtree(root, ignore_errors=True)
-    print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets; a segment of {top_n_pct:g} % of it", flush=True)
-    facts = bench_scale.build_db(store, size, n_hosts, buckets, con)
-    hosts, counts = facts.pop("_hosts"), facts.pop("_counts")
-    if args.linkdb_links_per_url > 0:
-        facts.update(bench_scale.build_linkdb(store, hosts, counts, buckets, args.linkdb_links_per_url, con))
+    print(f"[{human(size)}] a segment of {top_n_pct:g} % of the crawl DB", flush=True)
+    facts, hosts, counts = bench_scale.built_store(args, size, n_hosts, buckets, root, con)
     base = [sys.executable, str(Path(__file__).resolve()), "--store", str(root), "--memory-limit", args.memory_limit,
             "--threads", str(args.threads), "--cap", str(args.cap), "--partitions", str(args.partitions)]
     top_n = int(size * top_n_pct / 100)
