@@ -124,3 +124,20 @@ def test_projection_names_the_serial_coordinator_as_the_bottleneck(tmp_path, cap
                   "--pages-per-s", "1000", "--flush-pages", "5000"])
     out = capsys.readouterr().out
     assert "coordinator: serial" in out and "none: the serial part per fetched page alone exceeds it" in out
+
+
+def test_fit_tells_a_fixed_cost_from_per_url_costs_given_two_sizes():
+    project = load_script("project_cluster")
+    # y = 30 s fixed + 3 per known URL + 20 per fetched URL, at 1 M / 10 M / 100 M and two shares each
+    rows = [(k, k * share, 30 + 3 * k + 20 * k * share) for k in (1e6, 1e7, 1e8) for share in (0.1, 0.02)]
+    both = project.fit(rows)
+    assert both.fixed == pytest.approx(30) and both.per_known == pytest.approx(3)
+    assert both.per_fetched == pytest.approx(20)
+    assert both.at(1e9, 1e8) == pytest.approx(30 + 3e9 + 2e9)
+    # one size: the fixed part cannot be told from the per-URL ones, so none is made up
+    one_size = project.fit([r for r in rows if r[0] == 1e6])
+    assert one_size.fixed == 0 and one_size.per_known + 0.1 * one_size.per_fetched == pytest.approx(3 + 2 + 30e-6)
+    # a cost that does not grow at all stays fixed instead of becoming a per-URL cost
+    flat = project.fit([(k, k * 0.1, 12.0) for k in (1e6, 1e7, 1e8)])
+    assert flat.fixed == pytest.approx(12) and flat.per_known == pytest.approx(0, abs=1e-12)
+    assert flat.per_fetched == pytest.approx(0, abs=1e-12)
