@@ -27,8 +27,9 @@ For each size it
 With ``--linkdb-links-per-url F`` (default 1) step 1 also writes a link DB as earlier cycles
 would have left it (cycles/update/linkgraph.py): F × size (URL, linking host) pairs on
 existing URLs, their per-URL counts, the host graph and ranks, so that generate ranks by links
-over it and update's link-graph step (phase ``update_linkdb``, column ``link s``) merges the
-segment into a graph that grows with the crawl (0: no prior link DB);
+over it and update's link-graph step (column ``link s``: the ``merge_link_bucket`` tasks and
+the coordinator's ``start_linkdb`` + ``install_linkdb``) merges the segment into a graph that
+grows with the crawl (0: no prior link DB);
 
 and prints seconds, peak RSS (the child's own VmHWM: ``ru_maxrss`` from ``os.wait4`` would
 include the parent's high-water mark, which a child inherits through fork + exec), seconds per
@@ -673,8 +674,9 @@ def time_bucket_tasks(module, phases: Phases) -> None:
             try:
                 return run(fn, tasks)
             finally:
-                what = "route_chunks tasks" if fn.__name__ == "route_chunks" else "bucket tasks"
-                phases.t[f"{what} ({type(executor).__name__}, {executor.workers} workers)"] += time.perf_counter() - t0
+                # one phase per task function: the link DB merges are the link-graph step's
+                phases.t[f"{fn.__name__} tasks ({type(executor).__name__}, {executor.workers} workers)"] += \
+                    time.perf_counter() - t0
         executor.map = timed_map
         return executor
     module.bucket_executor = bucket_executor
@@ -966,11 +968,12 @@ def bench_size(args, size: int) -> dict:
 
 def link_seconds(row: dict) -> float:
     """Update's link-graph step (cycles/update/linkgraph.py), from its phase timers: the
-    coordinator's part (``start_linkdb`` + ``install_linkdb``, the host graph's PageRank),
-    or ``update_linkdb`` of code from before the per-bucket link tasks. The tasks
-    (``merge_link_bucket``) are not in it: they run on the executor, maybe in other processes."""
+    coordinator's part (``start_linkdb`` + ``install_linkdb``, the host graph's PageRank)
+    and the per-bucket link DB merges (``merge_link_bucket`` tasks, timed around the
+    executor's map), or ``update_linkdb`` of code from before the per-bucket link tasks."""
     phases = row.get("update_phases", {})
-    return float(sum(phases.get(name, 0.0) for name in ("update_linkdb", "start_linkdb", "install_linkdb")))
+    merges = sum(v for name, v in phases.items() if name.startswith("merge_link_bucket tasks"))
+    return float(merges + sum(phases.get(name, 0.0) for name in ("update_linkdb", "start_linkdb", "install_linkdb")))
 
 
 def print_table(rows: list[dict]) -> None:
