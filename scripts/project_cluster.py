@@ -147,7 +147,9 @@ def serial_steps(rows: list[dict], stage: str, serial: str) -> list[tuple[str, f
     total = coordinator["wall_s"] if serial == "wall" else coordinator["cpu_s"]
     steps = coordinator.get("steps", {})
     key = "wall_s" if serial == "wall" else "cpu_s"
-    return sorted(((name, step[key] / total) for name, step in steps.items() if total), key=lambda kv: -kv[1])
+    # own_*: the step's time without the tasks it handed to the executor (older JSON: with them)
+    return sorted(((name, step.get("own_" + key, step[key]) / total) for name, step in steps.items() if total),
+                  key=lambda kv: -kv[1])
 
 
 def s3_per_cycle(formulas: dict, buckets: float, partitions: float, chunks: float) -> dict[str, dict[str, float]]:
