@@ -141,8 +141,11 @@ def cost_model(rows: list[dict], serial: str) -> dict[str, dict[str, Fit]]:
 
 def serial_steps(rows: list[dict], stage: str, serial: str) -> list[tuple[str, float]]:
     """The coordinator's steps (bench_cost's step timers) at the largest crawl DB measured,
-    by share of its serial time, largest first."""
-    row = max(rows, key=lambda r: (r["size"], segment_urls(r, stage)))
+    by share of its serial time, largest first; rows whose steps have the tasks they ran taken
+    out (``own_*``) first: with them a step that hands out tasks (write_fetchlists) showed
+    more than the whole serial part."""
+    row = max(rows, key=lambda r: (all("own_wall_s" in step for step in r[stage]["coordinator"].get("steps", {}).values()),
+                                   r["size"], segment_urls(r, stage)))
     coordinator = row[stage]["coordinator"]
     total = coordinator["wall_s"] if serial == "wall" else coordinator["cpu_s"]
     steps = coordinator.get("steps", {})
