@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python scripts/bench_scale.py --sizes 1M,10M,100M [--root /tmp/bench-scale]
         [--memory-limit 4GB] [--threads 2] [--bucket-rows 1600000] [--buckets N]
         [--cap 100] [--top-n-pct 10] [--text-chars 1000] [--keep] [--resume] [--max-temp 25GB]
-        [--py-spy] [--src DIR]
+        [--py-spy] [--src DIR] [--built DIR]
 
 For each size it
 
@@ -27,8 +27,9 @@ For each size it
 With ``--linkdb-links-per-url F`` (default 1) step 1 also writes a link DB as earlier cycles
 would have left it (cycles/update/linkgraph.py): F × size (URL, linking host) pairs on
 existing URLs, their per-URL counts, the host graph and ranks, so that generate ranks by links
-over it and update's link-graph step (phase ``update_linkdb``, column ``link s``) merges the
-segment into a graph that grows with the crawl (0: no prior link DB);
+over it and update's link-graph step (column ``link s``: the ``merge_link_bucket`` tasks and
+the coordinator's ``start_linkdb`` + ``install_linkdb``) merges the segment into a graph that
+grows with the crawl (0: no prior link DB);
 
 and prints seconds, peak RSS (the child's own VmHWM: ``ru_maxrss`` from ``os.wait4`` would
 include the parent's high-water mark, which a child inherits through fork + exec), seconds per
@@ -44,6 +45,8 @@ The stage children can also be run by hand::
     .venv/bin/python scripts/bench_scale.py --stage update --store DIR --segment ID
 
 Synthetic stores live under ``--root`` and are deleted after each size unless ``--keep``.
+``--built DIR`` keeps each store as built (before generate) in ``DIR/<size>`` and starts later
+runs, of this script or of scripts/bench_cost.py, from a hard-linked copy of it.
 ``--src DIR`` measures another copy of the code, e.g. a commit exported with
 ``git archive <commit> cycles | tar -x -C DIR``, while others edit this checkout;
 columns of a newer schema the builder does not know are written as nulls.
@@ -589,6 +592,43 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
             "segment_bytes": du(seg)}
 
 
+# --- a built store shared between runs (--built DIR) -----------------------------------------
+def built_store(args, size: int, n_hosts: int, buckets: int, root: Path, con) -> tuple[dict, pa.Table, np.ndarray]:
+    """Make ``root`` a freshly built synthetic store (crawl DB, host DB, link DB); return
+    its facts, hosts and per-host URL counts.
+
+    With ``--built DIR`` the store as built is kept in ``DIR/<size>`` and later runs (of this
+    script or of scripts/bench_cost.py, which pass the same DIR) start from a hard-linked
+    copy of it instead of building again: at 100 M URLs the build is most of a run. Sharing
+    inodes is safe because the store never changes a file in place: every write goes to a
+    temporary name and is renamed over (cycles/store.py ``_rename_durably``), and pruning
+    an old version in the copy only unlinks the copy's names. The hosts and counts are
+    rebuilt, not stored: they are deterministic (seed 1), as ``--resume`` relies on."""
+    built = Path(args.built) / human(size) if getattr(args, "built", None) else None
+    params = {"size": size, "hosts": n_hosts, "buckets": buckets, "linkdb_links_per_url": args.linkdb_links_per_url,
+              "schema_version": schema.SCHEMA_VERSION}
+    facts_file = built.with_name(built.name + ".json") if built else None
+    shutil.rmtree(root, ignore_errors=True)
+    if built and facts_file.exists() and json.loads(facts_file.read_text()).get("params") == params:
+        print(f"[{human(size)}] copying the built store {built} (hard links) to {root}", flush=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-al", str(built), str(root)], check=True)
+        facts = dict(json.loads(facts_file.read_text())["facts"], reused_build=str(built))
+        return facts, build_hosts(con, n_hosts), host_sizes(size, n_hosts, np.random.default_rng(1))
+    print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets", flush=True)
+    facts = build_db(Store(root), size, n_hosts, buckets, con)
+    hosts, counts = facts.pop("_hosts"), facts.pop("_counts")
+    if args.linkdb_links_per_url > 0:
+        facts.update(build_linkdb(Store(root), hosts, counts, buckets, args.linkdb_links_per_url, con))
+    if built:
+        shutil.rmtree(built, ignore_errors=True)
+        built.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-al", str(root), str(built)], check=True)
+        facts_file.write_text(json.dumps({"params": params, "facts": facts}, indent=1))
+        print(f"[{human(size)}]   kept as built in {built} for later runs (--built)", flush=True)
+    return facts, hosts, counts
+
+
 # --- 2/4. stage children: run one stage, report phases ----------------------------------------
 class Phases:
     def __init__(self):
@@ -634,8 +674,9 @@ def time_bucket_tasks(module, phases: Phases) -> None:
             try:
                 return run(fn, tasks)
             finally:
-                what = "route_chunks tasks" if fn.__name__ == "route_chunks" else "bucket tasks"
-                phases.t[f"{what} ({type(executor).__name__}, {executor.workers} workers)"] += time.perf_counter() - t0
+                # one phase per task function: the link DB merges are the link-graph step's
+                phases.t[f"{fn.__name__} tasks ({type(executor).__name__}, {executor.workers} workers)"] += \
+                    time.perf_counter() - t0
         executor.map = timed_map
         return executor
     module.bucket_executor = bucket_executor
@@ -876,12 +917,7 @@ def bench_size(args, size: int) -> dict:
         facts = {"hosts": n_hosts, "buckets": buckets, "resumed": True,
                  "db_bytes": du(store.path("crawldb", store.manifest("crawldb").version))}
     else:
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets", flush=True)
-        facts = build_db(store, size, n_hosts, buckets, con)
-        hosts, counts = facts.pop("_hosts"), facts.pop("_counts")
-        if args.linkdb_links_per_url > 0:
-            facts.update(build_linkdb(store, hosts, counts, buckets, args.linkdb_links_per_url, con))
+        facts, hosts, counts = built_store(args, size, n_hosts, buckets, root, con)
         print(f"[{human(size)}]   {json.dumps(facts)}", flush=True)
     base = [sys.executable, str(Path(__file__).resolve()), "--src", _src_dir(), "--store", str(root), "--memory-limit", args.memory_limit,
             "--threads", str(args.threads), "--cap", str(args.cap), "--partitions", str(args.partitions)]
@@ -932,11 +968,12 @@ def bench_size(args, size: int) -> dict:
 
 def link_seconds(row: dict) -> float:
     """Update's link-graph step (cycles/update/linkgraph.py), from its phase timers: the
-    coordinator's part (``start_linkdb`` + ``install_linkdb``, the host graph's PageRank),
-    or ``update_linkdb`` of code from before the per-bucket link tasks. The tasks
-    (``merge_link_bucket``) are not in it: they run on the executor, maybe in other processes."""
+    coordinator's part (``start_linkdb`` + ``install_linkdb``, the host graph's PageRank)
+    and the per-bucket link DB merges (``merge_link_bucket`` tasks, timed around the
+    executor's map), or ``update_linkdb`` of code from before the per-bucket link tasks."""
     phases = row.get("update_phases", {})
-    return float(sum(phases.get(name, 0.0) for name in ("update_linkdb", "start_linkdb", "install_linkdb")))
+    merges = sum(v for name, v in phases.items() if name.startswith("merge_link_bucket tasks"))
+    return float(merges + sum(phases.get(name, 0.0) for name in ("update_linkdb", "start_linkdb", "install_linkdb")))
 
 
 def print_table(rows: list[dict]) -> None:
@@ -977,6 +1014,9 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-chars", type=int, default=1000, help="mean visible text per fetched page")
     p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
                    help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
+    p.add_argument("--built", help="keep each size's store as built in DIR/<size> and start from a hard-linked "
+                                    "copy of it when one with the same settings is there (same DIR for "
+                                    "bench_scale and bench_cost: the 100 M store is built once)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,9 @@ less disturbed by other work on the machine than wall time):
 - (``select`` and ``lease``, which measured generate's choice and its rewrite of the crawl
   DB to lease, were removed with that design: generate now chooses per bucket and leases
   through the fetch lists; see the commits of cycles/leases.py.)
+- ``pagerank``: the host graph's PageRank (update's coordinator) on random host graphs of
+  ``--pr-hosts`` hosts and each of ``--pr-edges`` edge counts, ``--pr-iterations``
+  iterations: linear in the edges or not (the store is only its scratch folder);
 - ``write``: one bucket written with pyarrow zstd (as Store.write_batches: 64 Ki-row row
   groups, cast per batch), zstd level 1 and 3, snappy, lz4, one large row group, and by
   DuckDB COPY; size and time to read back.
@@ -305,6 +308,35 @@ def part_write(store: Store, t: Timer) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
+def part_pagerank(store: Store, t: Timer, threads: int, memory_limit: str, edges: str, hosts: int,
+                  iterations: int) -> None:
+    """The host graph's PageRank (cycles/update/linkgraph.py ``host_pagerank``, update's
+    coordinator) on random host graphs of ``hosts`` hosts and each edge count of ``edges``,
+    a fixed number of iterations (tolerance 0): does its cost stay linear in the edges (issue
+    #13 §1: bench_scale's link DB has about one host edge per crawl DB URL)? Past
+    ``IN_MEMORY_EDGES`` it runs in DuckDB. Only the iteration's setup and loop: the edges'
+    DISTINCT and write around it in ``rank_hosts`` are not in it."""
+    from cycles.update.linkgraph import IN_MEMORY_EDGES, host_pagerank
+    for n_edges in (parse_count(e) for e in edges.split(",")):
+        con = connect(store, threads, memory_limit)
+        con.execute(f"""CREATE TEMP TABLE pr_hosts AS
+            SELECT 'h' || lpad(range::VARCHAR, 8, '0') AS host FROM range({hosts})""")
+        con.execute(f"""CREATE TEMP TABLE pr_graph AS
+            SELECT DISTINCT 'h' || lpad(a::VARCHAR, 8, '0') AS from_host, 'h' || lpad(b::VARCHAR, 8, '0') AS to_host
+            FROM (SELECT hash(range, 1) % {hosts} AS a, hash(range, 2) % {hosts} AS b FROM range({n_edges}))
+            WHERE a <> b""")
+        found = con.execute("SELECT count(*) FROM pr_graph").fetchall()[0][0]
+        way = "NumPy" if found <= IN_MEMORY_EDGES else "DuckDB"
+        with t(f"host_pagerank {found:,} edges, {hosts:,} hosts, {iterations} it. ({way})"):
+            host_pagerank(con, "pr_hosts", "pr_graph", 0.85, iterations, 0.0)
+        con.close()
+
+
+def parse_count(text: str) -> int:
+    text = text.strip().upper()
+    return int(float(text.rstrip("KM")) * {"K": 1_000, "M": 1_000_000}.get(text[-1:], 1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", required=True)
@@ -313,6 +345,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--memory-limit", default="4GB")
     p.add_argument("--explain", action="store_true")
+    p.add_argument("--pr-edges", default="11M,110M", help="pagerank: host edge counts (bench_scale: ~1 per URL)")
+    p.add_argument("--pr-hosts", type=int, default=1_030_000, help="pagerank: hosts (bench_scale: ~1 M from 10 M URLs on)")
+    p.add_argument("--pr-iterations", type=int, default=11, help="pagerank: iterations (update from the last ranks: 11)")
     args = p.parse_args()
     store = Store(args.store)
     t = Timer()
@@ -327,6 +362,8 @@ def main() -> None:
             part_neardup(store, t, args.threads, args.memory_limit)
         elif part == "write":
             part_write(store, t)
+        elif part == "pagerank":
+            part_pagerank(store, t, args.threads, args.memory_limit, args.pr_edges, args.pr_hosts, args.pr_iterations)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ Reads what the benchmarks measured and projects it, printing every assumption:
 
 - ``--cost`` (scripts/bench_cost.py ``--json``): per task type of generate and update its
   CPU seconds and bytes, and the coordinator's serial seconds, on synthetic crawl DBs. Each
-  figure is fitted as ``a × known URLs + b × URLs fetched in the cycle`` over the rows
-  (bench_cost runs each size with two segment shares, so the two terms can be told apart;
-  from one share alone everything is taken as growing with the crawl DB, which overstates
-  what grows with the segment when a cycle fetches a smaller share than measured);
+  figure is fitted as ``fixed + a × known URLs + b × URLs fetched in the cycle`` over the
+  rows (bench_cost runs each size with two segment shares, so the two per-URL terms can be
+  told apart, and rows of two sizes or more tell the fixed part from them; from one share
+  alone everything is taken as growing with the crawl DB, which overstates what grows with
+  the segment when a cycle fetches a smaller share than measured);
 - ``--cluster`` (scripts/bench_cluster.py ``--json``): S3 requests per cycle by stage and
   kind as a formula of the crawl DB's buckets, the fetch partitions and the fetch chunks;
   large files cost more requests than the test web's small ones: one per ``--part-mb`` written
@@ -34,6 +35,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 STAGES = ("generate", "update")
 WRITE_KINDS = ("PUT", "POST", "DELETE")
 """S3's 3,500-a-second class (COPY too; the crawler sends none)."""
@@ -43,33 +46,63 @@ READ_KINDS = ("GET", "HEAD", "LIST")
 
 @dataclass
 class Fit:
-    """``per_known × known URLs + per_fetched × fetched URLs`` (both per URL)."""
+    """``fixed + per_known × known URLs + per_fetched × fetched URLs`` (fixed: per cycle;
+    the others per URL)."""
     per_known: float
     per_fetched: float
+    fixed: float = 0.0
 
     def at(self, known: float, fetched: float) -> float:
-        return self.per_known * known + self.per_fetched * fetched
+        return self.fixed + self.per_known * known + self.per_fetched * fetched
+
+
+TERMS = ("per_known", "per_fetched", "fixed")
+SUBSETS = [("per_known", "per_fetched", "fixed"), ("per_known", "per_fetched"), ("per_known", "fixed"),
+           ("per_fetched", "fixed"), ("per_known",), ("per_fetched",), ("fixed",)]
+"""The terms a fit may use, in order of preference when two fit equally well: with one
+segment share F/K the two per-URL terms cannot be told apart and all goes to K (the larger
+projection whenever a cycle fetches a smaller share of the crawl DB than measured)."""
 
 
 def fit(points: list[tuple[float, float, float]]) -> Fit:
-    """Least squares of y = a·K + b·F over (K, F, y), both coefficients kept non-negative.
-    With one ratio F/K the two cannot be told apart: all of it goes to K (the larger
-    projection whenever a cycle fetches a smaller share of the crawl DB than measured)."""
+    """Non-negative least squares of y = fixed + a·K + b·F over (K, F, y).
+
+    Without the fixed term, whatever a stage costs regardless of size (starting DuckDB,
+    reading manifests, a per-bucket step while the bucket count stays put) was booked per
+    URL: from 1 M-URL rows it then grew a thousandfold in a 1 B projection. The fixed term
+    needs two crawl DB sizes, the two per-URL terms two segment shares: a term the rows
+    cannot tell apart from another is left out (:data:`SUBSETS` order). Each equation is
+    divided by K, so every size weighs by its per-URL cost, not by its absolute seconds
+    (else the largest size's noise would swamp the smallest's fixed part). Exact NNLS for
+    three terms: the best of the least-squares fits on each subset of the terms whose
+    coefficients are all non-negative."""
     if not points:
         return Fit(0.0, 0.0)
-    kk = sum(k * k for k, _, _ in points)
-    ff = sum(f * f for _, f, _ in points)
-    kf = sum(k * f for k, f, _ in points)
-    ky = sum(k * y for k, _, y in points)
-    fy = sum(f * y for _, f, y in points)
-    det = kk * ff - kf * kf
-    if det > 1e-9 * kk * ff:
-        a, b = (ky * ff - fy * kf) / det, (fy * kk - ky * kf) / det
-        if a >= 0 and b >= 0:
-            return Fit(a, b)
-        if a < 0:
-            return Fit(0.0, max(0.0, fy / ff) if ff else 0.0)
-    return Fit(max(0.0, ky / kk) if kk else 0.0, 0.0)
+    k = np.array([p[0] for p in points], dtype=float)
+    columns = {"per_known": np.ones_like(k), "per_fetched": np.array([p[1] for p in points], dtype=float) / k,
+               "fixed": 1.0 / k}
+    y = np.array([p[2] for p in points], dtype=float) / k
+    best, best_residual = None, math.inf
+    tie = 1e-12 * float(np.sum(y ** 2))  # float noise: a residual this close is a tie
+    for terms in SUBSETS:
+        scale = np.array([np.abs(columns[t]).max() or 1.0 for t in terms])
+        design = np.column_stack([columns[t] for t in terms]) / scale
+        if np.linalg.matrix_rank(design) < len(terms):
+            continue  # the rows cannot tell these terms apart
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        coef = coef / scale
+        if (coef < 0).any():
+            continue
+        residual = float(np.sum((design @ (coef * scale) - y) ** 2))
+        if residual < best_residual - tie:  # ties keep the earlier (preferred) subset
+            best, best_residual = dict(zip(terms, coef.tolist())), residual
+    if best is None:
+        return Fit(0.0, 0.0)
+    return Fit(**{t: best.get(t, 0.0) for t in TERMS})
+
+
+def sizes_measured(rows: list[dict]) -> int:
+    return len({r["size"] for r in rows})
 
 
 def ratios_measured(rows: list[dict]) -> int:
@@ -108,13 +141,18 @@ def cost_model(rows: list[dict], serial: str) -> dict[str, dict[str, Fit]]:
 
 def serial_steps(rows: list[dict], stage: str, serial: str) -> list[tuple[str, float]]:
     """The coordinator's steps (bench_cost's step timers) at the largest crawl DB measured,
-    by share of its serial time, largest first."""
-    row = max(rows, key=lambda r: (r["size"], segment_urls(r, stage)))
+    by share of its serial time, largest first; rows whose steps have the tasks they ran taken
+    out (``own_*``) first: with them a step that hands out tasks (write_fetchlists) showed
+    more than the whole serial part."""
+    row = max(rows, key=lambda r: (all("own_wall_s" in step for step in r[stage]["coordinator"].get("steps", {}).values()),
+                                   r["size"], segment_urls(r, stage)))
     coordinator = row[stage]["coordinator"]
     total = coordinator["wall_s"] if serial == "wall" else coordinator["cpu_s"]
     steps = coordinator.get("steps", {})
     key = "wall_s" if serial == "wall" else "cpu_s"
-    return sorted(((name, step[key] / total) for name, step in steps.items() if total), key=lambda kv: -kv[1])
+    # own_*: the step's time without the tasks it handed to the executor (older JSON: with them)
+    return sorted(((name, step.get("own_" + key, step[key]) / total) for name, step in steps.items() if total),
+                  key=lambda kv: -kv[1])
 
 
 def s3_per_cycle(formulas: dict, buckets: float, partitions: float, chunks: float) -> dict[str, dict[str, float]]:
@@ -231,7 +269,7 @@ def print_assumptions(args, cost_rows: list[dict], formulas_from: str) -> None:
     print(f"- generate and update of a cycle run during the next cycle's fetch: they must finish within the cycle; "
           f"serial target {args.serial_target:.0%} of a cycle")
     print(f"- task CPU and the coordinator's serial {args.serial} time from bench_cost at {sizes}, fitted as "
-          "a x known + b x fetched; the coordinator runs as measured (2 DuckDB threads)")
+          "fixed + a x known + b x fetched; the coordinator runs as measured (2 DuckDB threads)")
     print(f"- fetch: {args.fetch_cpu_ms:g} CPU-ms per page (bench_fetch), {args.page_kb:g} KB downloaded and "
           f"{args.stored_kb:g} KB stored (WARC + Parquet) per page")
     print(f"- crawl DB buckets of {args.bucket_rows:,.0f} URLs; fetch chunks of {args.flush_pages:,} pages; "
@@ -262,10 +300,10 @@ def print_table(rows: list[Row], args) -> None:
 
 def shortest_cycle(args, model: dict, known: float) -> float | None:
     """The shortest cycle (hours) whose coordinator serial part is within the target share."""
-    per_known = sum(model[s]["serial"].per_known for s in STAGES) * known
+    per_cycle = sum(model[s]["serial"].per_known * known + model[s]["serial"].fixed for s in STAGES)
     per_second = sum(model[s]["serial"].per_fetched for s in STAGES) * args.pages_per_s
     room = args.serial_target - per_second
-    return None if room <= 0 else per_known / room / 3600
+    return None if room <= 0 else per_cycle / room / 3600
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -308,13 +346,19 @@ def main(argv: list[str] | None = None) -> None:
     if ratios_measured(cost_rows) < 2:
         print("Note: one segment share measured: every cost taken as growing with the crawl DB "
               "(run bench_cost with --top-n-pct 10,2 to separate the segment's part).\n")
-    print("Fitted costs (per million known URLs | per million fetched in the cycle; bytes per URL)")
+    if sizes_measured(cost_rows) < 2:
+        print("Note: one crawl DB size measured: no fixed part can be told from the per-URL ones "
+              "(run bench_cost at two sizes or more).\n")
+    print("Fitted costs (per million known URLs | per million fetched in the cycle | fixed per cycle; "
+          "bytes per URL | per URL | per cycle)")
     for stage in STAGES:
         for name, part in model[stage].items():
             if name.startswith("task") or name == "serial":
-                print(f"- {stage} {name}: {part.per_known * 1e6:,.2f} | {part.per_fetched * 1e6:,.2f} s")
+                print(f"- {stage} {name}: {part.per_known * 1e6:,.2f} | {part.per_fetched * 1e6:,.2f} | "
+                      f"{part.fixed:,.1f} s")
             else:  # bytes per URL
-                print(f"- {stage} {name}: {part.per_known:,.0f} | {part.per_fetched:,.0f} bytes per URL")
+                print(f"- {stage} {name}: {part.per_known:,.0f} | {part.per_fetched:,.0f} | "
+                      f"{part.fixed / 1e6:,.1f} MB")
     for stage in STAGES:
         steps = serial_steps(cost_rows, stage, args.serial)
         if steps:

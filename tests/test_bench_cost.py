@@ -7,9 +7,11 @@ import importlib.util
 import json
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 
 import cycles.store as store_module
@@ -124,3 +126,50 @@ def test_projection_names_the_serial_coordinator_as_the_bottleneck(tmp_path, cap
                   "--pages-per-s", "1000", "--flush-pages", "5000"])
     out = capsys.readouterr().out
     assert "coordinator: serial" in out and "none: the serial part per fetched page alone exceeds it" in out
+
+
+def test_fit_tells_a_fixed_cost_from_per_url_costs_given_two_sizes():
+    project = load_script("project_cluster")
+    # y = 30 s fixed + 3 per known URL + 20 per fetched URL, at 1 M / 10 M / 100 M and two shares each
+    rows = [(k, k * share, 30 + 3 * k + 20 * k * share) for k in (1e6, 1e7, 1e8) for share in (0.1, 0.02)]
+    both = project.fit(rows)
+    assert both.fixed == pytest.approx(30) and both.per_known == pytest.approx(3)
+    assert both.per_fetched == pytest.approx(20)
+    assert both.at(1e9, 1e8) == pytest.approx(30 + 3e9 + 2e9)
+    # one size: the fixed part cannot be told from the per-URL ones, so none is made up
+    one_size = project.fit([r for r in rows if r[0] == 1e6])
+    assert one_size.fixed == 0 and one_size.per_known + 0.1 * one_size.per_fetched == pytest.approx(3 + 2 + 30e-6)
+    # a cost that does not grow at all stays fixed instead of becoming a per-URL cost
+    flat = project.fit([(k, k * 0.1, 12.0) for k in (1e6, 1e7, 1e8)])
+    assert flat.fixed == pytest.approx(12) and flat.per_known == pytest.approx(0, abs=1e-12)
+    assert flat.per_fetched == pytest.approx(0, abs=1e-12)
+
+
+def test_a_built_store_is_shared_by_hard_links_and_survives_the_runs_on_its_copies(tmp_path):
+    bench_scale = load_script("bench_scale")
+    args = SimpleNamespace(built=str(tmp_path / "built"), linkdb_links_per_url=1.0)
+    con = bench_scale.connect(1, "500MB", tmp_path / "spill")
+    size, hosts, buckets = 2_000, 200, 8
+    facts, _, counts = bench_scale.built_store(args, size, hosts, buckets, tmp_path / "a" / "2K", con)
+    assert "reused_build" not in facts and int(counts.sum()) == size
+    built = Store(tmp_path / "built" / "2K")
+    built_files = sorted(p for p in (tmp_path / "built" / "2K").rglob("*.parquet"))
+    assert built_files and built.manifest("crawldb").buckets == buckets
+    # a second run (bench_cost's) starts from a hard-linked copy instead of building again
+    again, _, counts2 = bench_scale.built_store(args, size, hosts, buckets, tmp_path / "b" / "2K", con)
+    assert again["reused_build"] == str(tmp_path / "built" / "2K")
+    assert again["db_bytes"] == facts["db_bytes"] and (counts2 == counts).all()
+    copy = Store(tmp_path / "b" / "2K")
+    version = copy.manifest("crawldb").version
+    copied = copy.path("crawldb", version, "bucket-00000.parquet")
+    assert copied.stat().st_ino == (built.path("crawldb", version, "bucket-00000.parquet")).stat().st_ino
+    # a stage replacing and pruning the copy's files leaves the built store as it was
+    copy.write_table(copied, pa.table({"url": ["http://x/"]}), TABLE_SCHEMA)
+    copy.delete_dir(copy.path("crawldb", version))
+    assert sorted(p for p in (tmp_path / "built" / "2K").rglob("*.parquet")) == built_files
+    assert pa.parquet.read_metadata(built.path("crawldb", version, "bucket-00000.parquet")).num_rows > 0
+    # other settings: built anew, not taken from the store built for these
+    args.linkdb_links_per_url = 0.0
+    other, _, _ = bench_scale.built_store(args, size, hosts, buckets, tmp_path / "c" / "2K", con)
+    assert "reused_build" not in other and "linkdb_s" not in other
+    con.close()
