@@ -640,9 +640,10 @@ class FetchConfig:
     precision 1.00 either way (``scripts/bench_update.py --only neardup-set``): copies that
     differ in boilerplate, advertisements, session lines or block order, and print views.
     On by default since GitHub issue #13 section 3 (it was opt-in at 90 % against 52 % with
-    the SimHash): it costs the fetch path ~0.15 CPU-ms a page. Switching it changes every
-    fingerprint (pages fingerprinted one way do not match pages fingerprinted the other
-    until they are fetched again)."""
+    the SimHash): it costs the fetch path ~0.2 CPU-ms a page on the 30 KB pages of
+    scripts/bench_fetch.py (parse_html 598 against 404 µs, scripts/bench_parse.py).
+    Switching it changes every fingerprint (pages fingerprinted one way do not match pages
+    fingerprinted the other until they are fetched again)."""
 
     simhash_block_min_bytes: Annotated[int, Int(0, 1 << 20)] = 200
     """A paragraph of a page's main content counts in its SimHash only when its text is at
