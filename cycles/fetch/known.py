@@ -30,12 +30,6 @@ from cycles.urls import host_hash
 COLUMNS = ["host", "url", "last_fetched", "next_fetch"]
 
 
-def fetched_not_due(store: Store, manifest: Manifest, host: str, now: dt.datetime) -> set[str]:
-    """URLs of ``host`` in the crawl DB version of ``manifest`` that were fetched (any status,
-    ``last_fetched`` set) and are not due before ``now`` (crawl clock: ``next_fetch > now``)."""
-    return known_urls(store, manifest, host, now)[0]
-
-
 def known_urls(store: Store, manifest: Manifest, host: str, now: dt.datetime) -> tuple[set[str], set[str]]:
     """URLs of ``host`` in the crawl DB version of ``manifest``: (fetched and not due before
     ``now``, due at ``now``: ``next_fetch <= now``, what generate lists), crawl clock.

@@ -363,13 +363,15 @@ def dedup_scan(task: DedupScanTask) -> dict[str, int]:
     for path in task.old_files:
         verify_bucket_file(store, path)
     con = connect(store, config, task.workers)
-    db = upgraded_sql(store.duckdb_source(con, list(task.old_files)), task.schema_version)
-    con.execute(f"CREATE TEMP TABLE pages AS SELECT * FROM {store.duckdb_source(con, [pages_file(task.inputs)])}")
-    counts = {}
-    for kind, table in match_stored(con, db, "pages", config.update).items():
-        reader = con.sql(f"SELECT * FROM {table} ORDER BY ALL").to_arrow_reader(64 * 1024)
-        counts[kind] = store.write_batches(match_file(task.inputs, kind, task.part), reader, reader.schema)
-    con.close()
+    try:
+        db = upgraded_sql(store.duckdb_source(con, list(task.old_files)), task.schema_version)
+        con.execute(f"CREATE TEMP TABLE pages AS SELECT * FROM {store.duckdb_source(con, [pages_file(task.inputs)])}")
+        counts = {}
+        for kind, table in match_stored(con, db, "pages", config.update).items():
+            reader = con.sql(f"SELECT * FROM {table} ORDER BY ALL").to_arrow_reader(64 * 1024)
+            counts[kind] = store.write_batches(match_file(task.inputs, kind, task.part), reader, reader.schema)
+    finally:
+        con.close()
     return counts
 
 
@@ -390,9 +392,11 @@ def count_host_pages(task: HostPagesTask) -> dict[str, int]:
     verified by this update's :func:`dedup_scan`)."""
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
-    db = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
-    counts = stored_pages_per_host(con, db, list(task.hosts))
-    con.close()
+    try:
+        db = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+        counts = stored_pages_per_host(con, db, list(task.hosts))
+    finally:
+        con.close()
     return counts
 
 

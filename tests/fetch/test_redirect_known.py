@@ -11,7 +11,7 @@ import pytest
 
 from cycles import schema
 from cycles.fetch.fetch import fetch_segment
-from cycles.fetch.known import fetched_not_due, known_urls
+from cycles.fetch.known import known_urls
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Manifest, Store, utcnow
@@ -87,7 +87,7 @@ def test_the_lookup_names_only_fetched_urls_of_the_host_that_are_not_due(store):
     manifest = Manifest(version=version, buckets=2, schema_version=schema.SCHEMA_VERSION,
                         written_at=utcnow().isoformat(), written_by="test")
     assert bucket == host_hash(other) % 2
-    assert fetched_not_due(store, manifest, host, T0) == {"http://a.test/fetched-not-due", "http://a.test/gone-not-due"}
-    assert fetched_not_due(store, manifest, "nobody.test", T0) == set()
+    assert known_urls(store, manifest, host, T0)[0] == {"http://a.test/fetched-not-due", "http://a.test/gone-not-due"}
+    assert known_urls(store, manifest, "nobody.test", T0) == (set(), set())
     # Due (what generate lists, fetched or not): a redirect leaves it to generate.
     assert known_urls(store, manifest, host, T0)[1] == {"http://a.test/fetched-due"}
