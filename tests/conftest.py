@@ -8,13 +8,63 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
+from typing import Callable, Iterator
 
 import pytest
 
 from cycles.config import Config
 from cycles.store import Store
 from testweb.harness import TestWeb
+
+
+@contextmanager
+def loopback_servers(addresses, handler, max_seconds: float, **shared) -> Iterator[tuple[int, list]]:
+    """One ``ThreadingHTTPServer`` of ``handler`` per loopback address of ``addresses``, all on
+    one port (the first free one), for tests whose few hand-written hosts each need their own
+    address. Every server gets the attributes ``shared`` (the same objects: a request log, a
+    page table); yields ``(port, servers)``. Stopped when the block ends, and by a timer after
+    ``max_seconds`` whatever the test does, so a hung test cannot keep a server up."""
+    servers, timers = [], []
+    port = 0
+    try:
+        for address in addresses:
+            server = ThreadingHTTPServer((address, port), handler)
+            port = server.server_address[1]
+            for name, value in shared.items():
+                setattr(server, name, value)
+            servers.append(server)
+        for server in servers:
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            timer = threading.Timer(max_seconds, server.shutdown)
+            timer.daemon = True
+            timer.start()
+            timers.append(timer)
+        yield port, servers
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+        for timer in timers:
+            timer.cancel()
+
+
+def kill_when(process: subprocess.Popen, ready: Callable[[], bool], within_s: float, poll_s: float = 0.05) -> None:
+    """SIGKILL ``process`` (a crawl subprocess) as soon as ``ready()`` holds — the crash-only
+    tests' kill at a chosen point; fails the test, with the process's output, if it exits
+    first or ``ready`` does not hold within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while not ready():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(poll_s)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
 
 
 def config_for(web, **fetch) -> Config:

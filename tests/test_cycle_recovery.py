@@ -6,7 +6,6 @@ nothing (it leased URLs, then died on the fetch lock with a traceback)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from cycles.config import Config
 from cycles.inject import inject
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.conftest import write_seeds
+from tests.conftest import kill_when, write_seeds
 from tests.fetch.test_fetch_resume import committed, toml_config
 from tests.fetch.test_fetch_support import crawldb_rows
 
@@ -61,12 +60,8 @@ def test_a_cycle_killed_mid_fetch_is_resumed_and_updated_by_the_next(tmp_path):
         store, config, urls = setup_crawl(tmp_path, web)
         first = crawl(store, config, "cycle", "--cycles", "1")
         try:
-            deadline = time.monotonic() + 60
-            while not segment_ids(store) or len(committed(store, segment_ids(store)[0])) < 20:
-                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-                time.sleep(0.05)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            kill_when(first, lambda: bool(segment_ids(store)) and len(committed(store, segment_ids(store)[0])) >= 20,
+                      within_s=60)
         finally:
             stop(first)
         segment = segment_ids(store)[0]

@@ -33,12 +33,10 @@ stopped by the test, logging each request's start and the end of its response.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -49,7 +47,7 @@ from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.run import RunState, run_crawl
 from cycles.store import Store
-from tests.conftest import write_seeds
+from tests.conftest import kill_when, loopback_servers, write_seeds
 from tests.fetch.test_fetch_support import CLOCK_SLACK_S
 
 pytestmark = pytest.mark.web
@@ -115,28 +113,10 @@ class _Handler(BaseHTTPRequestHandler):
 def gap_web():
     """One server per loopback address (same port), stopped at the end or after MAX_SECONDS."""
     seen: list[dict] = []
-    servers, timers = [], []
-    port = 0
-    try:
-        for address in ADDRESSES.values():
-            server = ThreadingHTTPServer((address, port), _Handler)
-            port = server.server_address[1]
-            server.seen = seen
-            servers.append(server)
+    with loopback_servers(ADDRESSES.values(), _Handler, MAX_SECONDS, seen=seen) as (port, servers):
         for server in servers:
             server.pages = pages(port)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            timer = threading.Timer(MAX_SECONDS, server.shutdown)
-            timer.daemon = True
-            timer.start()
-            timers.append(timer)
         yield port, seen
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
-        for timer in timers:
-            timer.cancel()
 
 
 def gap_config() -> Config:
@@ -258,7 +238,7 @@ def test_every_request_to_a_redirect_target_host_keeps_its_delay_across_segments
 
 
 # --- the same, with the run killed (SIGKILL) after k asked the target, and resumed ----------
-def write_toml(path, port: int) -> None:
+def write_toml(path) -> None:
     resolve = ", ".join(f'"{name}" = "{ip}"' for name, ip in ADDRESSES.items())
     path.write_text(f"""[fetch]
 processes = 1
@@ -291,7 +271,7 @@ def killed_redirect(gap_web, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run-redirect-killed")
     store = Store(tmp / "data")
     toml = tmp / "crawl.toml"
-    write_toml(toml, port)
+    write_toml(toml)
     config = gap_config()
     config.generate.partitions = 1
     urls = ([f"http://ka.gap.test:{port}/go"] + [f"http://ka.gap.test:{port}/p{k}" for k in range(A_PAGES)]
@@ -309,12 +289,7 @@ def killed_redirect(gap_web, tmp_path_factory):
 
     first = crawl(store.root, toml, "run", "--generate-ahead")
     try:
-        deadline = time.monotonic() + 60
-        while not landing_committed():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        kill_when(first, landing_committed, within_s=60)
     finally:
         first.kill()
     killed_at = time.time()

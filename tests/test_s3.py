@@ -37,6 +37,7 @@ from cycles.pages import read_feed
 from cycles.status import crawl_status, run_sql
 from cycles.store import Store, utcnow
 from cycles.update.update import update_segment
+from tests.conftest import kill_when
 from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path, start_moto, stop_moto
 
 pytestmark = pytest.mark.web
@@ -395,12 +396,7 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
         fetched_dir = store.segment_dir(segment) / "fetched"
         cmd = [sys.executable, "-m", "cycles", "--data", store.uri, "--config", str(config), "fetch", segment]
         first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 40
-        while len(store.list(fetched_dir, "part-*.parquet")) < 3:
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.1)
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        kill_when(first, lambda: len(store.list(fetched_dir, "part-*.parquet")) >= 3, within_s=40, poll_s=0.1)
         time.sleep(0.5)
         before = len(store.list(fetched_dir, "part-*.parquet"))
         assert store.segment_state(segment) == "fetching"  # started, not finished (cycles/segment.py)

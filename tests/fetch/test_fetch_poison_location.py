@@ -9,14 +9,14 @@ stopped by the test, and logging every request it saw.
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pyarrow.parquet as pq
 import pytest
 
 from cycles.config import Config
 from cycles.store import Store
+from tests.conftest import loopback_servers
 from tests.fetch.test_fetch_support import fetch, results
 
 HUGE_PORT = "9" * 5000
@@ -52,26 +52,8 @@ class _Handler(BaseHTTPRequestHandler):
 def hostile():
     """One server per loopback address (same port), stopped at the end or after MAX_SECONDS."""
     seen: list[tuple[str, str]] = []
-    servers = []
-    port = 0
-    try:
-        for address in ADDRESSES.values():
-            server = ThreadingHTTPServer((address, port), _Handler)
-            port = server.server_address[1]
-            server.seen = seen
-            servers.append(server)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-        timers = [threading.Timer(MAX_SECONDS, s.shutdown) for s in servers]
-        for timer in timers:
-            timer.daemon = True
-            timer.start()
+    with loopback_servers(ADDRESSES.values(), _Handler, MAX_SECONDS, seen=seen) as (port, _):
         yield port, seen
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
-        for timer in locals().get("timers", []):
-            timer.cancel()
 
 
 @pytest.mark.web

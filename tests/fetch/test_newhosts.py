@@ -14,11 +14,9 @@ segment that found it — judged by the claims, the rows written and what the se
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter, defaultdict
 
 import pyarrow as pa
@@ -38,7 +36,7 @@ from cycles.store import Store, new_id
 from cycles.update.update import update_segment
 from cycles.urls import url_host
 from testweb.harness import TestWeb
-from tests.conftest import write_seeds
+from tests.conftest import kill_when, write_seeds
 from tests.fetch.test_fetch_resume import committed, toml_config
 from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, results
 from tests.test_run import crawldb_urls, fetchlist_hosts
@@ -333,14 +331,10 @@ def killed_run(tmp_path_factory):
         inject(store, cfg, write_seeds(tmp / "seeds.txt", [web.url("h0")]))
         first = crawl(store, config, "run", "--top-n", "4")
         try:
-            deadline = time.monotonic() + 60
             # Killed once a worker claimed a new host and committed some of its pages.
-            while not any(r["host"] in worker_claims(store, s)
-                          for s in seg.segment_ids(store) for r in committed(store, s)):
-                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-                time.sleep(0.05)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            kill_when(first, lambda: any(r["host"] in worker_claims(store, s)
+                                         for s in seg.segment_ids(store) for r in committed(store, s)),
+                      within_s=60)
         finally:
             first.kill()
         before = [r for s in seg.segment_ids(store) for r in committed(store, s)]
