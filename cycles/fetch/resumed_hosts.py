@@ -37,7 +37,7 @@ from cycles import segment as seg
 from cycles.fetch.newhosts import claimed_hosts, read_claim
 from cycles.hostdb import merge_host_rows, read_host_file
 from cycles.store import Store, StorePath
-from cycles.urls import url_host
+from cycles.urls import normalize_url, url_host
 
 
 def committed_hosts(store: Store, seg_dir: StorePath, partition: int) -> set[str]:
@@ -47,10 +47,12 @@ def committed_hosts(store: Store, seg_dir: StorePath, partition: int) -> set[str
         table = store.read_table(path, columns=["host", "redirect_to"])
         hosts.update(table["host"].to_pylist())
         for target in table["redirect_to"].drop_null().to_pylist():
-            try:
-                hosts.add(url_host(target))
-            except ValueError:
-                pass  # an unusable Location: never followed
+            # As the worker reads a Location before following it (InlineFetches.prepare):
+            # one that names no fetchable http(s) host ("http://[a/", "") was never asked,
+            # and a host row for it would only put junk in the host DB.
+            url = normalize_url(target)
+            if url is not None:
+                hosts.add(url_host(url))
     return hosts
 
 

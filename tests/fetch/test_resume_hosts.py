@@ -97,3 +97,24 @@ def test_a_partition_that_was_never_killed_writes_only_its_slots(store):
     assert "fetch/resumed_hosts_carried" not in result.counters
     path = seg.hosts_file(store.segment_dir(segment), 0)
     assert not store.exists(path) or read_host_file(path, store).num_rows == 0
+
+
+def test_a_hostile_location_the_killed_run_committed_does_not_stop_the_resume(store):
+    """A hostile server's Location is recorded as it came (``redirect_to``): a resume that
+    reads it back to mark the hosts asked must skip what names no host, not crash on it
+    (a crash here would fail the partition on every retry)."""
+    segment = killed_partition(store)
+    seg_dir = store.segment_dir(segment)
+    store.write_table(seg_dir / seg.FETCHED / "part-00000-c000002.parquet", pa.Table.from_pylist([
+        fetched_row(f"http://a.test/bad{i}", "a.test", "redirect", http_status=301, redirect_to=location)
+        for i, location in enumerate(["http://[a/", "/relative", "", "mailto:x@y.test", "http://"])
+    ], schema=schema.FETCHED), schema.FETCHED)
+    store.write_table(seg_dir / seg.OUTLINKS / "part-00000-c000002.parquet", schema.OUTLINKS.empty_table(),
+                      schema.OUTLINKS)
+    config = Config()
+    config.fetch.processes = 1
+    config.fetch.progress_s = 0.0
+    result = fetch_segment(store, config, segment, 1)
+    assert result.counters.get("fetch/requests", 0) == 0
+    rows = read_host_file(seg.hosts_file(seg_dir, 0), store).to_pylist()
+    assert {r["host"] for r in rows} == {"a.test", "b.test", "new.test", "claimed.test"}
