@@ -23,8 +23,11 @@ No process holds the segment's rows (issue #11). Tasks on the stage's executor, 
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
    (:func:`top_n_cutoff`: one batch per bucket in memory);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
-   host (and writes its hosts' part of the known-hosts filter, sized from the host counts
-   of round 1); from those counts the coordinator plans the host → partition assignment;
+   host, weighs its hosts by expected fetch time and reports the heaviest by name and the
+   rest by hash group (cycles/generate/assign.py :func:`bucket_load`), writes its chosen
+   hosts with their group (and its hosts' part of the known-hosts filter, sized from the
+   host counts of round 1); from the buckets' K + G items the coordinator plans the
+   partitions (:func:`plan_assignment`: constant work whatever the segment's size);
 4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
    at or before the cutoff — and its seen-set; :func:`merge_known_hosts` tasks OR the
    known-hosts filter's parts.
@@ -60,7 +63,8 @@ from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.bloom import BloomFilter
 from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
-from cycles.generate.assign import plan_partitions, write_seen_set
+from cycles.generate.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
+    plan_assignment, write_seen_set
 from cycles.hostdb import host_buckets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
@@ -369,29 +373,42 @@ class KnownHostsPart:
 
 @dataclass(frozen=True)
 class ChosenHostsTask:
-    """Count one bucket's chosen URLs by host (picklable)."""
+    """Count and weigh one bucket's chosen URLs by host (picklable)."""
 
     store_uri: str
     config: Config
     candidates: StorePath
     cutoff: Cutoff
+    chosen_hosts: StorePath
+    """Where the bucket's chosen hosts go, with their slot key and group (schema.CHOSEN_HOSTS)."""
+    buckets: int
+    """The crawl DB's bucket count (how many heaviest keys a bucket names, assign.py)."""
     workers: int = 1
     known_hosts: KnownHostsPart | None = None
     """Also write the bucket's part of the known-hosts filter (None: none wanted)."""
+    leave_out_claimed_for: str | None = None
+    """This segment's id when the hosts a fetch in flight claimed as new are left out
+    (``crawl run`` with ``fetch.follow_new_hosts``: they are its own, cycles/fetch/newhosts.py)."""
 
 
-def count_chosen_hosts(task: ChosenHostsTask) -> dict[str, int]:
-    """host → URLs of the bucket's candidates ranked at or before the cutoff: the per-host
-    stats the assignment is planned from (a bucket's hosts of the segment, small). With
-    ``known_hosts``, the bucket's hosts go into its part of the known-hosts filter."""
-    store = Store(task.store_uri)
-    con = connect(store, task.config, task.workers)
-    rows = con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
-        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall()
+def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
+    """The bucket's candidates ranked at or before the cutoff, counted by host and weighed
+    by expected fetch time (cycles/generate/assign.py :func:`bucket_load`: what the
+    assignment is planned from, of constant size); its chosen hosts, written with their
+    key and group for the partition writers. With ``known_hosts``, the bucket's hosts go
+    into its part of the known-hosts filter."""
+    store, config = Store(task.store_uri), task.config
+    con = connect(store, config, task.workers)
+    urls_per_host = dict(con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall())
     if task.known_hosts is not None:
         write_known_hosts_part(store, con, task.known_hosts)
     con.close()
-    return dict(rows)
+    if task.leave_out_claimed_for is not None:
+        for host in claimed_elsewhere(store, task.leave_out_claimed_for, sorted(urls_per_host)):
+            del urls_per_host[host]
+    store.write_table(task.chosen_hosts, chosen_hosts_table(list(urls_per_host), config), schema.CHOSEN_HOSTS)
+    return bucket_load(store, config, urls_per_host, task.buckets)
 
 
 def write_known_hosts_part(store: Store, con, part: KnownHostsPart) -> None:
@@ -479,6 +496,8 @@ class PartitionTask:
     """The segment's folder."""
     candidates: tuple
     """Every bucket's candidate file (select_bucket_due)."""
+    chosen_hosts: tuple
+    """Every bucket's chosen hosts (count_chosen_hosts)."""
     cutoff: Cutoff
     crawldb_files: tuple
     """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
@@ -489,12 +508,13 @@ class PartitionTask:
 def write_partition(task: PartitionTask) -> dict[str, int]:
     """Write ``fetchlist/part-P`` — the candidates of the partition's hosts ranked at or
     before the cutoff, ordered by host, then score — and, with discovery on, its seen-set
-    (cycles/generate/assign.py). Reads the segment's assignment, the candidate files and the
-    crawl DB buckets of its hosts; returns counters."""
+    (cycles/generate/assign.py). Reads the segment's assignment, the chosen hosts, the
+    candidate files and the crawl DB buckets of its hosts; returns counters."""
     store, config = Store(task.store_uri), task.config
-    assignment = store.read_table(seg.assignment_file(task.folder))
-    mine = assignment.filter(pc.equal(assignment["partition"], task.partition))
     con = connect(store, config, task.workers)
+    con.register("assignment_rows", store.read_table(seg.assignment_file(task.folder)))
+    mine = con.sql(partition_hosts_sql(store.duckdb_source(con, list(task.chosen_hosts)), "assignment_rows",
+                                       task.partition)).to_arrow_table()
     con.register("assignment", mine)
     table = con.sql(f"""
         SELECT {", ".join(schema.FETCHLIST.names)} FROM {store.duckdb_source(con, list(task.candidates))}
@@ -513,19 +533,19 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
     return counters
 
 
-def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath], cutoff: Cutoff,
-                     urls_per_host: dict[str, int], partitions: int, config: Config, crawldb_files: list[StorePath],
-                     schema_version: int, known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
-    """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
-    per host), then one :func:`write_partition` task per partition on ``executor``: the
-    coordinator never holds the chosen rows; and the known-hosts filter from its parts
-    (``known_hosts``: their files and the hosts they hold, :func:`write_known_hosts`).
-    Returns the tasks' counters, summed."""
+def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath],
+                     chosen_hosts: list[StorePath], cutoff: Cutoff, loads: list[BucketLoad], partitions: int,
+                     config: Config, crawldb_files: list[StorePath], schema_version: int,
+                     known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
+    """The segment's assignment (cycles/generate/assign.py, from the buckets' loads: K named
+    keys and G groups), then one :func:`write_partition` task per partition on ``executor``:
+    the coordinator never holds the chosen rows, nor a row per host; and the known-hosts
+    filter from its parts (``known_hosts``: their files and the hosts they hold,
+    :func:`write_known_hosts`). Returns the tasks' counters, summed."""
     folder = seg.segment_dir(store, segment, must_exist=False)
-    assignment = plan_partitions(store, config, urls_per_host, partitions)
-    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
-    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), cutoff, tuple(crawldb_files),
-                           schema_version, executor.workers) for part in range(partitions)]
+    store.write_table(seg.assignment_file(folder), plan_assignment(loads, config), schema.ASSIGNMENT)
+    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), tuple(chosen_hosts), cutoff,
+                           tuple(crawldb_files), schema_version, executor.workers) for part in range(partitions)]
     counters: Counter = Counter()
     for result in executor.map(write_partition, tasks):
         counters.update(result)
@@ -582,7 +602,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
             outs = [t.out for t in tasks]
             due = executor.map(select_bucket_due, tasks)
             cutoff = top_n_cutoff(store, outs, [d.histogram for d in due], top_n)
-            urls_per_host: dict[str, int] = {}
+            loads: list[BucketLoad] = []
             if cutoff is not None:
                 # The known-hosts filter: each bucket task writes its hosts' part, sized
                 # from every bucket's host count; merged by OR by tasks (write_known_hosts).
@@ -595,19 +615,18 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                                             candidates / f"known-hosts-{bucket:05d}.bloom")
                              for bucket, file in enumerate(files)]
                     known_hosts = ([part.out for part in parts], hosts)
-                for counts in executor.map(count_chosen_hosts, [
-                        ChosenHostsTask(store.uri, config, out, cutoff, executor.workers, part)
-                        for out, part in zip(outs, parts)]):
-                    urls_per_host.update(counts)
-                if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
-                    # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
-                    for host in claimed_elsewhere(store, segment, sorted(urls_per_host)):
-                        del urls_per_host[host]
-                write_fetchlists(store, executor, segment, outs, cutoff, urls_per_host,
+                chosen = [candidates / f"chosen-hosts-{bucket:05d}.parquet" for bucket in range(len(outs))]
+                # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
+                leave_out = segment if exclude_hosts_in_flight and config.fetch.follow_new_hosts else None
+                loads = executor.map(count_chosen_hosts, [
+                    ChosenHostsTask(store.uri, config, out, cutoff, chosen_file, len(files), executor.workers,
+                                    part, leave_out)
+                    for out, chosen_file, part in zip(outs, chosen, parts)])
+                write_fetchlists(store, executor, segment, outs, chosen, cutoff, loads,
                                  partitions, config, files, manifest.schema_version, known_hosts)
         finally:
             store.delete_dir(candidates)
-        urls, hosts = sum(urls_per_host.values()), len(urls_per_host)
+        urls, hosts = sum(load.urls for load in loads), sum(load.hosts for load in loads)
         if urls == 0:
             store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
