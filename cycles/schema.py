@@ -12,7 +12,8 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - assignment   ``segments/<id>/assignment.parquet``  which partition owns each host: the
   heaviest slot keys by name, every other host by its key's hash group
 - chosen hosts ``segments/<id>/candidates/chosen-hosts-NNNNN.parquet``  a bucket's hosts of
-  the fetch list with their key and group (generate's own, deleted when it ends)
+  the fetch list with their key and group; ``candidates/hosts-NNNNN.parquet``  every host of a
+  crawl DB bucket, for the known-hosts filter (both generate's own, deleted when it ends)
 - seen counts  ``segments/<id>/seen/part-NNNNN.parquet``  known URLs per host and pattern
   (beside the partition's seen-set Bloom filter ``seen/part-NNNNN.bloom``)
 - fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
@@ -143,6 +144,10 @@ ASSIGNMENT = _schema("assignment", [
            "it places (every group has one row)", False),
     _field("partition", pa.int32(), "The one partition that fetches the key's hosts (a named row), else the "
            "hosts of the group's keys (cycles/generate/assign.py Assignment)", False),
+])
+
+BUCKET_HOSTS = _schema("bucket-hosts", [
+    _field("host", pa.string(), "A host of the crawl DB bucket (generate's known-hosts filter is filled from them)", False),
 ])
 
 CHOSEN_HOSTS = _schema("chosen-hosts", [

@@ -180,6 +180,10 @@ class GenerateBucketTask:
     """The link DB's LINK_HOSTS file; None: no link DB yet (every host ranks alike)."""
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
+    hosts_out: StorePath | None = None
+    """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
+    (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
+    filter from them rather than scanning the bucket's hosts a second time."""
 
 
 @dataclass(frozen=True)
@@ -189,14 +193,14 @@ class BucketDue:
     histogram: dict[int, int]
     """The bucket's candidates by :func:`priority_bins` (bin → URLs), for the top-N cutoff."""
     hosts: int = 0
-    """The bucket's distinct hosts, when the segment gets a known-hosts filter
-    (:func:`known_hosts_wanted`; else 0): the filter's size is the sum over the buckets."""
+    """The bucket's distinct hosts, when the segment gets a known-hosts filter (``hosts_out``;
+    else 0): the filter's size is the sum over the buckets."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
-    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff, and the
-    bucket's host count when the known-hosts filter is wanted.
+    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff; and with
+    ``task.hosts_out``, the bucket's distinct hosts there and their count.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
@@ -207,8 +211,11 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     verify_bucket_file(store, task.file)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
-    hosts = (con.execute(f"SELECT count(DISTINCT host) FROM {source}").fetchall()[0][0]
-             if known_hosts_wanted(task.config) else 0)
+    hosts = 0
+    if task.hosts_out is not None:
+        table = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()
+        store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
+        hosts = table.num_rows
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/run.py).
@@ -363,8 +370,8 @@ cutoff by their statistics (a bucket file is in ranking order)."""
 class KnownHostsPart:
     """One bucket's share of the segment's known-hosts filter (cycles/fetch/newhosts.py)."""
 
-    crawldb_file: StorePath
-    schema_version: int
+    hosts_file: StorePath
+    """The bucket's distinct hosts (select_bucket_due's ``hosts_out``)."""
     capacity: int
     """The whole filter's: every bucket's part has the same size and hashes, so the parts
     merge by OR into the filter of all the crawl DB's hosts (:func:`write_known_hosts`)."""
@@ -401,9 +408,9 @@ def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
     con = connect(store, config, task.workers)
     urls_per_host = dict(con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
         WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall())
-    if task.known_hosts is not None:
-        write_known_hosts_part(store, con, task.known_hosts)
     con.close()
+    if task.known_hosts is not None:
+        write_known_hosts_part(store, task.known_hosts)
     if task.leave_out_claimed_for is not None:
         for host in claimed_elsewhere(store, task.leave_out_claimed_for, sorted(urls_per_host)):
             del urls_per_host[host]
@@ -411,11 +418,10 @@ def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
     return bucket_load(store, config, urls_per_host, task.buckets)
 
 
-def write_known_hosts_part(store: Store, con, part: KnownHostsPart) -> None:
+def write_known_hosts_part(store: Store, part: KnownHostsPart) -> None:
     """A Bloom filter of the bucket's hosts, sized for the whole crawl DB's (a host lives in
     one bucket). Written whole under its bucket's name: a retried task writes the same bytes."""
-    source = upgraded_sql(store.duckdb_source(con, [part.crawldb_file]), part.schema_version)
-    hosts = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()["host"].to_pylist()
+    hosts = store.read_table(part.hosts_file, schema.BUCKET_HOSTS)["host"].to_pylist()
     bloom = BloomFilter(part.capacity, KNOWN_HOSTS_FP)
     bloom.add_new(hosts)
     store.write_bytes(part.out, bloom.to_bytes())
@@ -594,9 +600,12 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
         host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
+        hosts_files = [candidates / f"hosts-{bucket:05d}.parquet" if known_hosts_wanted(config) else None
+                       for bucket in range(len(files))]
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
                                     top_n, store.bucket_file(candidates, bucket), executor.workers,
-                                    *current_link_files(store, bucket, len(files)), host_lease_files)
+                                    *current_link_files(store, bucket, len(files)), host_lease_files,
+                                    hosts_files[bucket])
                  for bucket, file in enumerate(files)]
         try:
             outs = [t.out for t in tasks]
@@ -611,9 +620,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                 if known_hosts_wanted(config):
                     hosts = sum(d.hosts for d in due)
                     capacity = known_hosts_capacity(hosts, len(pending_claims(store)))
-                    parts = [KnownHostsPart(file, manifest.schema_version, capacity,
-                                            candidates / f"known-hosts-{bucket:05d}.bloom")
-                             for bucket, file in enumerate(files)]
+                    parts = [KnownHostsPart(hosts_file, capacity, candidates / f"known-hosts-{bucket:05d}.bloom")
+                             for bucket, hosts_file in enumerate(hosts_files)]
                     known_hosts = ([part.out for part in parts], hosts)
                 chosen = [candidates / f"chosen-hosts-{bucket:05d}.parquet" for bucket in range(len(outs))]
                 # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
