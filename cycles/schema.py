@@ -147,7 +147,8 @@ ASSIGNMENT = _schema("assignment", [
 ])
 
 BUCKET_HOSTS = _schema("bucket-hosts", [
-    _field("host", pa.string(), "A host of the crawl DB bucket (generate's known-hosts filter is filled from them)", False),
+    _field("host", pa.string(), "A host of the crawl DB bucket (generate's known-hosts filter is filled "
+           "from them)", False),
 ])
 
 CHOSEN_HOSTS = _schema("chosen-hosts", [

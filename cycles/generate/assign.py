@@ -135,31 +135,36 @@ def named_per_bucket(config: Config, buckets: int) -> int:
     return max(1, min(k, -(-2 * k // max(1, buckets))))
 
 
-def bucket_load(store: Store, config: Config, urls_per_host: dict[str, int], buckets: int) -> BucketLoad:
-    """Weigh one bucket's chosen hosts: URLs × delay (the host DB's, looked up here in the
-    bucket task, only when there is more than one partition to balance), summed by slot key;
-    the heaviest :func:`named_per_bucket` keys by name, the others by hash group."""
-    groups = np.zeros(config.generate.assign_groups)
-    delays = host_delays(store, config, list(urls_per_host)) if config.generate.partitions > 1 else {}
-    keys = ({host: slot_key(host, config) for host in urls_per_host}
-            if config.generate.partition_by != "host" else None)
-    expected = expected_by_key(urls_per_host, delays, keys)
-    top = heapq.nsmallest(named_per_bucket(config, buckets), expected.items(), key=lambda kv: (-kv[1], kv[0]))
-    named = {key for key, _ in top}
-    rest = [(key, s) for key, s in expected.items() if key not in named]
-    if rest:
-        np.add.at(groups, key_groups([key for key, _ in rest], len(groups)), [s for _, s in rest])
-    return BucketLoad(sum(urls_per_host.values()), len(urls_per_host), tuple(top), groups)
-
-
 def chosen_hosts_table(hosts: list[str], config: Config) -> pa.Table:
     """A bucket's chosen hosts with their slot key and its group (schema.CHOSEN_HOSTS), for
-    :func:`partition_hosts_sql`."""
+    :func:`partition_hosts_sql` and :func:`bucket_load`."""
     hosts = sorted(hosts)
     keys = [slot_key(host, config) for host in hosts] if config.generate.partition_by != "host" else hosts
     return pa.table({"host": pa.array(hosts, pa.string()), "key": pa.array(keys, pa.string()),
                      "key_group": pa.array(key_groups(keys, config.generate.assign_groups), pa.int32())},
                     schema=schema.CHOSEN_HOSTS)
+
+
+def bucket_load(store: Store, config: Config, chosen: pa.Table, urls_per_host: dict[str, int],
+                buckets: int) -> BucketLoad:
+    """Weigh one bucket's chosen hosts (``chosen``: :func:`chosen_hosts_table`'s, their URL
+    counts in ``urls_per_host``): URLs × delay (the host DB's, looked up here in the bucket
+    task, only when there is more than one partition to balance), summed by slot key; the
+    heaviest :func:`named_per_bucket` keys by name, the others by hash group."""
+    groups = np.zeros(config.generate.assign_groups)
+    hosts = chosen["host"].to_pylist()
+    delays = host_delays(store, config, hosts) if config.generate.partitions > 1 else {}
+    expected: dict[str, float] = {}
+    group_of: dict[str, int] = {}
+    for host, key, group in zip(hosts, chosen["key"].to_pylist(), chosen["key_group"].to_pylist()):
+        expected[key] = expected.get(key, 0.0) + urls_per_host[host] * delays.get(host, 1.0)
+        group_of[key] = group
+    top = heapq.nsmallest(named_per_bucket(config, buckets), expected.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = {key for key, _ in top}
+    rest = [(group_of[key], s) for key, s in expected.items() if key not in named]
+    if rest:
+        np.add.at(groups, [group for group, _ in rest], [s for _, s in rest])
+    return BucketLoad(sum(urls_per_host.values()), len(hosts), tuple(top), groups)
 
 
 def plan_assignment(loads: list[BucketLoad], config: Config) -> pa.Table:

@@ -414,8 +414,9 @@ def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
     if task.leave_out_claimed_for is not None:
         for host in claimed_elsewhere(store, task.leave_out_claimed_for, sorted(urls_per_host)):
             del urls_per_host[host]
-    store.write_table(task.chosen_hosts, chosen_hosts_table(list(urls_per_host), config), schema.CHOSEN_HOSTS)
-    return bucket_load(store, config, urls_per_host, task.buckets)
+    chosen = chosen_hosts_table(list(urls_per_host), config)
+    store.write_table(task.chosen_hosts, chosen, schema.CHOSEN_HOSTS)
+    return bucket_load(store, config, chosen, urls_per_host, task.buckets)
 
 
 def write_known_hosts_part(store: Store, part: KnownHostsPart) -> None:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cycles.config import Config
-from cycles.generate.assign import Assignment, assign_hosts, assignment_table, bucket_load, plan_assignment
+from cycles.generate.assign import Assignment, assign_hosts, assignment_table, bucket_load, chosen_hosts_table, \
+    plan_assignment
 from cycles.hostdb import host_buckets
 
 
@@ -25,7 +26,7 @@ def planned(store, config: Config, urls_per_host: dict[str, int], buckets: int) 
     by_bucket: list[dict[str, int]] = [{} for _ in range(buckets)]
     for host, bucket in zip(urls_per_host, host_buckets(list(urls_per_host), buckets).tolist()):
         by_bucket[bucket][host] = urls_per_host[host]
-    loads = [bucket_load(store, config, hosts, buckets) for hosts in by_bucket]
+    loads = [bucket_load(store, config, chosen_hosts_table(list(hosts), config), hosts, buckets) for hosts in by_bucket]
     table = plan_assignment(loads, config)
     assert table.num_rows <= config.generate.assign_top_keys + config.generate.assign_groups
     named = table.filter(table["key"].is_valid())
@@ -43,7 +44,8 @@ def makespan(placement: dict[str, int], urls_per_host: dict[str, int], partition
     return max(loads)
 
 
-@pytest.mark.parametrize("partitions,top_keys,groups", [(4, 100, 256), (16, 200, 1024), (7, 20, 64), (3, 10_000, 4096), (64, 100, 4096)])
+@pytest.mark.parametrize("partitions,top_keys,groups",
+                         [(4, 100, 256), (16, 200, 1024), (7, 20, 64), (3, 10_000, 4096), (64, 100, 4096)])
 def test_named_keys_and_groups_balance_within_a_few_percent_of_lpt_over_every_host(store, partitions, top_keys, groups):
     urls = long_tail(20_000)
     config = Config()
@@ -76,7 +78,7 @@ def test_each_bucket_names_only_its_share_of_the_heaviest(store):
     config = Config()
     config.generate.partitions, config.generate.assign_top_keys, config.generate.assign_groups = 2, 100, 16
     urls = long_tail(5000)
-    load = bucket_load(store, config, urls, buckets=8)
+    load = bucket_load(store, config, chosen_hosts_table(list(urls), config), urls, buckets=8)
     assert len(load.top) == 25  # 2K / buckets
     assert [s for _, s in load.top] == sorted((s for _, s in load.top), reverse=True)
     # Every URL is counted once: by name or in its group.
