@@ -18,15 +18,16 @@ placed in one partition.
 No process holds the segment's rows (issue #11). Tasks on the stage's executor, in rounds:
 
 1. one :func:`select_bucket_due` per crawl DB bucket writes its best ``top_n`` due URLs in
-   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin;
+   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin
+   (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
 2. the coordinator sums the histograms to find the bin the ``top_n``-th URL falls in, and
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
    (:func:`top_n_cutoff`: one batch per bucket in memory);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
    host, weighs its hosts by expected fetch time and reports the heaviest by name and the
    rest by hash group (cycles/generate/assign.py :func:`bucket_load`), writes its chosen
-   hosts with their group (and its hosts' part of the known-hosts filter, sized from the
-   host counts of round 1); from the buckets' K + G items the coordinator plans the
+   hosts with their group (and its part of the known-hosts filter, from its hosts of round
+   1, sized from every bucket's count); from the buckets' K + G items the coordinator plans the
    partitions (:func:`plan_assignment`: constant work whatever the segment's size);
 4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
    at or before the cutoff — and its seen-set; :func:`merge_known_hosts` tasks OR the
