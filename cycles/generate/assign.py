@@ -179,6 +179,10 @@ def plan_assignment(loads: list[BucketLoad], config: Config) -> pa.Table:
         for key, expected_s in load.top:
             named[key] = named.get(key, 0.0) + expected_s
     kept = dict(heapq.nsmallest(g.assign_top_keys, named.items(), key=lambda kv: (-kv[1], kv[0])))
+    # With partition_by = domain | ip a key's hosts may sit in several buckets; a bucket that
+    # did not name the key left its part in the group's sum. That part is then weighed in
+    # the wrong item (a balance error of its size), never placed twice: the key's named row
+    # decides for every one of its hosts.
     back = [(key, s) for key, s in named.items() if key not in kept]
     if back:
         np.add.at(groups, key_groups([key for key, _ in back], len(groups)), [s for _, s in back])
