@@ -87,8 +87,17 @@ def test_each_host_in_exactly_one_partition_as_the_assignment_says(store, config
     if partition_by == "domain":
         assert all(listed[f"www.site{s}.com"] == listed[f"blog.site{s}.com"] for s in range(6))
         assert owner("new.site3.com") == listed["www.site3.com"]
-    # Not in any fetch list: its key's group decides, the same for every reader.
-    assert owner("nowhere.test") in range(4) and owner("nowhere.test") == owner("nowhere.test")
+    # The fetch workers' question (cycles/fetch/inline.py), a listed host or not: exactly one
+    # partition says yes, the one of its fetch list; a host in none by its key's group.
+    from cycles.fetch.inline import InlineFetches
+
+    workers = []
+    for part in range(4):
+        workers.append(InlineFetches(store, config, store.segment_dir(segment), part))
+        workers[-1].partitions = 4
+    for host in [*listed, "nowhere.test", "new.site3.com", "x.y.fresh.org"]:
+        owners = [part for part, worker in enumerate(workers) if worker.owns(host)]
+        assert owners == [listed.get(host, owner(host))]
 
 
 def test_equal_hosts_are_spread_evenly(store, config, tmp_path):
