@@ -351,8 +351,8 @@ class GenerateConfig:
     politeness floor a host cannot be fetched faster than 3,600 pages an hour."""
 
     partitions: Annotated[int, Int(1, 4096)] = 2
-    """Number of fetch-list partitions; a host is in exactly one (hash of host).
-    Each partition is fetched by one process."""
+    """Number of fetch-list partitions; a host is in exactly one (balanced by expected fetch
+    time, cycles/generate/assign.py). Each partition is fetched by one process."""
 
     max_urls_per_pattern: Annotated[int, Int(1)] = 20
     """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
@@ -418,6 +418,18 @@ class GenerateConfig:
     the names of one registered domain (Public Suffix List, bundled snapshot). ``ip``: the
     names ``fetch.resolve`` pins to one address (others: each its own). Sharing is slower for
     sites with many sub-domains, which the server then sees at the one delay it asked for."""
+
+    assign_top_keys: Annotated[int, Int(1)] = 10_000
+    """How many of the segment's heaviest slot keys (hosts, or domains / addresses with
+    ``partition_by``; by expected fetch time, URLs × delay) are placed in a partition one by
+    one (cycles/generate/assign.py). The others are placed in ``assign_groups`` hash groups;
+    the coordinator's planning is over these K + G items whatever the segment's size. Each
+    bucket task reports its heaviest 2K / buckets keys (at least 1, at most K)."""
+
+    assign_groups: Annotated[int, Int(1, 1 << 20)] = 4096
+    """Hash groups (``host_hash(key) % assign_groups``) the keys not placed one by one are
+    placed in, each at its keys' summed expected time. Many more groups than partitions keep
+    the partitions even; every host, listed or not, has its group's partition."""
 
 
 @dataclass

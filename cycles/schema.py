@@ -9,7 +9,11 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 
 - crawl DB     ``crawldb/<version>/bucket-NNNNN.parquet``   one row per known URL
 - fetch list   ``segments/<id>/fetchlist/part-NNNNN.parquet`` written by generate
-- assignment   ``segments/<id>/assignment.parquet``  which partition owns each host
+- assignment   ``segments/<id>/assignment.parquet``  which partition owns each host: the
+  heaviest slot keys by name, every other host by its key's hash group
+- chosen hosts ``segments/<id>/candidates/chosen-hosts-NNNNN.parquet``  a bucket's hosts of
+  the fetch list with their key and group; ``candidates/hosts-NNNNN.parquet``  every host of a
+  crawl DB bucket, for the known-hosts filter (both generate's own, deleted when it ends)
 - seen counts  ``segments/<id>/seen/part-NNNNN.parquet``  known URLs per host and pattern
   (beside the partition's seen-set Bloom filter ``seen/part-NNNNN.bloom``)
 - fetched      ``segments/<id>/fetched/part-NNNNN-*.parquet``  one row per fetch attempt
@@ -134,8 +138,23 @@ FETCHLIST = _schema("fetchlist", [
 ])
 
 ASSIGNMENT = _schema("assignment", [
-    _field("host", pa.string(), "A host of the fetch list", False),
-    _field("partition", pa.int32(), "The one partition that fetches it (balanced by expected fetch time)", False),
+    _field("key", pa.string(), "A slot key placed by name: one of the segment's heaviest hosts (or, with "
+           "generate.partition_by, domains / addresses) by expected fetch time; null on a group's row"),
+    _field("key_group", pa.int32(), "host_hash(key) % generate.assign_groups; on a group's row, the group "
+           "it places (every group has one row)", False),
+    _field("partition", pa.int32(), "The one partition that fetches the key's hosts (a named row), else the "
+           "hosts of the group's keys (cycles/generate/assign.py Assignment)", False),
+])
+
+BUCKET_HOSTS = _schema("bucket-hosts", [
+    _field("host", pa.string(), "A host of the crawl DB bucket (generate's known-hosts filter is filled "
+           "from them)", False),
+])
+
+CHOSEN_HOSTS = _schema("chosen-hosts", [
+    _field("host", pa.string(), "A host of the bucket with URLs in the fetch list", False),
+    _field("key", pa.string(), "Its slot key (cycles/slotkey.py; the host itself with partition_by = host)", False),
+    _field("key_group", pa.int32(), "host_hash(key) % generate.assign_groups", False),
 ])
 
 SEEN_COUNTS = _schema("seen-counts", [

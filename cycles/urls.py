@@ -71,8 +71,9 @@ Deliberate differences from the public suites are listed, with reasons, in
 
 Host hashing: :func:`host_hash` is BLAKE2b with ``digest_size=8`` (a parameter of the
 hash, not a truncated BLAKE2b-512) of the UTF-8 host name, read as a big-endian unsigned
-integer. It must never change: crawl DB buckets are ``host_hash % n`` (fetch partitions are
-balanced by expected fetch time, cycles/generate/assign.py; hosts in no fetch list fall back to ``host_hash % n``).
+integer. It must never change: crawl DB buckets are ``host_hash % n``, and so are a segment's
+host groups (fetch partitions are balanced by expected fetch time over the heaviest hosts
+and those groups, cycles/generate/assign.py).
 """
 
 from __future__ import annotations

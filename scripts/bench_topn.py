@@ -113,10 +113,11 @@ def way_hosts(files: list[Path], top_n: int) -> dict:
     from cycles.store import Store
 
     cutoff = Cutoff(**json.loads((files[0].parent / "cutoff.json").read_text()))
-    store, per_host = Store(files[0].parent), {}
+    store, loads = Store(files[0].parent), []
     for f in files:
-        per_host.update(count_chosen_hosts(ChosenHostsTask(store.uri, Config(), f, cutoff)))
-    return {"rows": sum(per_host.values()), "hosts": len(per_host)}
+        loads.append(count_chosen_hosts(ChosenHostsTask(store.uri, Config(), f, cutoff,
+                                                        f.with_name(f"chosen-hosts-{f.stem}.parquet"), len(files))))
+    return {"rows": sum(load.urls for load in loads), "hosts": sum(load.hosts for load in loads)}
 
 
 def way_baseline(files: list[Path], top_n: int) -> dict:

@@ -6,16 +6,15 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
 - :meth:`~InlineFetches.prepare`: the URL as update would store it — normalised and passing
   the URL filters (cycles/urls.py, the functions update's outlink preparation uses), else None;
 - :meth:`~InlineFetches.owns`: is the host this worker's? A host of this partition's fetch
-  list is; a host of another partition's is not (the segment's assignment,
-  cycles/generate/assign.py); a host in no fetch list belongs to partition
-  ``host_hash % partitions`` (so exactly one worker may take it up). With
-  ``generate.partition_by`` = domain or ip, a host goes with its slot key
-  (cycles/slotkey.py): to the partition of a host of the assignment with the same key,
-  else by the key's hash, so two workers never ask one server at once. A segment without an
-  assignment file (made by an older generate, or by hand) uses ``host_hash % partitions``
-  for every host. A host the crawl DB does not know at all (generate's known-hosts filter)
-  is instead the worker's that claims it first, across partitions and segments in flight
-  (:meth:`~InlineFetches.take_new_host`, cycles/fetch/newhosts.py);
+  list is; any other host is the partition the segment's assignment gives it
+  (cycles/generate/assign.py :class:`~cycles.generate.assign.Assignment`: its slot key's
+  named row, else its key's hash group's), one partition per host whether it is in a
+  fetch list or not, so exactly one worker may take it up. With ``generate.partition_by`` =
+  domain or ip the hosts sharing a slot key (cycles/slotkey.py) get the same answer, so two
+  workers never ask one server at once. A segment without an assignment file (made by
+  hand) uses ``host_hash(key) % partitions``. A host the crawl DB does not know at all
+  (generate's known-hosts filter) is instead the worker's that claims it first, across
+  partitions and segments in flight (:meth:`~InlineFetches.take_new_host`, cycles/fetch/newhosts.py);
 - :meth:`~InlineFetches.claim`: a URL is fetched at most once a segment. Every URL of the
   fetch list, every URL committed by an earlier run of the partition and every URL claimed
   inline is in :attr:`~InlineFetches.listed_urls`; a second claim (another path to the
@@ -24,12 +23,11 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
 
 from __future__ import annotations
 
-from cycles import segment as seg
 from cycles.config import Config
 from cycles.fetch.newhosts import NewHosts
-from cycles.slotkey import slot_key
+from cycles.generate.assign import Assignment
 from cycles.store import Store, StorePath
-from cycles.urls import Normalizer, UrlFilter, host_hash
+from cycles.urls import Normalizer, UrlFilter
 
 
 class InlineFetches:
@@ -48,10 +46,9 @@ class InlineFetches:
         """URLs of the fetch list, committed by earlier runs, or claimed inline: each gets one row."""
         self.own_hosts: set[str] = set()
         """The hosts of this partition's fetch list."""
-        self._assignment: dict[str, int] | None = None
+        self._assignment: Assignment | None = None
         self.new_hosts: NewHosts | None = None
         """Claims of hosts nobody knows (set by the worker; None: no new host is taken)."""
-        self._key_owners: dict[str, int] | None = None
 
     def prepare(self, url: str) -> str | None:
         """``url`` normalised, if the URL filters keep it (None: update would drop it too)."""
@@ -69,14 +66,7 @@ class InlineFetches:
             return self.take_new_host(host)
         if self.partitions <= 1:
             return True
-        owner = self.assignment().get(host)
-        if owner is not None:
-            return owner == self.partition
-        key = slot_key(host, self.config)  # the host itself unless generate.partition_by groups hosts
-        owner = self.key_owners().get(key) if key != host else None
-        if owner is not None:
-            return owner == self.partition
-        return host_hash(key) % self.partitions == self.partition
+        return self.assignment().partition_of(host) == self.partition
 
     def take_new_host(self, host: str) -> bool:
         """Claim ``host``, which the crawl DB does not know, for this partition (then it is
@@ -92,21 +82,11 @@ class InlineFetches:
         self.own_hosts.add(host)
         return True
 
-    def assignment(self) -> dict[str, int]:
-        """host → partition from generate's assignment file (read once; {} when there is none)."""
+    def assignment(self) -> Assignment:
+        """The segment's assignment (read once, after :attr:`partitions` is set)."""
         if self._assignment is None:
-            path = seg.assignment_file(self.seg_dir)
-            self._assignment = {}
-            if self.store.exists(path):
-                table = self.store.read_table(path, columns=["host", "partition"])
-                self._assignment = dict(zip(table["host"].to_pylist(), table["partition"].to_pylist()))
+            self._assignment = Assignment.read(self.store, self.seg_dir, self.config, self.partitions)
         return self._assignment
-
-    def key_owners(self) -> dict[str, int]:
-        """slot key → partition of the assignment's hosts (generate placed a key's hosts together)."""
-        if self._key_owners is None:
-            self._key_owners = {slot_key(host, self.config): part for host, part in self.assignment().items()}
-        return self._key_owners
 
     def claim(self, url: str) -> bool:
         """Take ``url`` for an inline fetch; False when this segment already has (or will

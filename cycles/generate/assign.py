@@ -4,15 +4,34 @@
 a host's URLs are fetched one at a time, a delay apart, so a host with ``n`` URLs and delay
 ``d`` needs about ``n × d`` seconds whatever else its partition holds. ``host_hash %
 partitions`` spread hosts evenly by count, so a big host shared its partition with a third
-of the small ones and that partition ran long after the others. :func:`assign_hosts` uses
-longest-processing-time-first (Graham, 1969): hosts by expected time, longest first, each
-to the partition with the least expected time so far — a host bigger than a partition's
-fair share ends up alone, and the makespan is within 4/3 of the best. The result is the
-segment's assignment (``assignment.parquet``, schema.ASSIGNMENT): every host in
-exactly one partition. Everything that asks "whose is this host" reads it
-(cycles/fetch/inline.py); a host in no fetch list falls back to ``host_hash % partitions``.
-With ``generate.partition_by`` = domain or ip, the hosts sharing a slot key
-(cycles/slotkey.py) are placed as one item, at the sum of their expected times.
+of the small ones and that partition ran long after the others. :func:`lpt` is
+longest-processing-time-first (Graham, 1969): items by expected time, longest first, each
+to the partition with the least expected time so far — an item bigger than a partition's
+fair share ends up alone, and the makespan is within 4/3 of the best. With
+``generate.partition_by`` = domain or ip, the hosts sharing a slot key (cycles/slotkey.py)
+are one item, at the sum of their expected times: the item is the key.
+
+**A plan of constant size (issue #11).** A segment of a large crawl holds millions of
+hosts; LPT over each of them, and the host DB lookups of their delays, made the
+coordinator's part grow with the segment. So each bucket task of generate weighs its own
+hosts (:func:`bucket_load`, in ``count_chosen_hosts``, which counts the bucket's chosen
+URLs by host anyway: URLs × delay from the host DB, summed by key) and reports only its
+heaviest keys by name and the others summed into ``generate.assign_groups`` hash groups
+(``host_hash(key) % G``). The coordinator (:func:`plan_assignment`) keeps the
+``generate.assign_top_keys`` (K) heaviest named keys, puts the others back into their
+groups, and runs LPT over those K + G items: its work depends on K, G and the number of
+buckets, not on the segment. A key heavier than a group is placed by name, alone if it is
+that big; the long tail is placed by groups, each about 1/G of it (the hash spreads it),
+fine enough to keep the partitions within a few % of LPT over every host (tested).
+
+**One answer per host.** The segment's assignment (``assignment.parquet``,
+schema.ASSIGNMENT) is the K named keys' rows plus one row per group. :class:`Assignment`
+answers "whose is this host" for every reader: the row of its slot key, else the row of its
+key's group — one partition per host, the same for hosts sharing a key, whether the host
+is in a fetch list or not (discovery inside the fetch asks for hosts in none,
+cycles/fetch/inline.py). The partition writers ask the same in SQL
+(:func:`partition_hosts_sql`), over the chosen hosts each bucket task wrote with their key
+and group (schema.CHOSEN_HOSTS).
 
 **The seen-set.** For discovery inside the fetch (cycles/fetch/discovery.py) each partition
 gets the URLs the crawl DB holds for its hosts as a Bloom filter (``seen/part-N.bloom``,
@@ -28,7 +47,10 @@ by which a worker tells a host nobody knows (cycles/fetch/newhosts.py).
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
+from typing import Hashable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,8 +59,9 @@ from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config
 from cycles.hostdb import load_host_state
-from cycles.slotkey import slot_keys
+from cycles.slotkey import slot_key
 from cycles.store import Store, StorePath
+from cycles.urls import host_hash, host_hashes
 
 MIN_BLOOM_CAPACITY = 1000
 """A partition's seen-set holds at least this many URLs' worth of bits (a few KB)."""
@@ -52,46 +75,186 @@ def host_delays(store: Store, config: Config, hosts: list[str]) -> dict[str, flo
     return {host: max(floor, float((states.get(host) or {}).get("crawl_delay_s") or 0.0)) for host in hosts}
 
 
-def assign_hosts(urls_per_host: dict[str, int], delays: dict[str, float], partitions: int,
-                 keys: dict[str, str] | None = None) -> dict[str, int]:
-    """Longest-processing-time-first: host → partition, balancing ``urls × delay``.
+def lpt(costs: dict[Hashable, float], partitions: int) -> dict[Hashable, int]:
+    """Longest-processing-time-first: item → partition, balancing the items' costs. Ties are
+    broken by item, then partition number, so the same input always gives the same
+    assignment (a re-run generate, a test)."""
+    loads = [(0.0, part) for part in range(max(1, partitions))]
+    placed: dict[Hashable, int] = {}
+    for item, cost in sorted(costs.items(), key=lambda kv: (-kv[1], kv[0])):
+        load, part = heapq.heappop(loads)
+        placed[item] = part
+        heapq.heappush(loads, (load + cost, part))
+    return placed
 
-    ``keys`` (host → slot key, cycles/slotkey.py; default: each host its own): hosts
-    sharing a key share one politeness slot, so they are placed together, at the sum of
-    their expected times. Ties are broken by key, then partition number, so the same input
-    always gives the same assignment (a re-run generate, a test)."""
+
+def expected_by_key(urls_per_host: dict[str, int], delays: dict[str, float],
+                    keys: dict[str, str] | None = None) -> dict[str, float]:
+    """Expected fetch seconds (URLs × delay) summed by slot key (``keys``: host → key;
+    default each host its own)."""
     keys = keys or {}
     expected: dict[str, float] = {}
     for host, n in urls_per_host.items():
         key = keys.get(host, host)
         expected[key] = expected.get(key, 0.0) + n * delays.get(host, 1.0)
-    cost = sorted(((s, key) for key, s in expected.items()), key=lambda item: (-item[0], item[1]))
-    loads = [(0.0, part) for part in range(max(1, partitions))]
-    assignment: dict[str, int] = {}
-    for expected_s, key in cost:
-        load, part = heapq.heappop(loads)
-        assignment[key] = part
-        heapq.heappush(loads, (load + expected_s, part))
-    return {host: assignment[keys.get(host, host)] for host in urls_per_host}
+    return expected
 
 
-def assignment_table(assignment: dict[str, int]) -> pa.Table:
-    hosts = sorted(assignment)
-    return pa.table({"host": pa.array(hosts, pa.string()),
-                     "partition": pa.array([assignment[h] for h in hosts], pa.int32())}, schema=schema.ASSIGNMENT)
+def assign_hosts(urls_per_host: dict[str, int], delays: dict[str, float], partitions: int,
+                 keys: dict[str, str] | None = None) -> dict[str, int]:
+    """LPT over every host (every key): host → partition. What :func:`plan_assignment`
+    approximates with K named keys and G groups; the reference its balance is tested against."""
+    keys = keys or {}
+    placed = lpt(expected_by_key(urls_per_host, delays, keys), partitions)
+    return {host: placed[keys.get(host, host)] for host in urls_per_host}
 
 
-def plan_partitions(store: Store, config: Config, selected: pa.Table | dict[str, int], partitions: int) -> pa.Table:
-    """The segment's assignment table (schema.ASSIGNMENT) for the chosen URLs, or for their
-    count per host (what generate's merge of the buckets' tops gives)."""
-    if isinstance(selected, dict):
-        urls_per_host = selected
-    else:
-        counts = pc.value_counts(selected["host"]).to_pylist()
-        urls_per_host = {row["values"]: row["counts"] for row in counts}
-    delays = host_delays(store, config, list(urls_per_host)) if partitions > 1 else {}
-    keys = slot_keys(urls_per_host, config) if config.generate.partition_by != "host" else None
-    return assignment_table(assign_hosts(urls_per_host, delays, partitions, keys))
+def key_groups(keys: list[str] | pa.Array, groups: int) -> np.ndarray:
+    """The hash group (``host_hash(key) % groups``) of each slot key, as int64."""
+    return (host_hashes(keys).to_numpy(zero_copy_only=False) % np.uint64(groups)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BucketLoad:
+    """One bucket's chosen hosts, weighed (:func:`bucket_load`): what the coordinator plans from."""
+
+    urls: int
+    hosts: int
+    top: tuple
+    """The bucket's heaviest slot keys as (key, expected seconds), heaviest first."""
+    groups: np.ndarray
+    """Expected seconds of the bucket's other keys, summed by hash group (float64, G long)."""
+
+
+def named_per_bucket(config: Config, buckets: int) -> int:
+    """How many heaviest keys one bucket reports by name: 2K / buckets (at least 1, at most
+    K). A host lives in one bucket and the hash spreads the heaviest evenly, so a bucket
+    holds about K / buckets of the K heaviest; twice that leaves the rare bucket with more
+    only its lightest few to place by group, and the coordinator at most 2K names to merge."""
+    k = config.generate.assign_top_keys
+    return max(1, min(k, -(-2 * k // max(1, buckets))))
+
+
+def chosen_hosts_table(hosts: list[str], config: Config) -> pa.Table:
+    """A bucket's chosen hosts with their slot key and its group (schema.CHOSEN_HOSTS), for
+    :func:`partition_hosts_sql` and :func:`bucket_load`."""
+    hosts = sorted(hosts)
+    keys = [slot_key(host, config) for host in hosts] if config.generate.partition_by != "host" else hosts
+    return pa.table({"host": pa.array(hosts, pa.string()), "key": pa.array(keys, pa.string()),
+                     "key_group": pa.array(key_groups(keys, config.generate.assign_groups), pa.int32())},
+                    schema=schema.CHOSEN_HOSTS)
+
+
+def bucket_load(store: Store, config: Config, chosen: pa.Table, urls_per_host: dict[str, int],
+                buckets: int) -> BucketLoad:
+    """Weigh one bucket's chosen hosts (``chosen``: :func:`chosen_hosts_table`'s, their URL
+    counts in ``urls_per_host``): URLs × delay (the host DB's, looked up here in the bucket
+    task, only when there is more than one partition to balance), summed by slot key; the
+    heaviest :func:`named_per_bucket` keys by name, the others by hash group."""
+    groups = np.zeros(config.generate.assign_groups)
+    hosts = chosen["host"].to_pylist()
+    delays = host_delays(store, config, hosts) if config.generate.partitions > 1 else {}
+    expected: dict[str, float] = {}
+    group_of: dict[str, int] = {}
+    for host, key, group in zip(hosts, chosen["key"].to_pylist(), chosen["key_group"].to_pylist()):
+        expected[key] = expected.get(key, 0.0) + urls_per_host[host] * delays.get(host, 1.0)
+        group_of[key] = group
+    top = heapq.nsmallest(named_per_bucket(config, buckets), expected.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = {key for key, _ in top}
+    rest = [(group_of[key], s) for key, s in expected.items() if key not in named]
+    if rest:
+        np.add.at(groups, [group for group, _ in rest], [s for _, s in rest])
+    return BucketLoad(sum(urls_per_host.values()), len(hosts), tuple(top), groups)
+
+
+def plan_assignment(loads: list[BucketLoad], config: Config) -> pa.Table:
+    """The segment's assignment (schema.ASSIGNMENT) from the buckets' loads: LPT over the K
+    heaviest named keys and the G groups (the module doc). A group nobody's chosen host is
+    in gets partition ``group % partitions``: the hosts found during the fetch spread evenly."""
+    g = config.generate
+    partitions, groups = max(1, g.partitions), np.zeros(g.assign_groups)
+    named: dict[str, float] = {}
+    for load in loads:
+        groups += load.groups
+        for key, expected_s in load.top:
+            named[key] = named.get(key, 0.0) + expected_s
+    kept = dict(heapq.nsmallest(g.assign_top_keys, named.items(), key=lambda kv: (-kv[1], kv[0])))
+    # With partition_by = domain | ip a key's hosts may sit in several buckets; a bucket that
+    # did not name the key left its part in the group's sum. That part is then weighed in
+    # the wrong item (a balance error of its size), never placed twice: the key's named row
+    # decides for every one of its hosts.
+    back = [(key, s) for key, s in named.items() if key not in kept]
+    if back:
+        np.add.at(groups, key_groups([key for key, _ in back], len(groups)), [s for _, s in back])
+    costs: dict[Hashable, float] = {(0, key): s for key, s in kept.items()}
+    costs.update({(1, int(group)): float(groups[group]) for group in np.flatnonzero(groups > 0)})
+    placed = lpt(costs, partitions)
+    group_parts = np.arange(len(groups)) % partitions
+    for (kind, item), part in placed.items():
+        if kind == 1:
+            group_parts[item] = part
+    return assignment_table({key: placed[(0, key)] for key in kept}, group_parts.tolist())
+
+
+def assignment_table(named: dict[str, int], group_parts: list[int]) -> pa.Table:
+    """schema.ASSIGNMENT rows: the named keys' (key → partition), then one per group
+    (``group_parts[g]``: group g's partition)."""
+    keys = sorted(named)
+    return pa.table({
+        "key": pa.array(keys + [None] * len(group_parts), pa.string()),
+        "key_group": pa.array(np.concatenate([key_groups(keys, len(group_parts)),
+                                              np.arange(len(group_parts))]), pa.int32()),
+        "partition": pa.array([named[key] for key in keys] + list(group_parts), pa.int32()),
+    }, schema=schema.ASSIGNMENT)
+
+
+def partition_hosts_sql(chosen: str, assignment: str, part: int) -> str:
+    """SQL of the chosen hosts (``chosen``: schema.CHOSEN_HOSTS rows) that ``assignment``
+    (schema.ASSIGNMENT) gives partition ``part``, as (host, partition): the key's named
+    row, else its group's row — :meth:`Assignment.partition_of` in SQL."""
+    return f"""SELECT c.host, {int(part)}::INTEGER AS partition FROM {chosen} c
+        LEFT JOIN (SELECT key, partition FROM {assignment} WHERE key IS NOT NULL) n ON n.key = c.key
+        JOIN (SELECT key_group, partition FROM {assignment} WHERE key IS NULL) g ON g.key_group = c.key_group
+        WHERE coalesce(n.partition, g.partition) = {int(part)}"""
+
+
+class Assignment:
+    """Whose is this host, by a segment's assignment file (:meth:`read`)."""
+
+    def __init__(self, config: Config, partitions: int, named: dict[str, int], group_parts: list[int] | None):
+        self.config = config
+        self.partitions = max(1, partitions)
+        self.named = named
+        """slot key → partition of the keys placed by name."""
+        self.group_parts = group_parts
+        """group → partition; None: no groups (no file, or one an older generate wrote)."""
+
+    @classmethod
+    def read(cls, store: Store, folder: StorePath, config: Config, partitions: int) -> "Assignment":
+        path = seg.assignment_file(folder)
+        if not store.exists(path):
+            return cls(config, partitions, {}, None)
+        table = store.read_table(path)
+        if "host" in table.column_names:
+            # Written by a generate before the groups (one row per host; a segment in flight
+            # across an upgrade): the hosts' keys by name, any other host by its key's hash.
+            return cls(config, partitions, {slot_key(host, config): part for host, part in
+                                            zip(table["host"].to_pylist(), table["partition"].to_pylist())}, None)
+        is_named = pc.is_valid(table["key"])
+        named = table.filter(is_named)
+        grouped = table.filter(pc.invert(is_named)).sort_by("key_group")
+        return cls(config, partitions, dict(zip(named["key"].to_pylist(), named["partition"].to_pylist())),
+                   grouped["partition"].to_pylist())
+
+    def partition_of(self, host: str) -> int:
+        """The one partition that fetches ``host`` (and every host sharing its slot key)."""
+        key = slot_key(host, self.config)  # the host itself unless generate.partition_by groups hosts
+        part = self.named.get(key)
+        if part is not None:
+            return part
+        if self.group_parts:
+            return self.group_parts[host_hash(key) % len(self.group_parts)]
+        return host_hash(key) % self.partitions
 
 
 def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb_sql: str,

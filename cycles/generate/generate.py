@@ -18,13 +18,17 @@ placed in one partition.
 No process holds the segment's rows (issue #11). Tasks on the stage's executor, in rounds:
 
 1. one :func:`select_bucket_due` per crawl DB bucket writes its best ``top_n`` due URLs in
-   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin;
+   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin
+   (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
 2. the coordinator sums the histograms to find the bin the ``top_n``-th URL falls in, and
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
    (:func:`top_n_cutoff`: one batch per bucket in memory);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
-   host (and writes its hosts' part of the known-hosts filter, sized from the host counts
-   of round 1); from those counts the coordinator plans the host → partition assignment;
+   host, weighs its hosts by expected fetch time and reports the heaviest by name and the
+   rest by hash group (cycles/generate/assign.py :func:`bucket_load`), writes its chosen
+   hosts with their group (and its part of the known-hosts filter, from its hosts of round
+   1, sized from every bucket's count); from the buckets' K + G items the coordinator plans the
+   partitions (:func:`plan_assignment`: constant work whatever the segment's size);
 4. one :func:`write_partition` per partition writes its fetch list — its hosts' candidates
    at or before the cutoff — and its seen-set; :func:`merge_known_hosts` tasks OR the
    known-hosts filter's parts.
@@ -60,7 +64,8 @@ from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.bloom import BloomFilter
 from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
-from cycles.generate.assign import plan_partitions, write_seen_set
+from cycles.generate.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
+    plan_assignment, write_seen_set
 from cycles.hostdb import host_buckets
 from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
@@ -176,6 +181,10 @@ class GenerateBucketTask:
     """The link DB's LINK_HOSTS file; None: no link DB yet (every host ranks alike)."""
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
+    hosts_out: StorePath | None = None
+    """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
+    (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
+    filter from them rather than scanning the bucket's hosts a second time."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +194,14 @@ class BucketDue:
     histogram: dict[int, int]
     """The bucket's candidates by :func:`priority_bins` (bin → URLs), for the top-N cutoff."""
     hosts: int = 0
-    """The bucket's distinct hosts, when the segment gets a known-hosts filter
-    (:func:`known_hosts_wanted`; else 0): the filter's size is the sum over the buckets."""
+    """The bucket's distinct hosts, when the segment gets a known-hosts filter (``hosts_out``;
+    else 0): the filter's size is the sum over the buckets."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
-    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff, and the
-    bucket's host count when the known-hosts filter is wanted.
+    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff; and with
+    ``task.hosts_out``, the bucket's distinct hosts there and their count.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
@@ -203,8 +212,11 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     verify_bucket_file(store, task.file)
     con = connect(store, task.config, task.workers)
     source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
-    hosts = (con.execute(f"SELECT count(DISTINCT host) FROM {source}").fetchall()[0][0]
-             if known_hosts_wanted(task.config) else 0)
+    hosts = 0
+    if task.hosts_out is not None:
+        table = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()
+        store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
+        hosts = table.num_rows
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/run.py).
@@ -359,8 +371,8 @@ cutoff by their statistics (a bucket file is in ranking order)."""
 class KnownHostsPart:
     """One bucket's share of the segment's known-hosts filter (cycles/fetch/newhosts.py)."""
 
-    crawldb_file: StorePath
-    schema_version: int
+    hosts_file: StorePath
+    """The bucket's distinct hosts (select_bucket_due's ``hosts_out``)."""
     capacity: int
     """The whole filter's: every bucket's part has the same size and hashes, so the parts
     merge by OR into the filter of all the crawl DB's hosts (:func:`write_known_hosts`)."""
@@ -369,36 +381,49 @@ class KnownHostsPart:
 
 @dataclass(frozen=True)
 class ChosenHostsTask:
-    """Count one bucket's chosen URLs by host (picklable)."""
+    """Count and weigh one bucket's chosen URLs by host (picklable)."""
 
     store_uri: str
     config: Config
     candidates: StorePath
     cutoff: Cutoff
+    chosen_hosts: StorePath
+    """Where the bucket's chosen hosts go, with their slot key and group (schema.CHOSEN_HOSTS)."""
+    buckets: int
+    """The crawl DB's bucket count (how many heaviest keys a bucket names, assign.py)."""
     workers: int = 1
     known_hosts: KnownHostsPart | None = None
     """Also write the bucket's part of the known-hosts filter (None: none wanted)."""
+    leave_out_claimed_for: str | None = None
+    """This segment's id when the hosts a fetch in flight claimed as new are left out
+    (``crawl run`` with ``fetch.follow_new_hosts``: they are its own, cycles/fetch/newhosts.py)."""
 
 
-def count_chosen_hosts(task: ChosenHostsTask) -> dict[str, int]:
-    """host → URLs of the bucket's candidates ranked at or before the cutoff: the per-host
-    stats the assignment is planned from (a bucket's hosts of the segment, small). With
-    ``known_hosts``, the bucket's hosts go into its part of the known-hosts filter."""
-    store = Store(task.store_uri)
-    con = connect(store, task.config, task.workers)
-    rows = con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
-        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall()
-    if task.known_hosts is not None:
-        write_known_hosts_part(store, con, task.known_hosts)
+def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
+    """The bucket's candidates ranked at or before the cutoff, counted by host and weighed
+    by expected fetch time (cycles/generate/assign.py :func:`bucket_load`: what the
+    assignment is planned from, of constant size); its chosen hosts, written with their
+    key and group for the partition writers. With ``known_hosts``, the bucket's hosts go
+    into its part of the known-hosts filter."""
+    store, config = Store(task.store_uri), task.config
+    con = connect(store, config, task.workers)
+    urls_per_host = dict(con.sql(f"""SELECT host, count(*) FROM {store.duckdb_source(con, [task.candidates])}
+        WHERE {AT_OR_BEFORE_CUTOFF_SQL} GROUP BY host""", params=cutoff_params(task.cutoff)).fetchall())
     con.close()
-    return dict(rows)
+    if task.known_hosts is not None:
+        write_known_hosts_part(store, task.known_hosts)
+    if task.leave_out_claimed_for is not None:
+        for host in claimed_elsewhere(store, task.leave_out_claimed_for, sorted(urls_per_host)):
+            del urls_per_host[host]
+    chosen = chosen_hosts_table(list(urls_per_host), config)
+    store.write_table(task.chosen_hosts, chosen, schema.CHOSEN_HOSTS)
+    return bucket_load(store, config, chosen, urls_per_host, task.buckets)
 
 
-def write_known_hosts_part(store: Store, con, part: KnownHostsPart) -> None:
+def write_known_hosts_part(store: Store, part: KnownHostsPart) -> None:
     """A Bloom filter of the bucket's hosts, sized for the whole crawl DB's (a host lives in
     one bucket). Written whole under its bucket's name: a retried task writes the same bytes."""
-    source = upgraded_sql(store.duckdb_source(con, [part.crawldb_file]), part.schema_version)
-    hosts = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()["host"].to_pylist()
+    hosts = store.read_table(part.hosts_file, schema.BUCKET_HOSTS)["host"].to_pylist()
     bloom = BloomFilter(part.capacity, KNOWN_HOSTS_FP)
     bloom.add_new(hosts)
     store.write_bytes(part.out, bloom.to_bytes())
@@ -479,6 +504,8 @@ class PartitionTask:
     """The segment's folder."""
     candidates: tuple
     """Every bucket's candidate file (select_bucket_due)."""
+    chosen_hosts: tuple
+    """Every bucket's chosen hosts (count_chosen_hosts)."""
     cutoff: Cutoff
     crawldb_files: tuple
     """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
@@ -489,12 +516,13 @@ class PartitionTask:
 def write_partition(task: PartitionTask) -> dict[str, int]:
     """Write ``fetchlist/part-P`` — the candidates of the partition's hosts ranked at or
     before the cutoff, ordered by host, then score — and, with discovery on, its seen-set
-    (cycles/generate/assign.py). Reads the segment's assignment, the candidate files and the
-    crawl DB buckets of its hosts; returns counters."""
+    (cycles/generate/assign.py). Reads the segment's assignment, the chosen hosts, the
+    candidate files and the crawl DB buckets of its hosts; returns counters."""
     store, config = Store(task.store_uri), task.config
-    assignment = store.read_table(seg.assignment_file(task.folder))
-    mine = assignment.filter(pc.equal(assignment["partition"], task.partition))
     con = connect(store, config, task.workers)
+    con.register("assignment_rows", store.read_table(seg.assignment_file(task.folder)))
+    mine = con.sql(partition_hosts_sql(store.duckdb_source(con, list(task.chosen_hosts)), "assignment_rows",
+                                       task.partition)).to_arrow_table()
     con.register("assignment", mine)
     table = con.sql(f"""
         SELECT {", ".join(schema.FETCHLIST.names)} FROM {store.duckdb_source(con, list(task.candidates))}
@@ -513,19 +541,19 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
     return counters
 
 
-def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath], cutoff: Cutoff,
-                     urls_per_host: dict[str, int], partitions: int, config: Config, crawldb_files: list[StorePath],
-                     schema_version: int, known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
-    """The segment's host assignment (cycles/generate/assign.py, from the chosen URLs' count
-    per host), then one :func:`write_partition` task per partition on ``executor``: the
-    coordinator never holds the chosen rows; and the known-hosts filter from its parts
-    (``known_hosts``: their files and the hosts they hold, :func:`write_known_hosts`).
-    Returns the tasks' counters, summed."""
+def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath],
+                     chosen_hosts: list[StorePath], cutoff: Cutoff, loads: list[BucketLoad], partitions: int,
+                     config: Config, crawldb_files: list[StorePath], schema_version: int,
+                     known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
+    """The segment's assignment (cycles/generate/assign.py, from the buckets' loads: K named
+    keys and G groups), then one :func:`write_partition` task per partition on ``executor``:
+    the coordinator never holds the chosen rows, nor a row per host; and the known-hosts
+    filter from its parts (``known_hosts``: their files and the hosts they hold,
+    :func:`write_known_hosts`). Returns the tasks' counters, summed."""
     folder = seg.segment_dir(store, segment, must_exist=False)
-    assignment = plan_partitions(store, config, urls_per_host, partitions)
-    store.write_table(seg.assignment_file(folder), assignment, schema.ASSIGNMENT)
-    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), cutoff, tuple(crawldb_files),
-                           schema_version, executor.workers) for part in range(partitions)]
+    store.write_table(seg.assignment_file(folder), plan_assignment(loads, config), schema.ASSIGNMENT)
+    tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), tuple(chosen_hosts), cutoff,
+                           tuple(crawldb_files), schema_version, executor.workers) for part in range(partitions)]
     counters: Counter = Counter()
     for result in executor.map(write_partition, tasks):
         counters.update(result)
@@ -574,15 +602,18 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
         host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
+        hosts_files = [candidates / f"hosts-{bucket:05d}.parquet" if known_hosts_wanted(config) else None
+                       for bucket in range(len(files))]
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
                                     top_n, store.bucket_file(candidates, bucket), executor.workers,
-                                    *current_link_files(store, bucket, len(files)), host_lease_files)
+                                    *current_link_files(store, bucket, len(files)), host_lease_files,
+                                    hosts_files[bucket])
                  for bucket, file in enumerate(files)]
         try:
             outs = [t.out for t in tasks]
             due = executor.map(select_bucket_due, tasks)
             cutoff = top_n_cutoff(store, outs, [d.histogram for d in due], top_n)
-            urls_per_host: dict[str, int] = {}
+            loads: list[BucketLoad] = []
             if cutoff is not None:
                 # The known-hosts filter: each bucket task writes its hosts' part, sized
                 # from every bucket's host count; merged by OR by tasks (write_known_hosts).
@@ -591,23 +622,21 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                 if known_hosts_wanted(config):
                     hosts = sum(d.hosts for d in due)
                     capacity = known_hosts_capacity(hosts, len(pending_claims(store)))
-                    parts = [KnownHostsPart(file, manifest.schema_version, capacity,
-                                            candidates / f"known-hosts-{bucket:05d}.bloom")
-                             for bucket, file in enumerate(files)]
+                    parts = [KnownHostsPart(hosts_file, capacity, candidates / f"known-hosts-{bucket:05d}.bloom")
+                             for bucket, hosts_file in enumerate(hosts_files)]
                     known_hosts = ([part.out for part in parts], hosts)
-                for counts in executor.map(count_chosen_hosts, [
-                        ChosenHostsTask(store.uri, config, out, cutoff, executor.workers, part)
-                        for out, part in zip(outs, parts)]):
-                    urls_per_host.update(counts)
-                if exclude_hosts_in_flight and config.fetch.follow_new_hosts:
-                    # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
-                    for host in claimed_elsewhere(store, segment, sorted(urls_per_host)):
-                        del urls_per_host[host]
-                write_fetchlists(store, executor, segment, outs, cutoff, urls_per_host,
+                chosen = [candidates / f"chosen-hosts-{bucket:05d}.parquet" for bucket in range(len(outs))]
+                # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
+                leave_out = segment if exclude_hosts_in_flight and config.fetch.follow_new_hosts else None
+                loads = executor.map(count_chosen_hosts, [
+                    ChosenHostsTask(store.uri, config, out, cutoff, chosen_file, len(files), executor.workers,
+                                    part, leave_out)
+                    for out, chosen_file, part in zip(outs, chosen, parts)])
+                write_fetchlists(store, executor, segment, outs, chosen, cutoff, loads,
                                  partitions, config, files, manifest.schema_version, known_hosts)
         finally:
             store.delete_dir(candidates)
-        urls, hosts = sum(urls_per_host.values()), len(urls_per_host)
+        urls, hosts = sum(load.urls for load in loads), sum(load.hosts for load in loads)
         if urls == 0:
             store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
             return GenerateResult(None, 0, 0, partitions, reason="no URL is due")

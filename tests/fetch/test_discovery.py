@@ -263,21 +263,37 @@ def test_a_bloom_filter_survives_bytes():
 
 
 def test_a_host_is_owned_by_the_partition_the_assignment_names(store, tmp_path):
-    """Listed hosts by the assignment file, hosts in no fetch list by host_hash % partitions."""
-    import pyarrow as pa
-
+    """Named hosts by their row, every other host by its hash group's row."""
     from cycles import schema
+    from cycles.generate.assign import assignment_table
 
     seg_dir = store.path("segments", "s1")
-    store.write_table(seg.assignment_file(seg_dir), pa.table(
-        {"host": ["a.test", "b.test"], "partition": pa.array([1, 0], pa.int32())}), schema.ASSIGNMENT)
+    groups = [1, 0, 0, 1, 1]
+    store.write_table(seg.assignment_file(seg_dir), assignment_table({"a.test": 1, "b.test": 0}, groups),
+                      schema.ASSIGNMENT)
     inline = InlineFetches(store, Config(), seg_dir, 0)
     inline.partitions = 2
     inline.own_hosts = {"b.test"}
     assert inline.owns("b.test") and not inline.owns("a.test")
     new = [h for h in (f"n{i}.test" for i in range(20))]
-    assert [inline.owns(h) for h in new] == [host_hash(h) % 2 == 0 for h in new]
+    assert [inline.owns(h) for h in new] == [groups[host_hash(h) % 5] == 0 for h in new]
     assert inline.claim("http://b.test/x") and not inline.claim("http://b.test/x")
+
+
+def test_an_assignment_of_an_older_generate_is_still_read(store, tmp_path):
+    """One row per host (before the groups): listed hosts by their row, others by host_hash % partitions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    seg_dir = store.path("segments", "s1")
+    path = seg.assignment_file(seg_dir)
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"host": ["a.test", "b.test"], "partition": pa.array([1, 0], pa.int32())}), path)
+    inline = InlineFetches(store, Config(), seg_dir, 0)
+    inline.partitions = 2
+    assert inline.owns("b.test") and not inline.owns("a.test")
+    new = [h for h in (f"n{i}.test" for i in range(20))]
+    assert [inline.owns(h) for h in new] == [host_hash(h) % 2 == 0 for h in new]
 
 
 def offer_setup(store, **fetch):

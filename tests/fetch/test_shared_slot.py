@@ -89,27 +89,32 @@ def test_generate_puts_names_of_one_address_in_one_partition(store, tmp_path):
     inject(store, config, seeds)
     import pyarrow.parquet as pq
 
+    from cycles.generate.assign import Assignment
+
     folder = store.segment_dir(generate(store, config).segment)
-    assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
-    assert len({assignment[f"n{i}.web.test"] for i in (0, 2, 4)}) == 1
-    assert len({assignment[f"n{i}.web.test"] for i in (1, 3, 5)}) == 1
-    assert len(set(assignment.values())) == 2
+    listed = {h: part for part in range(4)
+              for h in pq.read_table(folder / "fetchlist" / f"part-{part:05d}.parquet")["host"].to_pylist()}
+    owner = Assignment.read(store, folder, config, 4).partition_of
+    assert all(owner(h) == part for h, part in listed.items()) and len(listed) == 6
+    assert len({listed[f"n{i}.web.test"] for i in (0, 2, 4)}) == 1
+    assert len({listed[f"n{i}.web.test"] for i in (1, 3, 5)}) == 1
+    assert len(set(listed.values())) == 2
 
 
 def test_a_host_outside_the_fetch_list_goes_with_its_slot_key(store):
     """A redirect or discovery target on a domain whose hosts partition 1 fetches is partition
     1's too: another worker taking it would ask the same server at the same time."""
-    import pyarrow as pa
-
     from cycles import schema
     from cycles import segment as seg
     from cycles.config import Config
     from cycles.fetch.inline import InlineFetches
+    from cycles.generate.assign import assignment_table
     from cycles.urls import host_hash
 
     seg_dir = store.path("segments", "s1")
-    store.write_table(seg.assignment_file(seg_dir), pa.table(
-        {"host": ["www.site.com", "other.org"], "partition": pa.array([1, 0], pa.int32())}), schema.ASSIGNMENT)
+    groups = [3, 2, 0, 1, 2, 3, 0, 1]
+    store.write_table(seg.assignment_file(seg_dir), assignment_table({"site.com": 1, "other.org": 0}, groups),
+                      schema.ASSIGNMENT)
     config = Config()
     config.generate.partition_by = "domain"
     owners = {}
@@ -119,10 +124,10 @@ def test_a_host_outside_the_fetch_list_goes_with_its_slot_key(store):
         owners[part] = inline
     new = [f"s{i}.site.com" for i in range(12)]
     assert all(owners[1].owns(h) and not any(owners[p].owns(h) for p in (0, 2, 3)) for h in new)
-    # A domain in no fetch list: all its hosts in one partition, by the domain's hash.
+    # A domain in no fetch list: all its hosts in one partition, its group's.
     fresh = [f"s{i}.fresh.net" for i in range(12)]
-    assert {p for h in fresh for p in range(4) if owners[p].owns(h)} == {host_hash("fresh.net") % 4}
-    # partition_by = host keeps the old rule: by the host's own hash.
+    assert {p for h in fresh for p in range(4) if owners[p].owns(h)} == {groups[host_hash("fresh.net") % 8]}
+    # partition_by = host: by the host's own group.
     plain = InlineFetches(store, Config(), seg_dir, 0)
     plain.partitions = 4
-    assert [plain.owns(h) for h in fresh] == [host_hash(h) % 4 == 0 for h in fresh]
+    assert [plain.owns(h) for h in fresh] == [groups[host_hash(h) % 8] == 0 for h in fresh]

@@ -50,20 +50,61 @@ def test_generate_caps_per_host_and_in_total(store, config, tmp_path):
     assert max(per_host.values()) == 2
 
 
-def test_each_host_in_exactly_one_partition_as_the_assignment_says(store, config, tmp_path):
-    seed(store, config, tmp_path, hosts=12, per_host=2)
-    segment = generate(store, config).segment
+def partition_of(store, config, segment):
+    """The segment's "whose is this host" (cycles/generate/assign.py Assignment)."""
+    from cycles.generate.assign import Assignment
+
+    return Assignment.read(store, store.segment_dir(segment), config, config.generate.partitions).partition_of
+
+
+def fetchlist_partitions(store, segment, partitions) -> dict[str, int]:
+    """host → the partition whose fetch list holds it; fails on a host in two."""
     folder = store.segment_dir(segment) / "fetchlist"
-    assert sorted(p.name for p in folder.iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
-    assignment = {r["host"]: r["partition"] for r in pq.read_table(store.segment_dir(segment) / "assignment.parquet").to_pylist()}
-    seen = {}
+    assert sorted(p.name for p in folder.iterdir()) == [f"part-{i:05d}.parquet" for i in range(partitions)]
+    seen: dict[str, int] = {}
+    for part in range(partitions):
+        for host in pq.read_table(folder / f"part-{part:05d}.parquet")["host"].to_pylist():
+            assert seen.setdefault(host, part) == part
+    return seen
+
+
+@pytest.mark.parametrize("partition_by", ["host", "domain"])
+@pytest.mark.parametrize("top_keys", [10_000, 2])
+def test_each_host_in_exactly_one_partition_as_the_assignment_says(store, config, tmp_path, partition_by, top_keys):
+    """Every host in one fetch list, the one the assignment names — whether its key is placed
+    by name or (top_keys = 2) by its hash group; with partition_by = domain, a domain's hosts
+    in one partition; and a host in no fetch list has one owner too."""
+    urls = [f"http://{sub}.site{s}.com/p{p}" for s in range(6) for sub in ("www", "blog") for p in range(2)]
+    (tmp_path / "seeds.txt").write_text("\n".join(urls) + "\n")
+    inject(store, config, tmp_path / "seeds.txt")
+    config.generate.partition_by = partition_by
+    config.generate.assign_top_keys = top_keys
+    config.generate.assign_groups = 64
+    segment = generate(store, config).segment
+    listed = fetchlist_partitions(store, segment, 4)
+    owner = partition_of(store, config, segment)
+    assert len(listed) == 12 and all(owner(host) == part for host, part in listed.items())
+    if partition_by == "domain":
+        assert all(listed[f"www.site{s}.com"] == listed[f"blog.site{s}.com"] for s in range(6))
+        assert owner("new.site3.com") == listed["www.site3.com"]
+    # The fetch workers' question (cycles/fetch/inline.py), a listed host or not: exactly one
+    # partition says yes, the one of its fetch list; a host in none by its key's group.
+    from cycles.fetch.inline import InlineFetches
+
+    workers = []
     for part in range(4):
-        for row in pq.read_table(folder / f"part-{part:05d}.parquet").to_pylist():
-            assert assignment[row["host"]] == part
-            assert seen.setdefault(row["host"], part) == part
-    assert set(seen) == set(assignment) and len(seen) == 12
+        workers.append(InlineFetches(store, config, store.segment_dir(segment), part))
+        workers[-1].partitions = 4
+    for host in [*listed, "nowhere.test", "new.site3.com", "x.y.fresh.org"]:
+        owners = [part for part, worker in enumerate(workers) if worker.owns(host)]
+        assert owners == [listed.get(host, owner(host))]
+
+
+def test_equal_hosts_are_spread_evenly(store, config, tmp_path):
+    seed(store, config, tmp_path, hosts=12, per_host=2)
+    listed = fetchlist_partitions(store, generate(store, config).segment, 4)
     # 12 equal hosts over 4 partitions: 3 each (balanced by expected time, not by hash).
-    assert sorted(list(assignment.values()).count(p) for p in range(4)) == [3, 3, 3, 3]
+    assert sorted(list(listed.values()).count(p) for p in range(4)) == [3, 3, 3, 3]
 
 
 def test_a_big_host_gets_a_partition_of_its_own(store, config, tmp_path):

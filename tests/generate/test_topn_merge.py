@@ -12,7 +12,7 @@ import cycles.generate.generate as gen
 from cycles.config import Config
 from cycles.crawldb import connect, current_bucket_files, replace_crawldb, upgraded_sql
 from cycles.executor import InProcess
-from cycles.generate.assign import assign_hosts
+from cycles.generate.assign import Assignment, assign_hosts
 from cycles.inject import inject
 from cycles.leases import leased_urls_sql
 from cycles.slotkey import registered_domain, slot_key
@@ -94,10 +94,10 @@ def test_each_partition_is_written_by_its_own_task(store, config, tmp_path):
     assert executor.calls == [("select_bucket_due", 4), ("count_chosen_hosts", 4), ("write_partition", 3),
                               ("merge_known_hosts", 1)]
     folder = store.segment_dir(result.segment)
-    assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
+    owner = Assignment.read(store, folder, config, 3).partition_of
     for part in range(3):
         rows = pq.read_table(folder / "fetchlist" / f"part-{part:05d}.parquet").to_pylist()
-        assert rows and {assignment[r["host"]] for r in rows} == {part}
+        assert rows and {owner(r["host"]) for r in rows} == {part}
         # Ordered by host, then score (the fetch worker's queue order).
         assert [(r["host"], -r["score"], r["url"]) for r in rows] == sorted((r["host"], -r["score"], r["url"]) for r in rows)
     assert sum(1 for _ in fetchlist_urls(store, result.segment)) == result.urls == 40
@@ -110,14 +110,14 @@ def test_seen_sets_hold_each_partitions_known_urls(store, config, tmp_path):
     config.fetch.follow_outlinks_depth = 1
     result = gen.generate(store, config, top_n=20)
     folder = store.segment_dir(result.segment)
-    assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
     for part in range(3):
         bloom = BloomFilter.from_bytes((folder / "seen" / f"part-{part:05d}.bloom").read_bytes())
         counts = pq.read_table(folder / "seen" / f"part-{part:05d}.parquet").to_pylist()
-        mine = [u for u in urls if assignment.get(u.split("/")[2]) == part]
+        hosts = set(pq.read_table(folder / "fetchlist" / f"part-{part:05d}.parquet")["host"].to_pylist())
+        mine = [u for u in urls if u.split("/")[2] in hosts]
         assert all(u in bloom for u in mine)
         assert sum(r["urls"] for r in counts) == len(mine)
-        assert {r["host"] for r in counts} == {h for h, p in assignment.items() if p == part}
+        assert {r["host"] for r in counts} == hosts
 
 
 def test_hosts_sharing_a_key_are_placed_together():
@@ -151,9 +151,9 @@ def test_partition_by_domain_puts_a_sites_subdomains_in_one_partition(store, con
     inject(store, config, path)
     config.generate.partition_by = "domain"
     folder = store.segment_dir(gen.generate(store, config).segment)
-    assignment = {r["host"]: r["partition"] for r in pq.read_table(folder / "assignment.parquet").to_pylist()}
+    owner = Assignment.read(store, folder, config, 3).partition_of
     for s in range(2):
-        assert len({assignment[f"{sub}.site{s}.com"] for sub in ("www", "blog", "shop")}) == 1
+        assert len({owner(f"{sub}.site{s}.com") for sub in ("www", "blog", "shop")}) == 1
 
 
 def test_priority_bins_follow_the_priority_order():
