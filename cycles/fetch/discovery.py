@@ -4,12 +4,13 @@ Nutch's ``fetcher.follow.outlinks.depth``. A page's links are still written as o
 update; in addition :meth:`Discovery.offer` queues, at the end of its host's queue, each
 link that update would add to the crawl DB as a new URL and that this worker may fetch now:
 
-- a link within the page's host: the page is at most ``fetch.follow_outlinks_depth - 1``
-  links within the host from where this segment entered it (``hop``: 0 for a fetch-list URL
-  and for a URL reached by a link from another host, +1 per link within the host, unchanged
-  through a redirect). Counted from the host's entry, not from a fetch-list URL on another
-  host: a new host claimed at hop 2 had only 2 levels left, and stalled after ~4 requests
-  until the next segment (bench_crawl: a 10 s gap on two time-bound hosts);
+- the page is at most ``fetch.follow_outlinks_depth - 1`` links from where this segment
+  entered its host's chain (``hop``: 0 for a fetch-list URL and for a URL of a claimed new
+  host linked from a host nearer the fetch list — fewer claims, :meth:`claim_level` — else
+  +1 per link, unchanged through a redirect). A claimed host's first URL is like a
+  fetch-list URL: counted from the fetch-list URL on another host instead, a new host
+  claimed at hop 2 had only 2 levels left and stalled after ~4 requests until the next
+  segment (bench_crawl: a 10 s gap on two time-bound hosts);
 - a link to a host this worker does not hold yet (a new host to claim): the page's host was
   reached through at most ``fetch.follow_new_hosts_chain - 1`` claims (:meth:`claim_level`:
   0 for a fetch-list host), so hosts do not chain without end inside a segment;
@@ -148,14 +149,14 @@ class Discovery:
             return []
         page_host = item["host"]
         hop = int(item.get("hop") or 0) + 1
-        within_ok = hop <= self.max_hops
+        within_ok = hop <= self.max_hops  # else only links entering a newly claimed host
         level = self.claim_level(page_host)
         claims_ok = level + 1 <= self.max_claims
         followed = [link for link in links if not link["nofollow"]]
         if not (within_ok and claims_ok):
             # Only what this page may still lead to is marked considered: a link passed over
             # here may be taken from a page nearer its host's entry.
-            followed = [link for link in followed if self._may_lead(link["url"], page_host, within_ok, claims_ok)]
+            followed = [link for link in followed if self._may_lead(link["url"], within_ok, claims_ok, level)]
         if not followed:
             return []
         fresh = self.considered.add_new([link["url"] for link in followed])
@@ -168,15 +169,14 @@ class Discovery:
                 self.stats["discover/filtered"] += 1
                 continue
             host = url_host(url)
-            if host == page_host:
-                if not within_ok:
-                    continue
-            elif host not in self.inline.own_hosts:
+            if host not in self.inline.own_hosts:
                 if not claims_ok:
                     continue  # counted by _may_lead
                 if not self.inline.take_new_host(host):
                     continue  # another partition's, or a host whose known URLs we were not given
                 self.claim_levels.setdefault(host, level + 1)
+            if not within_ok and self.claim_level(host) <= level:
+                continue
             if url in self.inline.listed_urls:
                 continue
             candidates.append((link, url, host))
@@ -197,21 +197,20 @@ class Discovery:
             slot.queue.append({"url": url, "host": host, "host_hash": host_hash(host),
                                "score": 1.0 / (depth + 1), "depth": depth, "etag": None,
                                "last_modified": None,
-                               # another host's URL is where this segment enters that host
-                               "hop": hop if host == page_host else 0})
+                               "hop": 0 if self.claim_level(host) > level else hop})
             self.stats["discover/queued"] += 1
             slots[host] = slot
         return list(slots.values())
 
-    def _may_lead(self, raw_url: str, page_host: str, within_ok: bool, claims_ok: bool) -> bool:
+    def _may_lead(self, raw_url: str, within_ok: bool, claims_ok: bool, level: int) -> bool:
         """Could a link of a page past one of its bounds still be taken (by its raw host)?"""
         try:
             host = url_host(raw_url)
         except ValueError:
             return False
-        if host == page_host:
-            return within_ok
-        if claims_ok or host in self.inline.own_hosts:
+        if host in self.inline.own_hosts:
+            return within_ok or self.claim_level(host) > level
+        if claims_ok:
             return True
         self.stats["discover/new_host_chain"] += 1  # links passed over: the chain is at its bound
         return False

@@ -101,9 +101,9 @@ def test_the_chain_of_new_host_claims_is_bounded(store):
     assert "n3.test" not in slots and "n3.test" not in discovery.inline.own_hosts
     assert [q["url"] for q in slots["n2.test"].queue] == ["http://n2.test/more"]
     assert stats["discover/new_host_chain"] == 1 and stats["discover/new_host_claimed"] == 2
-    # A link back to a held host is not a claim: taken, as an entry.
+    # A link back to a fetch-list host is no claim and no entry: the hop count goes on.
     discovery.offer(n2, [link("http://a.test/back")], slot_for)
-    assert [(q["url"], q["hop"]) for q in slots["a.test"].queue] == [("http://a.test/back", 0)]
+    assert [(q["url"], q["hop"]) for q in slots["a.test"].queue] == [("http://a.test/back", 1)]
 
 
 def test_no_new_host_is_claimed_with_a_chain_of_zero_and_redirect_claims_end_a_chain(store):
@@ -121,10 +121,18 @@ def test_no_url_is_queued_twice_and_the_budget_holds_across_entries(store):
     discovery, slots, slot_for, stats = setup(store, listed=("a.test", "b.test"), follow_outlinks_per_host=3)
     links = [link(f"http://b.test/{i}") for i in range(5)] + [link("http://a.test/known")]
     discovery.offer(page("http://a.test/", "a.test", 0), links, slot_for)
-    # b.test entered from a.test, then from its own page and from a.test again: one row a URL.
+    # b.test linked from a.test, then from its own page and from a.test again: one row a URL.
     discovery.offer(page("http://b.test/", "b.test", 0), [link(f"http://b.test/{i}") for i in range(5)], slot_for)
     discovery.offer(page("http://a.test/z", "a.test", 1, hop=1), [link("http://b.test/0")], slot_for)
     queued = [q["url"] for q in slots["b.test"].queue]
     assert queued == ["http://b.test/0", "http://b.test/1", "http://b.test/2"]
     assert len(set(queued)) == len(queued) and stats["discover/host_budget"] >= 2
     assert "a.test" not in slots and stats["discover/known"] == 1
+    assert [q["hop"] for q in slots["b.test"].queue] == [1, 1, 1]  # fetch-list hosts: no entry
+
+
+def test_past_its_depth_a_page_still_enters_a_new_host_but_not_a_fetch_list_one(store):
+    discovery, slots, slot_for, stats = setup(store, listed=("a.test", "b.test"), follow_outlinks_depth=1)
+    discovery.offer(page("http://a.test/x", "a.test", 1, hop=1),
+                    [link("http://b.test/y"), link("http://n.test/"), link("http://a.test/z")], slot_for)
+    assert set(slots) == {"n.test"} and slots["n.test"].queue[0]["hop"] == 0
