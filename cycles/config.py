@@ -544,14 +544,15 @@ class FetchConfig:
     follow_outlinks_depth: Annotated[int, Int(0, 100)] = 4
     """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
     from a page, to a URL the crawl DB does not hold, on a host of this partition, is
-    fetched in the same cycle when it is at most this many links within its host from where
-    the segment entered the host: a fetch-list URL, or a link from another host
-    (cycles/fetch/discovery.py). 0 turns it off. 4, not Nutch's off: a link-following crawl
+    fetched in the same cycle when it is at most this many links from where the segment
+    entered: a fetch-list URL, or the first URL of a new host it claimed, which starts the
+    count again (cycles/fetch/discovery.py). 0 turns it off. 4, not Nutch's off: a link-following crawl
     otherwise fetches only the seeds in cycle 1 and one link level per cycle, and a host
     waits idle for the next cycle while its delay would allow more. How far new hosts chain
     is ``follow_new_hosts_chain``; the per-host budget and the trap caps bound how much one
     deep site can take. Measured with scripts/bench_crawl.py
-    (120 s, 322 hosts, quiet 2-core machine): 4,536 good pages with 2, 4,635 with 4.
+    (120 s, 322 hosts, quiet 2-core machine, when the count ran from the fetch-list URL
+    across claimed hosts): 4,536 good pages with 2, 4,635 with 4.
     Normalisation, URL filters, nofollow, ``update.max_depth``, robots.txt and the trap caps (``update.max_urls_per_host_total``, ``update.max_urls_per_pattern``)
     apply as in update; a URL is fetched at most once a segment."""
 
