@@ -5,6 +5,8 @@ Segments are marker files and update is a stub: no crawl, fast tier."""
 
 from __future__ import annotations
 
+import pytest
+
 from cycles import run
 from cycles import segment as seg
 
@@ -49,3 +51,27 @@ def test_without_a_bound_every_fetched_segment_is_updated_oldest_first(store, mo
     monkeypatch.setattr(run, "update_segment", stub)
     list(run.update_fetched(store, None, run.RunState()))
     assert stub.updated == ["s1", "s2"]
+
+
+def test_a_thin_fetch_is_ended_when_the_update_beside_it_ends_even_a_failed_one(store, monkeypatch):
+    from cycles.fetch.partition import progress_dir
+    from cycles.fetch.worker import EARLY_END_FILE
+
+    make_segment(store, "s1", seg.Generated, seg.Fetched)
+    make_segment(store, "s2", seg.Generated, seg.Fetching)
+    monkeypatch.setattr(run, "THIN_MIN_S", 0.0)
+    end_file = progress_dir(store, "s2") / EARLY_END_FILE
+    monkeypatch.setattr(run, "update_segment", StubUpdate(store))
+    list(run.coordinate(store, None, run.RunState(), None, run.RunStop(None), False, fetching="s2", thin=False))
+    assert not end_file.exists()  # a segment that is not thin keeps its time limit
+    make_segment(store, "s3", seg.Generated, seg.Fetched)
+    make_segment(store, "s4", seg.Generated, seg.Fetching)
+
+    def failing(store, config, segment):
+        raise RuntimeError("update failed")
+
+    monkeypatch.setattr(run, "update_segment", failing)
+    end_file = progress_dir(store, "s4") / EARLY_END_FILE
+    with pytest.raises(RuntimeError):
+        list(run.coordinate(store, None, run.RunState(), None, run.RunStop(None), False, fetching="s4", thin=True))
+    assert end_file.exists()
