@@ -102,14 +102,6 @@ EARLY_END_FILE = "end-early"
 exists, each partition hands back what it has not reached, as at ``fetch.max_duration_s``,
 and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
 
-PRE_DEADLINE_FLUSH_S = 1.0
-"""With ``fetch.max_duration_s``, the results are also flushed this long before the time
-limit, so the flush after it holds about this much work. Every host waits for that last
-flush (the next segment starts only when this one is fetched), while a flush within the
-fetch delays only the hosts due during it: with 15 s segments and ``fetch.flush_s`` 30 s,
-the whole segment was written after the limit (bench_crawl at load ~12: ~1 s between a
-segment's last request and its fetched marker, 2.3 s after the first segment)."""
-
 EARLY_END_CHECK_S = 0.1
 """How often the loop looks for :data:`EARLY_END_FILE` (one stat(2))."""
 
@@ -593,8 +585,6 @@ class PartitionFetcher:
         self.started_mono = time.monotonic()
         self._early_end_checked = 0.0
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
-        pre_flush_at = (deadline - PRE_DEADLINE_FLUSH_S
-                        if deadline is not None and self.fc.max_duration_s > 2 * PRE_DEADLINE_FLUSH_S else None)
         stopping_at: float | None = None
         self._window_start, self._window_requests = self.started_mono, 0
         handed_back = False
@@ -650,10 +640,7 @@ class PartitionFetcher:
                 self._drain()
             elif timeout > 0:
                 time.sleep(timeout)
-            if pre_flush_at is not None and time.monotonic() >= pre_flush_at:
-                pre_flush_at = None
-                self.flush()
-            elif self.output.due(self.fc.flush_s, self.fc.flush_pages):
+            if self.output.due(self.fc.flush_s, self.fc.flush_pages):
                 self.flush()
         self.flush()
 

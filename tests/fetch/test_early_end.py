@@ -61,27 +61,3 @@ def test_a_fetch_asked_to_end_hands_back_what_it_did_not_reach_and_finishes(tmp_
     assert len(pages) == len(fetched) and max(pages.values()) == 1
     assert not (progress_dir(store, segment) / EARLY_END_FILE).exists()  # cleared with the fetch
     assert_polite(requests)
-
-
-@pytest.mark.web
-def test_a_time_limited_fetch_commits_a_chunk_before_its_limit_and_the_rest_after(tmp_path):
-    """``PRE_DEADLINE_FLUSH_S`` before the limit the results are committed, so the flush
-    every host waits for at the limit holds only the last second (cycles/fetch/worker.py)."""
-    with TestWeb(hosts=1, pages=12, page_bytes=2000, special=False, max_seconds=120) as web:
-        store = Store(tmp_path / "data")
-        config = fast_config(web)
-        config.fetch.follow_outlinks_depth = 0
-        config.fetch.max_duration_s = 4.0
-        config.generate.partitions = 1
-        urls = [web.url("h0", f"/p/{k}.html") for k in range(10)]
-        inject(store, config, write_seeds(tmp_path / "seeds.txt", urls))
-        segment = generate(store, config).segment
-        counters = fetch_segment(store, config, segment).counters
-        update_segment(store, config, segment)  # reads every chunk the manifest lists
-        requests = web.requests()
-    fetched = set(results(store, segment))
-    assert counters["fetch/time_limit_stop"] == 1 and counters["fetch/chunks"] == 2
-    assert 2 <= len(fetched) < len(urls) and counters["fetch/handed_back"] == len(urls) - len(fetched)
-    pages = Counter(r["path"] for r in requests if r["path"].startswith("/p/"))
-    assert len(pages) == len(fetched) and max(pages.values()) == 1
-    assert_polite(requests)
