@@ -315,7 +315,8 @@ def end_thin_fetch(store: Store, segment: str, started: float, stop: RunStop) ->
     back, due at the generate that follows."""
     while not stop.requested and (left := THIN_MIN_S - (time.monotonic() - started)) > 0:
         time.sleep(min(left, 0.1))
-    request_early_end(store, segment)
+    if seg.state(store, segment) == seg.State.FETCHING:  # not after its bound ended it
+        request_early_end(store, segment)
 
 
 def fetch_config(store: Store, config: Config, segment: str, state: RunState) -> tuple[Config, str]:

@@ -75,3 +75,9 @@ def test_a_thin_fetch_is_ended_when_the_update_beside_it_ends_even_a_failed_one(
     with pytest.raises(RuntimeError):
         list(run.coordinate(store, None, run.RunState(), None, run.RunStop(None), False, fetching="s4", thin=True))
     assert end_file.exists()
+    # Once the fetch is over (its bound ended it first), no request is left behind.
+    seg.write_marker(store, seg.Fetched("s4"))
+    end_file.unlink()
+    monkeypatch.setattr(run, "update_segment", StubUpdate(store))
+    list(run.coordinate(store, None, run.RunState(), None, run.RunStop(None), False, fetching="s4", thin=True))
+    assert not end_file.exists()
