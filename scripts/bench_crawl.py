@@ -39,6 +39,11 @@ other on the same web, each for ``--seconds`` of wall time:
    15 s 3,917 (8); 0 faults each. A quiet machine (before those two changes) gave 8 s
    4,568 against 15 s 4,481: shorter segments pay for generate and update more often, so
    which wins depends on how fast those run. 15 s stays the default until a quiet re-run.
+   After the boundary fixes of issue #10 (claimed hosts count their own link depth, the
+   coordinator no longer updates the segment just fetched, a thin segment ends with the
+   update beside it), three runs started together (load ~11): 15 s 4,581 good pages (h0–h4
+   464), 30 s 4,611 (490), 60 s 4,619 (499) — fewer boundaries help the time-bound hosts,
+   but by less than the load's noise between runs; not yet a reason to change the default.
 2. **scrapy**: ``scripts/scrapy_peer.py`` (robots.txt obeyed, one request per host,
    ``DOWNLOAD_DELAY`` 1 s, links followed) for the same seconds.
 
