@@ -44,6 +44,9 @@ other on the same web, each for ``--seconds`` of wall time:
    update beside it), three runs started together (load ~11): 15 s 4,581 good pages (h0–h4
    464), 30 s 4,611 (490), 60 s 4,619 (499) — fewer boundaries help the time-bound hosts,
    but by less than the load's noise between runs; not yet a reason to change the default.
+   Those fixes against main, both started together (``--only ours``, 4 pairs, load 4.5–15):
+   4,525→4,579, 4,518→4,597, 4,532→4,589, 4,611→4,643 good pages; h0–h4 430→451,
+   426→472, 435→467, 489→517; 0 faults each.
 2. **scrapy**: ``scripts/scrapy_peer.py`` (robots.txt obeyed, one request per host,
    ``DOWNLOAD_DELAY`` 1 s, links followed) for the same seconds.
 
