@@ -556,13 +556,15 @@ class FetchConfig:
     follow_outlinks_depth: Annotated[int, Int(0, 100)] = 4
     """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
     from a page, to a URL the crawl DB does not hold, on a host of this partition, is
-    fetched in the same cycle when it is at most this many links from a fetch-list URL
-    (cycles/fetch/discovery.py). 0 turns it off. 4, not Nutch's off: a link-following crawl
+    fetched in the same cycle when it is at most this many links from where the segment
+    entered: a fetch-list URL, or the first URL of a new host it claimed, which starts the
+    count again (cycles/fetch/discovery.py). 0 turns it off. 4, not Nutch's off: a link-following crawl
     otherwise fetches only the seeds in cycle 1 and one link level per cycle, and a host
-    waits idle for the next cycle while its delay would allow more. The depth also bounds
-    how far new hosts chain inside a segment (``follow_new_hosts``); the per-host budget and
-    the trap caps bound how much one deep site can take. Measured with scripts/bench_crawl.py
-    (120 s, 322 hosts, quiet 2-core machine): 4,536 good pages with 2, 4,635 with 4.
+    waits idle for the next cycle while its delay would allow more. How far new hosts chain
+    is ``follow_new_hosts_chain``; the per-host budget and the trap caps bound how much one
+    deep site can take. Measured with scripts/bench_crawl.py
+    (120 s, 322 hosts, quiet 2-core machine, when the count ran from the fetch-list URL
+    across claimed hosts): 4,536 good pages with 2, 4,635 with 4.
     Normalisation, URL filters, nofollow, ``update.max_depth``, robots.txt and the trap caps (``update.max_urls_per_host_total``, ``update.max_urls_per_pattern``)
     apply as in update; a URL is fetched at most once a segment."""
 
@@ -576,6 +578,13 @@ class FetchConfig:
     claims the host for the segment (cycles/fetch/newhosts.py) — robots.txt first, its own
     delay, the budget and trap caps above. Off: such a host waits for the segment's update
     and a later generate (a whole segment of its delay budget lost)."""
+
+    follow_new_hosts_chain: Annotated[int, Int(0, 100)] = 4
+    """With ``follow_new_hosts``: at most this many new-host claims in a row inside a segment
+    (a fetch-list host links to new host 1, whose page links to new host 2, ...), so hosts
+    do not chain without end; each claimed host gets ``follow_outlinks_depth`` levels of its
+    own. 0: no new host is claimed by discovery. 4: the bound the shared hop count gave
+    before (when a host entered at hop 2 had only 2 levels left)."""
 
     follow_seen_fp: Annotated[float, Float(above=0, below=1)] = 0.01
     """False-positive rate of the seen-set generate writes beside each partition's fetch

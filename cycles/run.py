@@ -11,9 +11,11 @@ segment updated before the next is generated, as ``crawl cycle`` does.
 
 Such a segment, generated before the update of the one just fetched, is often *thin*: only
 what was due without that update (the big hosts' URLs past their per-host budget). A thin
-segment is fetched only while the update runs (about as long as the last updates took,
-:func:`thin_segment_seconds`), not to ``fetch.max_duration_s``, so the hundreds of hosts the
-update makes due do not wait for a few big ones.
+segment is fetched only while the update runs: the coordinator ends its fetch when the
+update ends (cycles/fetch/fetch.py ``request_early_end``), bounded by twice what the last
+updates took (:func:`thin_segment_seconds`), not by ``fetch.max_duration_s``, so the
+hundreds of hosts the update makes due do not wait for a few big ones, and the big ones
+do not wait for an update slower than the last ones.
 
 Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
 that claims them (cycles/fetch/newhosts.py); a segment generated while it is in flight
@@ -76,7 +78,7 @@ from cycles import segment as seg
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
-from cycles.fetch.fetch import fetch_segment
+from cycles.fetch.fetch import fetch_segment, request_early_end
 from cycles.fetch.partition import install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
 from cycles.store import Store
@@ -148,9 +150,12 @@ def next_to_fetch(store: Store) -> str | None:
     return seg.oldest(store, seg.State.GENERATED, seg.State.FETCHING)
 
 
-def update_fetched(store: Store, config: Config, state: RunState) -> Iterator[str]:
-    """Update every fetched segment, oldest first (the order that keeps the crawl DB exact)."""
+def update_fetched(store: Store, config: Config, state: RunState, before: str | None = None) -> Iterator[str]:
+    """Update every fetched segment, oldest first (the order that keeps the crawl DB exact);
+    ``before``: only the segments generated before that one (ids sort by generation time)."""
     while (segment := seg.oldest(store, seg.State.FETCHED)) is not None:
+        if before is not None and segment >= before:
+            break
         started = time.monotonic()
         result = update_segment(store, config, segment)
         state.update_seconds.append(time.monotonic() - started)
@@ -172,10 +177,23 @@ def generate_next(store: Store, config: Config, state: RunState, top_n: int | No
 
 
 def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
-               stop: RunStop, generate_ahead: bool) -> Iterator[str]:
-    """The coordinator's turn while a segment is fetched: update what is fetched, then
-    (``generate_ahead``) generate the next segment for the hosts not being fetched."""
-    yield from update_fetched(store, config, state)
+               stop: RunStop, generate_ahead: bool, fetching: str, thin: bool = False) -> Iterator[str]:
+    """The coordinator's turn while ``fetching`` is fetched: update what was fetched before
+    it, then (``generate_ahead``) generate the next segment for the hosts not being fetched.
+
+    Not ``fetching`` itself once its fetch ends: the main thread waits for this turn before
+    it generates, so updating the segment it just fetched made every host wait for that
+    update too — the serial cycle the run exists to avoid. bench_crawl at load 11–15: an
+    update slower than the thin fetch beside it went on to update that thin segment, and
+    no request was made for 8.8 s and 12.3 s.
+
+    ``thin``: ``fetching`` is a thin segment, ended when the update ends (module doc)."""
+    started = time.monotonic()
+    try:
+        yield from update_fetched(store, config, state, before=fetching)
+    finally:
+        if thin:
+            end_thin_fetch(store, fetching, started, stop)
     if not generate_ahead or stop.requested:
         return
     in_flight = [s for s, st in seg.states(store) if st in (seg.State.GENERATED, seg.State.FETCHING)]
@@ -286,14 +304,31 @@ def thin_segment_seconds(store: Store, segment: str, state: RunState) -> float |
     return max(THIN_MIN_S, *state.update_seconds[-2:])
 
 
+THIN_BOUND_FACTOR = 2.0
+"""A thin segment's fetch ends with the update beside it, and at the latest after this many
+times :func:`thin_segment_seconds` (the end request reaches only workers on this machine)."""
+
+
+def end_thin_fetch(store: Store, segment: str, started: float, stop: RunStop) -> None:
+    """The update beside thin ``segment`` ended: end its fetch, after ``THIN_MIN_S`` from
+    ``started`` (its hosts' robots.txt and first pages). Its URLs not reached are handed
+    back, due at the generate that follows."""
+    while not stop.requested and (left := THIN_MIN_S - (time.monotonic() - started)) > 0:
+        time.sleep(min(left, 0.1))
+    if seg.state(store, segment) == seg.State.FETCHING:  # not after its bound ended it
+        request_early_end(store, segment)
+
+
 def fetch_config(store: Store, config: Config, segment: str, state: RunState) -> tuple[Config, str]:
-    """The config to fetch ``segment`` with, and a note for the progress line."""
+    """The config to fetch ``segment`` with (``config`` itself unless the segment is thin),
+    and a note for the progress line."""
     seconds = thin_segment_seconds(store, segment, state)
     limit = config.fetch.max_duration_s
     if seconds is None or (limit > 0 and limit <= seconds):
         return config, ""
-    return (dataclasses.replace(config, fetch=dataclasses.replace(config.fetch, max_duration_s=seconds)),
-            f" (thin: at most {seconds:.1f}s, while the update runs)")
+    bound = THIN_BOUND_FACTOR * seconds if limit <= 0 else min(limit, THIN_BOUND_FACTOR * seconds)
+    return (dataclasses.replace(config, fetch=dataclasses.replace(config.fetch, max_duration_s=bound)),
+            f" (thin: while the update runs, at most {bound:.1f}s)")
 
 
 def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None, state: RunState,
@@ -358,7 +393,9 @@ def crawl_loop(store: Store, config: Config, top_n: int | None, pool: FetchPool 
             break
         # Before the coordinator starts: whether the segment is thin depends on the update it runs.
         segment_config, note = fetch_config(store, config, segment, state)
-        helper = Coordinator(lambda: coordinate(store, config, state, top_n, stop, generate_ahead))
+        thin = segment_config is not config  # fetch_config returns config itself unless thin
+        helper = Coordinator(lambda fetching=segment, thin=thin: coordinate(store, config, state, top_n, stop,
+                                                                            generate_ahead, fetching, thin))
         helper.start()
         try:
             yield from fetch_one(store, segment_config, segment, pool, state, stop, note)

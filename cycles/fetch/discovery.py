@@ -4,9 +4,17 @@ Nutch's ``fetcher.follow.outlinks.depth``. A page's links are still written as o
 update; in addition :meth:`Discovery.offer` queues, at the end of its host's queue, each
 link that update would add to the crawl DB as a new URL and that this worker may fetch now:
 
-- the page is at most ``fetch.follow_outlinks_depth - 1`` links from a fetch-list URL
-  (``hop``: 0 for a fetch-list URL, +1 per discovery, unchanged through a redirect), and the
-  link's depth (the page's + 1) is within ``update.max_depth``;
+- the page is at most ``fetch.follow_outlinks_depth - 1`` links from where this segment
+  entered its host's chain (``hop``: 0 for a fetch-list URL and for a URL of a claimed new
+  host linked from a host nearer the fetch list — fewer claims, :meth:`claim_level` — else
+  +1 per link, unchanged through a redirect). A claimed host's first URL is like a
+  fetch-list URL: counted from the fetch-list URL on another host instead, a new host
+  claimed at hop 2 had only 2 levels left and stalled after ~4 requests until the next
+  segment (bench_crawl: a 10 s gap on two time-bound hosts);
+- a link to a host this worker does not hold yet (a new host to claim): the page's host was
+  reached through at most ``fetch.follow_new_hosts_chain - 1`` claims (:meth:`claim_level`:
+  0 for a fetch-list host), so hosts do not chain without end inside a segment;
+- the link's depth (the page's + 1) is within ``update.max_depth``;
 - the link is not nofollow (rel or meta robots), and normalised it passes the URL filters
   (cycles/fetch/inline.py, with update's functions);
 - its host is one of this partition's fetch-list hosts — the hosts the seen-set covers —
@@ -63,6 +71,12 @@ class Discovery:
         self.inline = inline
         self.stats = stats
         self.max_hops = config.fetch.follow_outlinks_depth
+        self.max_claims = config.fetch.follow_new_hosts_chain
+        self.listed_hosts: frozenset[str] = frozenset()
+        """The hosts of the fetch list (claim level 0), fixed at :meth:`load`."""
+        self.claim_levels: dict[str, int] = {}
+        """Hosts claimed by discovery → claims on the chain that reached them (1 = linked
+        from a fetch-list host)."""
         self.per_host = config.fetch.follow_outlinks_per_host
         self.max_depth = config.update.max_depth
         self.max_host_total = config.update.max_urls_per_host_total
@@ -84,6 +98,7 @@ class Discovery:
         and the caps — conservatively also redirect targets — so a resumed run stays within them)."""
         if self.max_hops <= 0:
             return
+        self.listed_hosts = frozenset(self.inline.own_hosts)
         bloom_path = seg.seen_bloom_file(self.seg_dir, self.partition)
         counts_path = seg.seen_counts_file(self.seg_dir, self.partition)
         if not (self.store.exists(bloom_path) and self.store.exists(counts_path)):
@@ -113,6 +128,15 @@ class Discovery:
         self.host_known[host] += 1
         self.pattern_known[(host, pattern)] += 1
 
+    def claim_level(self, host: str) -> int:
+        """Claims on the chain that reached ``host``: 0 for a fetch-list host; a host claimed
+        outside discovery (a redirect target, cycles/fetch/redirects.py) counts as the end
+        of a chain, so it claims no further host."""
+        level = self.claim_levels.get(host)
+        if level is not None:
+            return level
+        return 0 if host in self.listed_hosts else self.max_claims
+
     def offer(self, item: dict, links: list[dict],
               slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
         """Queue the page's links this worker fetches now; returns the slots that got work.
@@ -120,11 +144,19 @@ class Discovery:
         ``links`` are the page's outlink rows (the worker's ``_link``); a link taken gets
         ``inline = True``, so the outlink writer keeps it. ``slot_for(host, url)``: the host's
         slot (a claimed new host's is set up at its first URL)."""
-        hop = int(item.get("hop") or 0) + 1
         depth = int(item["depth"]) + 1
-        if self.seen is None or hop > self.max_hops or depth > min(self.max_depth, MAX_DEPTH_VALUE):
+        if self.seen is None or depth > min(self.max_depth, MAX_DEPTH_VALUE):
             return []
+        page_host = item["host"]
+        hop = int(item.get("hop") or 0) + 1
+        within_ok = hop <= self.max_hops  # else only links entering a newly claimed host
+        level = self.claim_level(page_host)
+        claims_ok = level + 1 <= self.max_claims
         followed = [link for link in links if not link["nofollow"]]
+        if not (within_ok and claims_ok):
+            # Only what this page may still lead to is marked considered: a link passed over
+            # here may be taken from a page nearer its host's entry.
+            followed = [link for link in followed if self._may_lead(link["url"], within_ok, claims_ok, level)]
         if not followed:
             return []
         fresh = self.considered.add_new([link["url"] for link in followed])
@@ -137,8 +169,14 @@ class Discovery:
                 self.stats["discover/filtered"] += 1
                 continue
             host = url_host(url)
-            if host not in self.inline.own_hosts and not self.inline.take_new_host(host):
-                continue  # another partition's, or a host whose known URLs we were not given
+            if host not in self.inline.own_hosts:
+                if not claims_ok:
+                    continue  # counted by _may_lead
+                if not self.inline.take_new_host(host):
+                    continue  # another partition's, or a host whose known URLs we were not given
+                self.claim_levels.setdefault(host, level + 1)
+            if not within_ok and self.claim_level(host) <= level:
+                continue
             if url in self.inline.listed_urls:
                 continue
             candidates.append((link, url, host))
@@ -158,10 +196,24 @@ class Discovery:
             link["inline"] = True
             slot.queue.append({"url": url, "host": host, "host_hash": host_hash(host),
                                "score": 1.0 / (depth + 1), "depth": depth, "etag": None,
-                               "last_modified": None, "hop": hop})
+                               "last_modified": None,
+                               "hop": 0 if self.claim_level(host) > level else hop})
             self.stats["discover/queued"] += 1
             slots[host] = slot
         return list(slots.values())
+
+    def _may_lead(self, raw_url: str, within_ok: bool, claims_ok: bool, level: int) -> bool:
+        """Could a link of a page past one of its bounds still be taken (by its raw host)?"""
+        try:
+            host = url_host(raw_url)
+        except ValueError:
+            return False
+        if host in self.inline.own_hosts:
+            return within_ok or self.claim_level(host) > level
+        if claims_ok:
+            return True
+        self.stats["discover/new_host_chain"] += 1  # links passed over: the chain is at its bound
+        return False
 
     def _slot_if_allowed(self, url: str, host: str, pattern: int,
                          slot_for: Callable[[str, str], HostSlot | None]) -> HostSlot | None:

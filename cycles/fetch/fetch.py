@@ -36,6 +36,7 @@ from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor, ProcessPool
 from cycles.fetch.identity import warn_if_placeholder_agent
+from cycles.fetch.worker import EARLY_END_FILE
 from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
                                     install_stop_handlers, progress_dir)
 from cycles.store import Store, utcnow
@@ -47,6 +48,16 @@ class FetchResult:
     partitions: int
     counters: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+
+
+def request_early_end(store: Store, segment: str) -> None:
+    """Ask the partitions fetching ``segment`` to hand back what they have not reached and
+    finish now, as at ``fetch.max_duration_s`` (cycles/fetch/worker.py ``EARLY_END_FILE``).
+    Only workers on this machine see it (the progress folder is local); others keep to
+    their time limit."""
+    folder = progress_dir(store, segment)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / EARLY_END_FILE).touch()
 
 
 def partitions_of(store: Store, segment: str) -> list[int]:
@@ -123,6 +134,8 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
     # One store-wide fetch at a time: two fetches of different segments could otherwise
     # both ask the same host.
     progress_folder = progress_dir(store, segment)
+    # A request to end an earlier, interrupted fetch of this segment early is not for this one.
+    (progress_folder / EARLY_END_FILE).unlink(missing_ok=True)
     generated = seg.read_marker(store, segment, seg.Generated)
     progress = Progress(progress_folder, segment, len(partitions), config.fetch.progress_s,
                         total=generated.urls if generated else None,

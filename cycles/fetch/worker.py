@@ -32,8 +32,10 @@ refused page request records that URL ``blocked``. Neither counts as a host fail
 
 A partition ends early, handing the URLs not reached back (no row: the lease ends with the
 segment's update, so they are due at the next generate; ``fetch/handed_back``), at
-``fetch.max_duration_s`` or when its rate falls under ``fetch.throughput_min_pages_s`` —
-its remaining work is a few slow hosts (``fetch/throughput_stop``).
+``fetch.max_duration_s``, when its rate falls under ``fetch.throughput_min_pages_s`` —
+its remaining work is a few slow hosts (``fetch/throughput_stop``) — or when the file
+:data:`EARLY_END_FILE` appears in the segment's progress folder (``fetch/end_requested``:
+``crawl run`` ends a thin segment so when the update beside it ends, cycles/run.py).
 
 A page's 3xx is recorded (outcome ``redirect``, target in ``redirect_to``, and the target
 written as an outlink), its target maybe followed (cycles/fetch/redirects.py); a redirect
@@ -94,6 +96,14 @@ _EMPTY_ROW = dict.fromkeys(schema.FETCHED.names)
 """A fetched row with every column None, copied for each row (pyarrow builds the list of
 ``schema.FETCHED.names`` anew at each access)."""
 
+
+EARLY_END_FILE = "end-early"
+"""In the segment's progress folder (cycles/fetch/partition.py ``progress_dir``): when it
+exists, each partition hands back what it has not reached, as at ``fetch.max_duration_s``,
+and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
+
+EARLY_END_CHECK_S = 0.1
+"""How often the loop looks for :data:`EARLY_END_FILE` (one stat(2))."""
 
 STOP_GRACE_S = 10.0
 """After a stop signal, how long transfers in flight may take to end before the partition
@@ -564,8 +574,16 @@ class PartitionFetcher:
         self._window_start, self._window_requests = now, self.stats["fetch/requests"]
         return now - self.started_mono >= self.fc.throughput_after_s and rate < self.fc.throughput_min_pages_s
 
+    def _early_end_requested(self, now: float) -> bool:
+        """True when :data:`EARLY_END_FILE` exists (looked for every ``EARLY_END_CHECK_S``)."""
+        if now - self._early_end_checked < EARLY_END_CHECK_S:
+            return False
+        self._early_end_checked = now
+        return (self.progress_path.parent / EARLY_END_FILE).exists()
+
     def run(self) -> None:
         self.started_mono = time.monotonic()
+        self._early_end_checked = 0.0
         deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
         stopping_at: float | None = None
         self._window_start, self._window_requests = self.started_mono, 0
@@ -592,6 +610,10 @@ class PartitionFetcher:
                 self._hand_back()
             if not handed_back and self._throughput_low(now):
                 self.stats["fetch/throughput_stop"] = 1
+                handed_back = True
+                self._hand_back()
+            if not handed_back and self._early_end_requested(now):
+                self.stats["fetch/end_requested"] = 1
                 handed_back = True
                 self._hand_back()
             if handed_back and not self.active:
