@@ -231,7 +231,7 @@ changing more than once a day are left alone."""
 class OptimalSchedule:
     """Cho & Garcia-Molina's optimal policy on learned rates (see the module doc).
 
-    First fetch: the interval the host's mean learned rate earns (``host_prior``, made by
+    First fetch: the interval the host's median learned rate earns (``host_prior``, made by
     :func:`prepare_schedule`), else the first interval (news-like or default); no change
     seen yet: grows by ``interval_growth`` like the adaptive schedule (the estimate is 0,
     which would mean "never again"); else the interval planned for the page's learned
