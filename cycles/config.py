@@ -741,21 +741,22 @@ class UpdateConfig:
     last this-many + 1 segments (at least two of them; 0: always ``cycle_interval_s``)."""
 
     interval_growth: Annotated[float, Float(1, 100)] = 1.5
-    """Adaptive schedule: while no change has been seen on a page, its interval grows by this
-    factor at each refetch (up to ``max_interval_s``)."""
+    """Adaptive and optimal schedules: while no change has been seen on a page, its interval
+    grows by this factor at each refetch (up to ``max_interval_s``)."""
 
     default_interval_s: Annotated[int, Int(1)] = 14 * 86400
     """Fetch interval of a newly fetched page (14 days), and of a redirect or a URL robots.txt denies."""
 
     min_interval_s: Annotated[int, Int(1)] = 2 * 3600
-    """Shortest refetch interval the adaptive schedule gives (2 hours, as ``news_like_interval_s``)."""
+    """Shortest refetch interval the adaptive and optimal schedules give (2 hours, as
+    ``news_like_interval_s``), however short the crawl's cadence."""
 
     max_interval_s: Annotated[int, Int(1)] = 90 * 86400
     """Longest refetch interval."""
 
     news_like_interval_s: Annotated[int, Int(1)] = 2 * 3600
     """First refetch interval of pages on news-like hosts or URL patterns (2 hours); later
-    intervals follow ``schedule`` (by default the page's observed change rate)."""
+    intervals follow ``schedule`` (by default the page's learned change rate and the budget)."""
 
     news_like_hosts: Annotated[list[str], Strings()] = field(default_factory=list)
     """Hosts declared news-like (exact names, or ``*.example.com`` for a domain and its subdomains)."""
