@@ -732,13 +732,16 @@ class UpdateConfig:
 
     cycle_interval_s: Annotated[int, Int(1)] = 86400
     """Optimal schedule: how often a cycle runs (seconds) until the crawl has shown its own
-    cadence — from then on the median gap between its last segments' generate times
-    (``cadence_segments``). The budget per cycle over the cadence is the refetch rate
-    (fetches per second) the intervals are planned for, and intervals are whole cycles."""
+    cadence, and the longest cadence it plans for: from the second generate on, the median
+    gap between its last segments' generate times (``cadence_segments``), if shorter (a
+    cycle with nothing due makes no segment, so gaps can be several cycles). The budget per
+    cycle over the cadence is the refetch rate (fetches per second) the intervals are
+    planned for, and intervals are whole cycles."""
 
     cadence_segments: Annotated[int, Int(0, 1000)] = 8
     """Optimal schedule: the cadence is the median gap between the generate times of the
-    last this-many + 1 segments (at least two of them; 0: always ``cycle_interval_s``)."""
+    last this-many + 1 segments (at least two of them; at most ``cycle_interval_s``; 0:
+    always ``cycle_interval_s``)."""
 
     interval_growth: Annotated[float, Float(1, 100)] = 1.5
     """Adaptive and optimal schedules: while no change has been seen on a page, its interval

@@ -377,36 +377,34 @@ def plan_refresh(store: Store, config: Config, executor, files: list, schema_ver
 
 
 CADENCE_MIN_GAPS = 1
-"""Gaps after a full fetch list needed before the cadence is learned (else ``update.cycle_interval_s``)."""
+"""Gaps between generates needed before the cadence is learned (else ``update.cycle_interval_s``)."""
 
 
 def learned_cycle_interval_s(store: Store, config: Config) -> int:
-    """How often this crawl's cycles run (seconds), from its last ``update.cadence_segments``
-    + 1 segments' generated markers: the median gap from the generate of a *full* fetch list
-    (``generate.top_n`` URLs) to the next generate; ``update.cycle_interval_s`` while there is
-    no such gap. The plan needs the real cadence: the budget per second is the budget per
-    cycle over it, and intervals are whole cycles — a configured day would plan ``crawl
-    run``'s back-to-back cycles, minutes apart, as if each page could be visited once a day
-    at most. Only gaps after a full fetch list: URLs were left due, so the next generate came
-    as soon as the crawl ran it; after a partial one the next segment waits until something
-    is due — the gap is the schedule's own intervals, not the cadence, and taking it made a
-    real crawl of the test web plan its first day's gap (24 h) as the cycle: a sixth of the
-    budget, 0.65 refetches a cycle of 3 (``bench_freshness.py --real``), fewer due pages, longer
-    gaps. The median, so that one long pause (the crawl stopped for a night) or one cycle
-    re-generated at once does not set it; abandoned segments count (generate ran)."""
+    """How often this crawl's cycles run (seconds): the median gap between the generate times
+    of its last ``update.cadence_segments`` + 1 segments (their generated markers), at most
+    ``update.cycle_interval_s`` — which it is until there are two. The plan needs the real
+    cadence: the budget per second is the budget per cycle over it, and intervals are whole
+    cycles — a configured day would plan ``crawl run``'s back-to-back cycles, minutes apart,
+    as if each page could be visited once a day at most. At most the configured value: a
+    cycle with nothing due makes no segment, so a gap can be several cycles, and how many
+    depends on the plan itself — a real crawl of the test web (4 h cycles) took its first
+    gap, the day until its first pages were due, as the cycle and planned whole days: 0.65
+    refetches a cycle of its budget of 3 (``bench_freshness.py --real``), fewer due pages,
+    longer gaps. The median, so that one long pause or one cycle re-generated at once does
+    not set it; abandoned segments count (generate ran)."""
     u = config.update
     if u.cadence_segments <= 0:
         return u.cycle_interval_s
-    generated = []
+    times = []
     for segment in seg.segment_ids(store)[-(u.cadence_segments + 1):]:
         marker = seg.read_marker(store, segment, seg.Generated)
         if marker is not None and marker.generated_at:
-            generated.append((dt.datetime.fromisoformat(marker.generated_at).timestamp(), marker.urls))
-    gaps = [b - a for (a, urls), (b, _) in zip(generated, generated[1:])
-            if b > a and urls >= config.generate.top_n]
+            times.append(dt.datetime.fromisoformat(marker.generated_at).timestamp())
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
     if len(gaps) < CADENCE_MIN_GAPS:
         return u.cycle_interval_s
-    return max(1, int(round(float(np.median(gaps)))))
+    return max(1, min(u.cycle_interval_s, int(round(float(np.median(gaps))))))
 
 
 def with_learned_cadence(store: Store, config: Config) -> Config:

@@ -450,34 +450,29 @@ def test_update_plans_on_the_buckets_histograms_the_whole_crawl_db_s_mu(store, t
         assert mu == pytest.approx(whole, rel=1e-9)
 
 
-def generated_at(store, times_s: list[float], urls: list[int]) -> None:
-    """Segments whose generate ran at these times (seconds after 2024-01-01) and selected
-    these many URLs, oldest first."""
+def generated_at(store, times_s: list[float]) -> None:
+    """Segments whose generate ran at these times (seconds after 2024-01-01), oldest first."""
     import datetime as dt
 
     from cycles import segment as seg
 
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-    for i, (t, n) in enumerate(zip(times_s, urls)):
+    for i, t in enumerate(times_s):
         segment = f"2024010{i}-seg"
         store.write_bytes(store.path(seg.SEGMENTS, segment, "stats", "x.json"), b"{}")
-        seg.write_marker(store, seg.Generated(segment, generated_at=(t0 + dt.timedelta(seconds=t)).isoformat(),
-                                              urls=n))
+        seg.write_marker(store, seg.Generated(segment, generated_at=(t0 + dt.timedelta(seconds=t)).isoformat()))
 
 
-def test_the_cadence_is_the_median_gap_after_a_full_fetch_list(store):
+def test_the_cadence_is_the_median_gap_between_generates(store):
     """``crawl run``'s cycles minutes apart are planned as such, not as the configured day;
-    one long pause does not set the cadence; a gap after a fetch list short of top_n (the
-    next segment waited for something to be due) does not count; until there is a gap
-    after a full one, the configured value."""
+    one long pause does not set the cadence; until two generates, the configured value."""
     from cycles.update.schedule import learned_cycle_interval_s, with_learned_cadence
 
     config = optimal_config(cycle_interval_s=DAY)
-    config.generate.top_n = 100
     assert learned_cycle_interval_s(store, config) == DAY  # no segment yet
-    generated_at(store, [0], [100])
+    generated_at(store, [0])
     assert learned_cycle_interval_s(store, config) == DAY  # one generate: no gap yet
-    generated_at(store, [0, 300, 610, 900 + 8 * 3600, 8 * 3600 + 1200, 8 * 3600 + 1500], [100] * 6)
+    generated_at(store, [0, 300, 610, 900 + 8 * 3600, 8 * 3600 + 1200, 8 * 3600 + 1500])
     assert learned_cycle_interval_s(store, config) == 300  # gaps 300 310 8h+290 300 300 (one night's pause)
     assert with_learned_cadence(store, config).update.cycle_interval_s == 300
     assert config.update.cycle_interval_s == DAY  # the caller's config is left as it was
@@ -487,19 +482,15 @@ def test_the_cadence_is_the_median_gap_after_a_full_fetch_list(store):
     assert learned_cycle_interval_s(store, config) == DAY
 
 
-def test_gaps_after_a_partial_fetch_list_are_not_the_cadence(store):
-    """A small crawl: the first fetch list holds every page, the next comes when the first
-    pages are due a day later, then every 4 h: those gaps are the schedule's, not the
-    cycle's — the configured cadence stays (a learned day starved a real crawl's plan)."""
+def test_gaps_longer_than_the_configured_cycle_do_not_lengthen_it(store):
+    """A small crawl, 4 h cycles: the second segment comes when the first pages are due a day
+    later, then when something is due — gaps of several cycles, set by the plan itself. The
+    cadence stays at most the configured cycle (a learned day starved a real crawl's plan)."""
     from cycles.update.schedule import learned_cycle_interval_s
 
     config = optimal_config(cycle_interval_s=4 * 3600)
-    config.generate.top_n = 100
-    generated_at(store, [0, DAY, DAY + 4 * 3600, DAY + 12 * 3600], [15, 3, 2, 5])
+    generated_at(store, [0, DAY, DAY + 4 * 3600, DAY + 12 * 3600])
     assert learned_cycle_interval_s(store, config) == 4 * 3600
-    # A full fetch list then a gap of 20 minutes: that one gap is the cadence.
-    generated_at(store, [0, DAY, DAY + 4 * 3600, DAY + 12 * 3600, DAY + 12 * 3600 + 1200], [15, 3, 2, 100, 40])
-    assert learned_cycle_interval_s(store, config) == 1200
 
 
 def test_a_short_cadence_plans_within_the_interval_bounds():
