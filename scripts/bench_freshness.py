@@ -23,6 +23,11 @@ schedule's own SQL on the TRUE rates: the ceiling of its rules (grid, whole cycl
 budget), so that ours − oracle is the learning and the estimator, oracle − optimum the
 discrete cycles and the budget rules.
 
+The simulated cycles plan with ``update.cycle_interval_s`` = ``--step-hours`` and
+:func:`cycles.update.schedule.refresh_multiplier` on the one table of rows: what update
+computes from its generate times (the learned cadence) and as a histogram per bucket
+(the same μ, tests/update/test_schedule.py).
+
 Learning speed: for each change class, the first cycle from which every page's interval
 (in whole cycles, as generate applies it) stays within 2x of its true optimal interval
 (the optimum for the known rates at the run's budget, clamped to [min_interval_s,

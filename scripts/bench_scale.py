@@ -757,7 +757,7 @@ def run_stage(args) -> None:
         from cycles.update import update as upd
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
                      "current_bucket_files", "stored_pages", "find_duplicates", "feed_candidates",
-                     "write_feed_batch", "load_fetch_results", "update_linkdb", "refresh_multiplier",
+                     "write_feed_batch", "load_fetch_results", "update_linkdb", "refresh_multiplier", "plan_refresh",
                      "route_segment", "start_linkdb", "install_linkdb"):
             if hasattr(upd, name):
                 phases.wrap(upd, name)

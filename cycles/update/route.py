@@ -343,10 +343,3 @@ def route_segment(store: Store, config: Config, segment: str, buckets: int, exec
     for done in executor.map(route_chunks, tasks):
         counters.update(done)
     return len(tasks)
-
-
-def routed_results_sql(con, store: Store, inputs: StorePath, buckets: int) -> str:
-    """SQL source of every bucket's routed fetch results, resolved (one aggregate over the
-    segment's results reads it: the optimal schedule's plan)."""
-    files = [path for bucket in range(buckets) for path in routed_files(store, inputs, "results", bucket)]
-    return resolved_fetched_sql(routed_source(con, store, files, ROUTED_FETCHED, "no_routed_results"))

@@ -6,16 +6,18 @@ the next fetch is then ``fetched_at`` + that interval. Only pages seen (a 2xx or
 are scheduled here; the other outcomes (errors, gone, redirects...) have fixed rules in
 transition_sql.
 
-- ``adaptive`` (:class:`AdaptiveSchedule`, the default): the interval follows the page's
-  observed change rate (Cho & Garcia-Molina); a page never fetched starts from its host's
+- ``optimal`` (:class:`OptimalSchedule`, the default): the page's learned change rate and the
+  crawl's fetch budget give the interval of Cho & Garcia-Molina's optimal policy
+  (:mod:`cycles.update.optimum`): before the merge, a :func:`bucket_rate_histogram` task per
+  bucket counts the pages per learned rate (a row per grid rate), and :func:`plan_refresh`
+  finds on their sum the marginal freshness per visit ``μ`` at which the intervals spend the
+  budget per cycle at the crawl's own cadence (:func:`learned_cycle_interval_s`); a page
+  never refetched yet starts from its host's median learned rate (:func:`prepare_schedule`);
+- ``adaptive`` (:class:`AdaptiveSchedule`): the interval follows the page's observed change
+  rate (Cho & Garcia-Molina), without a budget; a page never fetched starts from its host's
   median learned rate (:func:`prepare_schedule`);
 - ``fixed`` (:class:`FixedSchedule`): every page after ``update.default_interval_s``
-  (news-like pages after ``update.news_like_interval_s``);
-- ``optimal`` (:class:`OptimalSchedule`): the page's learned change rate and the crawl's fetch
-  budget give the interval of Cho & Garcia-Molina's optimal policy (:mod:`cycles.update.optimum`):
-  before the merge, :func:`refresh_multiplier` reads every page's learned rate from the crawl
-  DB and finds the marginal freshness per visit ``μ`` at which the intervals spend the budget;
-  a page never refetched yet starts from its host's median learned rate (:func:`prepare_schedule`).
+  (news-like pages after ``update.news_like_interval_s``).
 
 The learned rate (:func:`learned_rate_sql`): from the Last-Modified dates when the page sends
 usable ones (``unchanged_s``, :func:`unchanged_seen_sql`; (X − 1) / T, Cho & Garcia-Molina
@@ -26,14 +28,20 @@ A schedule's SQL reads the old row as ``db`` and the fetch result as ``f``.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from cycles import segment as seg
 from cycles.config import Config, UpdateConfig
+from cycles.crawldb import connect, upgraded_sql
+from cycles.store import Store, StorePath
 from cycles.update import optimum
+from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
 
 
 class Schedule(Protocol):
@@ -223,7 +231,7 @@ changing more than once a day are left alone."""
 class OptimalSchedule:
     """Cho & Garcia-Molina's optimal policy on learned rates (see the module doc).
 
-    First fetch: the interval the host's mean learned rate earns (``host_prior``, made by
+    First fetch: the interval the host's median learned rate earns (``host_prior``, made by
     :func:`prepare_schedule`), else the first interval (news-like or default); no change
     seen yet: grows by ``interval_growth`` like the adaptive schedule (the estimate is 0,
     which would mean "never again"); else the interval planned for the page's learned
@@ -250,23 +258,41 @@ class OptimalSchedule:
 
 def refresh_budget_per_s(config: Config) -> float:
     """Fetches per second the optimal schedule plans for: the budget of a cycle
-    (``update.refresh_budget_per_cycle``, 0: ``generate.top_n``) over ``update.cycle_interval_s``."""
+    (``update.refresh_budget_per_cycle``, 0: ``generate.top_n``) over ``update.cycle_interval_s``
+    (in update, the learned cadence: :func:`with_learned_cadence`). Not what generate
+    selected last: the plan spends about its budget, so a budget taken from the last
+    selections would shrink cycle after cycle (each plan a little short of the last)."""
     u = config.update
     return (u.refresh_budget_per_cycle or config.generate.top_n) / u.cycle_interval_s
 
 
-def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: str, changed: str) -> float:
-    """μ (seconds) at which the optimal schedule's intervals spend the fetch budget.
+@dataclass
+class RateHistogram:
+    """What the optimal schedule's plan needs of a set of crawl DB rows, bounded whatever
+    their number: the pages with a learned rate counted per grid rate, and the visits per
+    second the other pages take (never refetched, or no change seen: their intervals follow
+    their own rules, so that share comes off the budget first). A bucket's histograms add
+    up to the crawl DB's (issue #11: the coordinator sums a row per grid rate and bucket,
+    it reads no crawl DB row)."""
 
-    Every page's learned rate as it will be after this segment (the crawl DB ``db_source``
-    joined to the segment's results ``fetched``, conditions ``seen`` and ``changed`` as
-    update's transition uses them: without this segment, the first cycle that learns
-    anything would be planned as if nothing were known). One aggregate, bounded whatever
-    the crawl's size: the pages with a learned rate counted per grid rate, and the visits
-    per second the other pages take (never refetched, or no change seen: their intervals
-    follow their own rules) — that share comes off the budget first.
-    """
-    u = config.update
+    counts: dict[int, int] = field(default_factory=dict)
+    """1-based index in :func:`rate_grid` → pages whose learned rate rounds to it."""
+    fixed_per_s: float = 0.0
+    """Fetches per second the pages without a learned rate take (1 / their interval)."""
+
+    def __add__(self, other: RateHistogram) -> RateHistogram:
+        counts = dict(self.counts)
+        for i, c in other.counts.items():
+            counts[i] = counts.get(i, 0) + c
+        return RateHistogram(counts, self.fixed_per_s + other.fixed_per_s)
+
+
+def rate_histogram(con, db_source: str, u: UpdateConfig, fetched: str, seen: str, changed: str) -> RateHistogram:
+    """The :class:`RateHistogram` of the rows of ``db_source`` (crawl DB rows) as they will be
+    after the segment's results ``fetched`` (conditions ``seen`` and ``changed`` as update's
+    transition uses them: without this segment, the first cycle that learns anything would
+    be planned as if nothing were known). ``fetched`` may hold several results of a URL:
+    its newest counts, as in update. Two aggregates over the rows, linear."""
     after = f"""SELECT db.fetch_count - 1 + CASE WHEN {seen} THEN 1 ELSE 0 END AS n,
                db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END AS x,
                epoch(CASE WHEN {seen} THEN f.fetched_at ELSE db.last_fetched END
@@ -280,13 +306,112 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
         WHERE n >= 1 AND x > 0 GROUP BY i""").fetchall()
     fixed = con.execute(f"""SELECT coalesce(sum(1.0 / greatest(1, fetch_interval_s)), 0) FROM ({after})
         WHERE n >= 0 AND NOT (n >= 1 AND x > 0)""").fetchall()[0][0]
-    grid = rate_grid(u)
-    rates = np.array([grid[i - 1] for i, _ in bins], float)
-    counts = np.array([c for _, c in bins], float)
-    if not len(rates):
+    return RateHistogram({int(i): int(c) for i, c in bins}, float(fixed))
+
+
+def multiplier_for(config: Config, histogram: RateHistogram) -> float:
+    """μ (seconds) at which the optimal schedule's intervals for ``histogram``'s pages spend
+    the fetch budget (:func:`refresh_budget_per_s`) left after its fixed visits."""
+    u = config.update
+    if not histogram.counts:
         return DEFAULT_MULTIPLIER_S
-    return optimum.solve_multiplier(
-        lambda m: float(np.sum(counts / planned_cycles(u, rates, m))), refresh_budget_per_s(config) - float(fixed))
+    grid = rate_grid(u)
+    indexes = sorted(histogram.counts)
+    rates = np.array([grid[i - 1] for i in indexes], float)
+    counts = np.array([histogram.counts[i] for i in indexes], float)
+    return optimum.solve_multiplier(lambda m: float(np.sum(counts / planned_cycles(u, rates, m))),
+                                    refresh_budget_per_s(config) - histogram.fixed_per_s)
+
+
+def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: str, changed: str) -> float:
+    """μ (seconds) at which the optimal schedule's intervals spend the fetch budget, from
+    every row of ``db_source`` in this connection (:func:`rate_histogram`, then
+    :func:`multiplier_for`). Update itself sums a histogram per bucket (:func:`plan_refresh`);
+    this one-table form serves scripts/bench_freshness.py and the tests."""
+    return multiplier_for(config, rate_histogram(con, db_source, config.update, fetched, seen, changed))
+
+
+@dataclass(frozen=True)
+class RateHistogramTask:
+    """One crawl DB bucket's share of the plan (picklable: locations, ids, the config)."""
+
+    store_uri: str
+    config: Config
+    segment: str
+    bucket: int
+    old_file: StorePath
+    schema_version: int
+    seen_sql: str
+    """SQL condition on a result ``f``: the page answered (update.SEEN_SQL)."""
+    changed_sql: str
+    """SQL condition on ``db`` and ``f``: the content changed (update.CHANGED_SQL)."""
+    workers: int = 1
+
+
+def bucket_rate_histogram(task: RateHistogramTask) -> RateHistogram:
+    """A task on update's executor: the :class:`RateHistogram` of one bucket — its old rows
+    joined to the segment's results routed to it (``update/results/bucket-N/``, resolved as
+    update_bucket resolves them). Reads only those files; writes nothing."""
+    store = Store(task.store_uri)
+    con = connect(store, task.config, task.workers)
+    try:
+        inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
+        old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
+        routed = routed_source(con, store, routed_files(store, inputs, "results", task.bucket), ROUTED_FETCHED,
+                               "no_fetched")
+        return rate_histogram(con, old, task.config.update, resolved_fetched_sql(routed), task.seen_sql,
+                              task.changed_sql)
+    finally:
+        con.close()
+
+
+def plan_refresh(store: Store, config: Config, executor, files: list, schema_version: int, segment: str,
+                 seen: str, changed: str) -> float:
+    """The optimal schedule's μ for this update: a :func:`bucket_rate_histogram` task per
+    crawl DB bucket (``files``: each bucket's current file) on ``executor``, their
+    histograms summed here (a row per grid rate: ~200 numbers, whatever the crawl's size)
+    and μ solved on the sum."""
+    tasks = [RateHistogramTask(store.uri, config, segment, bucket, file, schema_version, seen, changed,
+                               executor.workers) for bucket, file in enumerate(files)]
+    return multiplier_for(config, sum(executor.map(bucket_rate_histogram, tasks), RateHistogram()))
+
+
+CADENCE_MIN_GAPS = 1
+"""Gaps between generates needed before the cadence is learned (else ``update.cycle_interval_s``)."""
+
+
+def learned_cycle_interval_s(store: Store, config: Config) -> int:
+    """How often this crawl's cycles run (seconds): the median gap between the generate times
+    of its last ``update.cadence_segments`` + 1 segments (their generated markers), at most
+    ``update.cycle_interval_s`` — which it is until there are two. The plan needs the real
+    cadence: the budget per second is the budget per cycle over it, and intervals are whole
+    cycles — a configured day would plan ``crawl run``'s back-to-back cycles, minutes apart,
+    as if each page could be visited once a day at most. At most the configured value: a
+    cycle with nothing due makes no segment, so a gap can be several cycles, and how many
+    depends on the plan itself — a real crawl of the test web (4 h cycles) took its first
+    gap, the day until its first pages were due, as the cycle and planned whole days: 0.65
+    refetches a cycle of its budget of 3 (``bench_freshness.py --real``), fewer due pages,
+    longer gaps. The median, so that one long pause or one cycle re-generated at once does
+    not set it; abandoned segments count (generate ran)."""
+    u = config.update
+    if u.cadence_segments <= 0:
+        return u.cycle_interval_s
+    times = []
+    for segment in seg.segment_ids(store)[-(u.cadence_segments + 1):]:
+        marker = seg.read_marker(store, segment, seg.Generated)
+        if marker is not None and marker.generated_at:
+            times.append(dt.datetime.fromisoformat(marker.generated_at).timestamp())
+    gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    if len(gaps) < CADENCE_MIN_GAPS:
+        return u.cycle_interval_s
+    return max(1, min(u.cycle_interval_s, int(round(float(np.median(gaps))))))
+
+
+def with_learned_cadence(store: Store, config: Config) -> Config:
+    """``config`` with ``update.cycle_interval_s`` set to :func:`learned_cycle_interval_s`
+    (a copy: the caller's config is not changed)."""
+    learned = learned_cycle_interval_s(store, config)
+    return dataclasses.replace(config, update=dataclasses.replace(config.update, cycle_interval_s=learned))
 
 
 def prepare_schedule(con, config: Config, old: str) -> None:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, connect, plain_connection, crawldb_source_sql, current_bucket_files,
+from cycles.crawldb import (bucket_executor, connect, plain_connection, current_bucket_files,
                             install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
@@ -45,8 +45,8 @@ from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, rou
 from cycles.progress import StepProgress
 from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
-                                  routed_results_sql, routed_source)
-from cycles.update.schedule import prepare_schedule, refresh_multiplier, schedule_for, unchanged_after_sql
+                                  routed_source)
+from cycles.update.schedule import plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql, with_learned_cadence
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count
 
 
@@ -75,7 +75,7 @@ CHANGED_SQL = "(f.outcome = 'ok' AND db.content_hash IS NOT NULL AND f.content_h
 def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
 
-    ``multiplier_s``: the optimal schedule's plan (schedule.refresh_multiplier), if any.
+    ``multiplier_s``: the optimal schedule's plan (schedule.plan_refresh), if any.
 
     The transitions (f.outcome → new status, next fetch):
       ok            → fetched; interval from the configured schedule (cycles/update/schedule.py;
@@ -209,7 +209,7 @@ class UpdateBucketTask:
     buckets: int = 1
     """The crawl DB's bucket count (every row written must be of ``bucket``)."""
     refresh_multiplier_s: float | None = None
-    """The optimal schedule's μ for this update (schedule.refresh_multiplier); None: another schedule."""
+    """The optimal schedule's μ for this update (schedule.plan_refresh); None: another schedule."""
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
@@ -400,13 +400,13 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # Route every input to its bucket, a task per group of chunks on the bucket tasks'
         # executor (cycles/update/route.py): each bucket is then a task reading only its files.
         route_segment(store, config, segment, manifest.buckets, executor, counters)
-        # The optimal schedule's plan needs every page's learned rate: one aggregate, here
-        # (the one step left in the coordinator that reads every crawl DB row; only with
-        # update.schedule = 'optimal'; the files were verified by the dedup tasks).
-        multiplier = (refresh_multiplier(con, crawldb_source_sql(files, con, store, manifest.schema_version), config,
-                                         routed_results_sql(con, store, inputs, manifest.buckets),
-                                         SEEN_SQL, CHANGED_SQL)
-                      if config.update.schedule == "optimal" else None)
+        # The optimal schedule's plan: a rate histogram per bucket (tasks on the same
+        # executor), μ solved here on their sum, at the crawl's own cadence (schedule.py).
+        multiplier = None
+        if config.update.schedule == "optimal":
+            config = with_learned_cadence(store, config)
+            multiplier = plan_refresh(store, config, executor, files, manifest.schema_version, segment,
+                                      SEEN_SQL, CHANGED_SQL)
         if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
             # Each bucket's in-links merged by a task on the bucket tasks' executor; only
             # the host graph's PageRank (hosts, not URLs) and the install run here.
@@ -460,6 +460,8 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     # Duration and rate beside the counters (cycles/metrics.py); the result keeps the counters alone.
     stats = {**counters, **metrics.update_summary(counters, time.monotonic() - started)}
+    if multiplier is not None:  # the optimal schedule's plan, for the operator (not a counter)
+        stats |= {"update/plan_cycle_s": config.update.cycle_interval_s, "update/plan_multiplier_s": round(multiplier, 1)}
     store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(stats.items())))
     if dedup.mirrors:
         store.write_json(seg.stats_file(seg_dir, "mirrors"), dedup.mirrors)

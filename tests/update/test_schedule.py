@@ -13,8 +13,8 @@ import pytest
 from cycles.config import Config, config_from_dict
 from cycles.errors import ConfigError
 from cycles.update import optimum
-from cycles.update.schedule import (AdaptiveSchedule, FixedSchedule, OptimalSchedule, planned_cycles,
-                                    prepare_schedule, rate_grid, refresh_budget_per_s, refresh_multiplier,
+from cycles.update.schedule import (DEFAULT_MULTIPLIER_S, AdaptiveSchedule, FixedSchedule, OptimalSchedule,
+                                    planned_cycles, planned_intervals, prepare_schedule, rate_grid, refresh_budget_per_s, refresh_multiplier,
                                     schedule_for)
 from cycles.update.update import transition_sql
 
@@ -74,7 +74,11 @@ def test_fixed_schedule_ignores_changes():
 def test_transition_sql_uses_the_configured_schedule():
     fixed = config_from_dict({"update": {"schedule": "fixed"}})
     assert FixedSchedule(fixed.update).interval_sql(SEEN, CHANGED) in transition_sql(fixed)
-    assert AdaptiveSchedule(Config().update).interval_sql(SEEN, CHANGED) in transition_sql(Config())
+    adaptive = config_from_dict({"update": {"schedule": "adaptive"}})
+    assert AdaptiveSchedule(adaptive.update).interval_sql(SEEN, CHANGED) in transition_sql(adaptive)
+    # The default: the optimal schedule (its plan's μ, or a default one without a plan).
+    assert OptimalSchedule(Config().update).interval_sql(SEEN, CHANGED) in transition_sql(Config())
+    assert OptimalSchedule(Config().update, 1234.0).interval_sql(SEEN, CHANGED) in transition_sql(Config(), 1234.0)
 
 
 def test_an_unknown_schedule_is_refused():
@@ -353,3 +357,148 @@ def test_the_plan_in_whole_cycles_is_near_the_best_whole_cycle_plan():
     within = np.sum(1 / intervals, axis=1) <= budget * (1 + 1e-9)
     best = float(optimum.freshness(rates[None, :], 1 / intervals[within]).sum(axis=1).max())
     assert planned >= 0.98 * best
+
+
+# --- the plan as per-bucket work, at the crawl's own cadence (issue #13 §4, issue #11) ---
+
+def test_bucket_histograms_add_up_to_the_whole_crawl_db():
+    """Each bucket's rate histogram (a row per grid rate, and the fixed visits) summed is the
+    whole crawl DB's, and μ solved on the sum is μ solved on the whole."""
+    from cycles.update.schedule import RateHistogram, multiplier_for, rate_histogram
+
+    config = optimal_config(refresh_budget_per_cycle=2)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    # 60 pages with 1..8 changes in 8 refetches, 10 with none, 10 never refetched; 3 buckets.
+    con.execute("""CREATE TABLE db AS
+        SELECT 'http://h' || (i % 3) || '/' || i AS url, i % 3 AS bucket, 9 AS fetch_count,
+               CASE WHEN i < 60 THEN 1 + i % 8 ELSE 0 END AS change_count,
+               TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched,
+               TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched, 86400 + 600 * i AS fetch_interval_s,
+               'a' AS content_hash, CASE WHEN i % 4 = 0 THEN 3600 * i END::BIGINT AS unchanged_s
+        FROM range(70) t(i)
+        UNION ALL SELECT 'http://h' || (i % 3) || '/new' || i, i % 3, 1, 0, TIMESTAMPTZ '2024-01-09 00:00:00+00',
+               TIMESTAMPTZ '2024-01-09 00:00:00+00', 86400, 'a', NULL FROM range(10) t(i)""")
+    # This segment's results: a change on some, none on others, an error (not seen).
+    con.execute("""CREATE TABLE fetched AS SELECT url, CASE WHEN i % 5 = 4 THEN 'server_error' ELSE 'ok' END AS outcome,
+        CASE WHEN i % 2 = 0 THEN 'b' ELSE 'a' END AS content_hash,
+        TIMESTAMPTZ '2024-01-10 00:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified
+        FROM (SELECT url, row_number() OVER (ORDER BY url) AS i FROM db) WHERE i % 3 = 0""")
+    whole = rate_histogram(con, "db", config.update, "fetched", SEEN, CHANGED)
+    parts = [rate_histogram(con, f"(SELECT * FROM db WHERE bucket = {b})", config.update, "fetched", SEEN, CHANGED)
+             for b in range(3)]
+    summed = sum(parts, RateHistogram())
+    assert len(whole.counts) > 5 and all(p.counts for p in parts)
+    assert summed.counts == whole.counts
+    assert summed.fixed_per_s == pytest.approx(whole.fixed_per_s, rel=1e-12)
+    assert multiplier_for(config, summed) == pytest.approx(
+        refresh_multiplier(con, "db", config, "fetched", SEEN, CHANGED), rel=1e-9)
+
+
+def test_update_plans_on_the_buckets_histograms_the_whole_crawl_db_s_mu(store, tmp_path, monkeypatch):
+    """Through update_segment (3 buckets, pages of several hosts, changes seen on some): μ from
+    the bucket tasks' histograms equals μ of the one aggregate over the whole crawl DB joined
+    to every routed result (the coordinator's step before), computed on the same inputs."""
+    import datetime as dt
+
+    from cycles import segment as seg
+    from cycles.crawldb import connect, crawldb_source_sql
+    from cycles.generate.generate import generate
+    from cycles.inject import inject
+    from cycles.store import utcnow
+    from cycles.update import schedule as schedule_module
+    from cycles.update import update as update_module
+    from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
+    from tests.update.test_transitions import due_now, fetch_result
+    update_segment = update_module.update_segment
+
+    config = optimal_config(refresh_budget_per_cycle=3)
+    config.db.buckets = 3
+    urls = [f"http://h{h}.example/p{i}" for h in range(6) for i in range(4)]
+    (tmp_path / "seeds.txt").write_text("\n".join(urls) + "\n")
+    inject(store, config, tmp_path / "seeds.txt")
+    planned = []
+
+    def checked(store, config, executor, files, schema_version, segment, seen, changed):
+        mu = schedule_module.plan_refresh(store, config, executor, files, schema_version, segment, seen, changed)
+        con = connect(store, config)
+        inputs = seg.segment_dir(store, segment) / seg.UPDATE_INPUTS
+        routed = [p for b in range(len(files)) for p in routed_files(store, inputs, "results", b)]
+        whole = schedule_module.refresh_multiplier(
+            con, crawldb_source_sql(files, con, store, schema_version), config,
+            resolved_fetched_sql(routed_source(con, store, routed, ROUTED_FETCHED, "all_routed")), seen, changed)
+        con.close()
+        planned.append((mu, whole))
+        return mu
+
+    monkeypatch.setattr(update_module, "plan_refresh", checked)
+    t0 = utcnow() - dt.timedelta(days=10)
+    for visit in range(3):
+        if visit:
+            due_now(store)
+        segment = generate(store, config).segment
+        fetch_result(store, segment, [
+            {"url": url, "host": url.split("/")[2], "outcome": "ok", "http_status": 200,
+             "fetched_at": t0 + dt.timedelta(hours=6 * visit + k),
+             # page k changes at every visit when k % 3 == 0, at the second when k % 3 == 1, never else
+             "content_hash": (str(visit) if k % 3 == 0 else str(min(visit, 1)) if k % 3 == 1 else "0") * 32}
+            for k, url in enumerate(urls)])
+        update_segment(store, config, segment)
+    assert len(planned) == 3
+    assert planned[-1][0] != schedule_module.DEFAULT_MULTIPLIER_S  # rates were learned: a real plan
+    for mu, whole in planned:
+        assert mu == pytest.approx(whole, rel=1e-9)
+
+
+def generated_at(store, times_s: list[float]) -> None:
+    """Segments whose generate ran at these times (seconds after 2024-01-01), oldest first."""
+    import datetime as dt
+
+    from cycles import segment as seg
+
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    for i, t in enumerate(times_s):
+        segment = f"2024010{i}-seg"
+        store.write_bytes(store.path(seg.SEGMENTS, segment, "stats", "x.json"), b"{}")
+        seg.write_marker(store, seg.Generated(segment, generated_at=(t0 + dt.timedelta(seconds=t)).isoformat()))
+
+
+def test_the_cadence_is_the_median_gap_between_generates(store):
+    """``crawl run``'s cycles minutes apart are planned as such, not as the configured day;
+    one long pause does not set the cadence; until two generates, the configured value."""
+    from cycles.update.schedule import learned_cycle_interval_s, with_learned_cadence
+
+    config = optimal_config(cycle_interval_s=DAY)
+    assert learned_cycle_interval_s(store, config) == DAY  # no segment yet
+    generated_at(store, [0])
+    assert learned_cycle_interval_s(store, config) == DAY  # one generate: no gap yet
+    generated_at(store, [0, 300, 610, 900 + 8 * 3600, 8 * 3600 + 1200, 8 * 3600 + 1500])
+    assert learned_cycle_interval_s(store, config) == 300  # gaps 300 310 8h+290 300 300 (one night's pause)
+    assert with_learned_cadence(store, config).update.cycle_interval_s == 300
+    assert config.update.cycle_interval_s == DAY  # the caller's config is left as it was
+    config.update.cadence_segments = 2  # only the last three generates
+    assert learned_cycle_interval_s(store, config) == 300
+    config.update.cadence_segments = 0  # off: always the configured value
+    assert learned_cycle_interval_s(store, config) == DAY
+
+
+def test_gaps_longer_than_the_configured_cycle_do_not_lengthen_it(store):
+    """A small crawl, 4 h cycles: the second segment comes when the first pages are due a day
+    later, then when something is due — gaps of several cycles, set by the plan itself. The
+    cadence stays at most the configured cycle (a learned day starved a real crawl's plan)."""
+    from cycles.update.schedule import learned_cycle_interval_s
+
+    config = optimal_config(cycle_interval_s=4 * 3600)
+    generated_at(store, [0, DAY, DAY + 4 * 3600, DAY + 12 * 3600])
+    assert learned_cycle_interval_s(store, config) == 4 * 3600
+
+
+def test_a_short_cadence_plans_within_the_interval_bounds():
+    """Cycles five minutes apart: the budget per second is large, and a fast page gets
+    min_interval_s (never sooner), a page not worth a visit max_interval_s (never later)."""
+    config = optimal_config(cycle_interval_s=300, refresh_budget_per_cycle=100)
+    u = config.update
+    rates = np.array([1 / 3600, 1 / DAY, 1 / (30 * DAY)])
+    intervals = planned_intervals(u, rates, DEFAULT_MULTIPLIER_S)
+    assert all(u.min_interval_s <= i <= u.max_interval_s for i in intervals)
+    assert planned_intervals(u, rates, 1.0)[0] == u.min_interval_s

@@ -137,7 +137,9 @@ def due_now(store):
 
 
 def test_interval_follows_the_estimated_change_rate(store, config, tmp_path):
-    """Cho & Garcia-Molina: rate = -ln((n - X + 0.5) / (n + 0.5)) / I; interval = 0.5 / rate."""
+    """Cho & Garcia-Molina: rate = -ln((n - X + 0.5) / (n + 0.5)) / I; interval = 0.5 / rate
+    (the adaptive schedule's rule; the default, optimal, is tested in test_schedule.py)."""
+    config.update.schedule = "adaptive"
     import math
 
     t0 = utcnow() - dt.timedelta(days=60)
@@ -163,6 +165,7 @@ def test_a_page_that_never_changes_is_visited_less_and_less(store, config, tmp_p
 
 
 def test_a_page_changing_at_every_visit_is_visited_often(store, config, tmp_path):
+    config.update.schedule = "adaptive"  # its rule for pages faster than min_interval_s
     t0 = utcnow() - dt.timedelta(days=10)
     for i in range(3):
         row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "content_hash": str(i) * 32,
