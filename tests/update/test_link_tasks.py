@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import plain_connection
+from cycles.executor import InProcess
 from cycles.store import Store
 from cycles.update.linkgraph import LINKDB, install_linkdb, merge_link_bucket, start_linkdb
 from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, host_links_file, routed_folder
@@ -56,8 +56,7 @@ def apply(store: Store, config: Config, segment: str, attempts: int) -> Counter:
     for _ in range(attempts):  # every task once, then every task again: the retries
         for task in update.tasks:
             done[task.bucket] = merge_link_bucket(task)
-    install_linkdb(store, config, plain_connection(), update, [done[b] for b in sorted(done)], inputs, segment,
-                   counters)
+    install_linkdb(store, config, InProcess(), update, [done[b] for b in sorted(done)], inputs, segment, counters)
     return counters
 
 
@@ -66,8 +65,8 @@ def link_db(store: Store) -> dict[str, list]:
     tables = {}
     for kind in ("inlinks", "urls"):
         tables[kind] = [pq.read_table(folder / f"{kind}-{b:05d}.parquet").to_pylist() for b in range(BUCKETS)]
-    tables["hosts"] = pq.read_table(folder / "hosts.parquet").to_pylist()
-    tables["host_edges"] = pq.read_table(folder / "host_edges.parquet").to_pylist()
+    for kind in ("hosts", "host_edges"):
+        tables[kind] = [pq.read_table(folder / f"{kind}-{b:05d}.parquet").to_pylist() for b in range(BUCKETS)]
     return tables
 
 
