@@ -201,10 +201,10 @@ def build_host_part(task: BuildHostPartTask) -> dict:
         # A source's index is its row in nodes-N; targets sorted by part then key, so a
         # round's flows to each part are one slice, summed per target by np.add.reduceat.
         edges = store.write_batches(edges_file(task.folder, p), con.sql(f"""
-            SELECT (s.row - 1)::INTEGER AS src, {host_key_sql('e.to_host')} AS to_key,
-                   {part_sql('e.to_host', parts)}::INTEGER AS to_part
-            FROM hr_edges e JOIN (SELECT host, row_number() OVER (ORDER BY key) AS row FROM hr_nodes) s
-                ON e.from_host = s.host
+            SELECT src, to_key, (to_key % {int(parts)})::INTEGER AS to_part FROM (
+                SELECT (s.row - 1)::INTEGER AS src, {host_key_sql('e.to_host')} AS to_key
+                FROM hr_edges e JOIN (SELECT host, row_number() OVER (ORDER BY key) AS row FROM hr_nodes) s
+                    ON e.from_host = s.host)
             ORDER BY to_part, to_key, src""").to_arrow_reader(64 * 1024), EDGES)
     finally:
         con.close()

@@ -10,7 +10,8 @@ segment's followed outlinks into the link DB (``linkdb/<version>/``, schema.LINK
   links a page from each of its 10,000 pages counts once; a link from the page's own host
   does not count (a site cannot vote for itself);
 - **the host graph** (LINK_HOST_EDGES: host → host, self-links excluded) and each host's
-  **PageRank** on it (LINK_HOSTS).
+  **PageRank** on it (LINK_HOSTS), both in parts by host (``host_edges-NNNNN``,
+  ``hosts-NNNNN``; cycles/update/hostrank.py).
 
 Why PageRank and not harmonic centrality (Common Crawl's choice): exact harmonic centrality
 needs a breadth-first search from every host, O(hosts × edges) per cycle; Common Crawl
@@ -26,8 +27,12 @@ out, as they are for discovery (cycles/update/route.py route_links). The cost of
 cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
 ``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
 last cycle's ranks). The per-bucket rewrite is one :func:`merge_link_bucket` task per
-bucket on update's executor (a cluster's workers); the host graph and its PageRank (hosts,
-not URLs) and the install stay in update's coordinator (:func:`install_linkdb`).
+bucket on update's executor (a cluster's workers); the host graph and its PageRank are
+rounds of per-part tasks on the same executor (cycles/update/hostrank.py: the host graph
+grows with the crawl, about one edge per URL on bench_scale's synthetic web); only the
+install stays in update's coordinator (:func:`install_linkdb`). :func:`host_pagerank` is
+the whole-graph PageRank in one process (NumPy or DuckDB), the reference the tasks are
+tested against with networkx, and what ``scripts/bench_scale_parts.py --parts pagerank`` times.
 
 The link DB grows with every link ever seen: a link that disappears from a page is never
 removed (no expiry yet).
