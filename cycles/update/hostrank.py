@@ -54,7 +54,7 @@ from cycles import schema
 from cycles.config import Config
 from cycles.crawldb import connect
 from cycles.store import Store, StorePath
-from cycles.update.route import HOST_LINKS
+from cycles.update.route import HOST_LINKS, routed_files
 
 IN_MEMORY_EDGES = 4_000_000
 """A host graph with at most this many edges is ranked by one task in NumPy (about 16 bytes
@@ -149,8 +149,9 @@ class BuildHostPartTask:
 
     store_uri: str
     config: Config
-    pairs: tuple[StorePath, ...]
-    """The segment's (host, from_host) pairs (update/host_links/, cycles/update/route.py)."""
+    inputs: StorePath | None
+    """The segment's update inputs: the part's (host, from_host) pairs in
+    ``host_links/bucket-N/`` (cycles/update/route.py; None: no new pairs)."""
     folder: StorePath
     part: int
     parts: int
@@ -175,7 +176,8 @@ def build_host_part(task: BuildHostPartTask) -> dict:
         old_edges, old_hosts, edge_filter, host_filter = task.old.files(p, parts)
         edges_before = source_of(con, store, old_edges, schema.LINK_HOST_EDGES, "hostrank_no_edges")
         hosts_before = source_of(con, store, old_hosts, schema.LINK_HOSTS, "hostrank_no_hosts")
-        pairs = source_of(con, store, list(task.pairs), HOST_LINKS, "hostrank_no_pairs")
+        pairs = source_of(con, store, routed_files(store, task.inputs, "host_links", p) if task.inputs else [],
+                          HOST_LINKS, "hostrank_no_pairs")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE hr_edges AS
             SELECT DISTINCT from_host, to_host FROM (
                 SELECT from_host, to_host FROM {edges_before} WHERE {edge_filter}
@@ -388,13 +390,13 @@ def rank_whole_graph(task: WholeGraphTask) -> int:
 
 
 # --- the coordinator's side ------------------------------------------------------------
-def rank_host_graph(store: Store, config: Config, executor, pairs: list[StorePath], folder: StorePath,
+def rank_host_graph(store: Store, config: Config, executor, inputs: StorePath | None, folder: StorePath,
                     parts: int, old: OldHostGraph, in_memory_edges: int = IN_MEMORY_EDGES) -> tuple[int, int, int]:
     """The new version's host graph and ranks in ``parts`` parts, every step a task on
     ``executor``; here only sums of P numbers a round. Returns (hosts, edges, iterations)."""
     u = config.update
     built = executor.map(build_host_part, [
-        BuildHostPartTask(store.uri, config, tuple(pairs), folder, p, parts, old, getattr(executor, "workers", 1))
+        BuildHostPartTask(store.uri, config, inputs, folder, p, parts, old, getattr(executor, "workers", 1))
         for p in range(parts)])
     hosts, edges = sum(r["hosts"] for r in built), sum(r["edges"] for r in built)
     if not hosts:

@@ -259,7 +259,7 @@ def discard_linkdb(store: Store, update: LinkDbUpdate | None) -> None:
 def install_linkdb(store: Store, config: Config, executor, update: LinkDbUpdate | None, done: list[dict],
                    inputs: StorePath, segment: str, counters: Counter) -> None:
     """After the bucket tasks (``done``: their results): the host graph from the segment's
-    (host, linking host) pairs (``inputs/host_links/``) and its PageRank, by tasks on
+    (host, linking host) pairs (``inputs/host_links/bucket-N/``) and its PageRank, by tasks on
     ``executor`` (cycles/update/hostrank.py: the host graph grows with the crawl, so it is
     not ranked here), and the new version installed.
 
@@ -273,8 +273,8 @@ def install_linkdb(store: Store, config: Config, executor, update: LinkDbUpdate 
         counters["linkgraph/inlinks"] = sum(result["linkgraph/inlinks"] for result in done)
         old = old_host_graph(store, store.path(LINKDB, update.old.version) if update.old else None,
                              update.old.buckets if update.old else 0)
-        hosts, edges, iterations = rank_host_graph(store, config, executor, store.list(inputs / "host_links", "*.parquet"),
-                                                   update.folder, len(update.tasks), old)
+        hosts, edges, iterations = rank_host_graph(store, config, executor, inputs, update.folder, len(update.tasks),
+                                                   old)
     except BaseException:
         discard_linkdb(store, update)
         raise

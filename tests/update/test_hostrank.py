@@ -23,7 +23,7 @@ from cycles.executor import InProcess
 from cycles.store import Store
 from cycles.update import hostrank
 from cycles.update.hostrank import OldHostGraph, host_key_sql, rank_host_graph
-from cycles.update.route import HOST_LINKS
+from cycles.update.route import HOST_LINKS, routed_folder
 from tests.update.test_linkgraph import GRAPHS, networkx_ranks
 
 PARTITIONED, WHOLE = 0, 10**9
@@ -36,20 +36,21 @@ def config(tolerance: float = 1e-9) -> Config:
     return c
 
 
-def write_pairs(store: Store, name: str, pairs: list[tuple[str, str]]) -> list:
-    """What update's routing tasks write: (host, from_host) pairs, in two files."""
-    files = []
+def write_pairs(store: Store, name: str, pairs: list[tuple[str, str]], parts: int):
+    """What update's routing tasks write: (host, from_host) pairs, in two groups' files, here
+    every pair in every part's folder (each build task keeps those of its part)."""
+    inputs = store.path("inputs", name)
     for i, half in enumerate((pairs[::2], pairs[1::2])):
-        path = store.path("inputs", name, "host_links", f"g{i}.parquet")
-        store.write_table(path, pa.table({"host": [b for _, b in half], "from_host": [a for a, _ in half]}), HOST_LINKS)
-        files.append(path)
-    return files
+        for part in range(parts):
+            store.write_table(routed_folder(inputs, "host_links", part) / f"g{i}.parquet",
+                              pa.table({"host": [b for _, b in half], "from_host": [a for a, _ in half]}), HOST_LINKS)
+    return inputs
 
 
 def rank(store: Store, name: str, pairs, parts: int, old: OldHostGraph = OldHostGraph(),
          in_memory_edges: int = PARTITIONED, executor=None, cfg: Config | None = None):
     folder = store.path("linkdb", name)
-    result = rank_host_graph(store, cfg or config(), executor or InProcess(), write_pairs(store, name, pairs),
+    result = rank_host_graph(store, cfg or config(), executor or InProcess(), write_pairs(store, name, pairs, parts),
                              folder, parts, old, in_memory_edges)
     return folder, result
 

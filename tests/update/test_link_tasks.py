@@ -17,7 +17,7 @@ from cycles.config import Config
 from cycles.executor import InProcess
 from cycles.store import Store
 from cycles.update.linkgraph import LINKDB, install_linkdb, merge_link_bucket, start_linkdb
-from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, host_links_file, routed_folder
+from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_folder
 from cycles.urls import host_hashes
 
 BUCKETS = 4
@@ -44,7 +44,8 @@ def write_inputs(store: Store, segment: str, links: list[tuple[str, str]]):
                               "from_host": [r[2] for r in rows]})
             store.write_table(routed_folder(inputs, "inlinks", bucket) / "g0.parquet", table, ROUTED_INLINKS)
     pairs = pa.table({"host": hosts, "from_host": [f for _, f in links]})
-    store.write_table(host_links_file(inputs, "g0"), pairs, HOST_LINKS)
+    for part in range(BUCKETS):  # every pair in every part: each build task keeps its own
+        store.write_table(routed_folder(inputs, "host_links", part) / "g0.parquet", pairs, HOST_LINKS)
     return inputs
 
 
