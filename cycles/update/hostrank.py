@@ -399,7 +399,10 @@ def rank_host_graph(store: Store, config: Config, executor, inputs: StorePath | 
         BuildHostPartTask(store.uri, config, inputs, folder, p, parts, old, getattr(executor, "workers", 1))
         for p in range(parts)])
     hosts, edges = sum(r["hosts"] for r in built), sum(r["edges"] for r in built)
-    if not hosts:
+    if not hosts:  # every hosts-N is there all the same: generate reads them by name
+        for p in range(parts):
+            store.write_table(hosts_file(folder, p), schema.LINK_HOSTS.empty_table(), schema.LINK_HOSTS)
+        store.delete_dir(scratch_dir(folder))
         return 0, 0, 0
     scale = start_scale(built, hosts)
     if edges <= in_memory_edges:

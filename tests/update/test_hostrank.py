@@ -131,6 +131,12 @@ def test_reads_a_link_db_of_one_file_or_other_parts(old_parts, store):
     assert hostrank.current_hosts_files(store, folder, 3) == tuple(folder / f"hosts-{p:05d}.parquet" for p in range(3))
 
 
+def test_an_empty_host_graph_still_has_every_part(store):
+    folder = store.path("linkdb", "v1")
+    assert rank_host_graph(store, config(), InProcess(), None, folder, 2, OldHostGraph()) == (0, 0, 0)
+    assert written(store, folder, 2) == [[], []] and written(store, folder, 2, "host_edges") == [[], []]
+
+
 class EveryTaskTwice:
     """A worker lost after its task wrote (the task run again) and a speculative duplicate:
     every task runs, then every task again in reverse order; the first results are kept."""
