@@ -116,17 +116,17 @@ class OldHostGraph:
     parts: int = 0
     """Its parts; 0: the one-file layout written before the parts."""
 
-    def files(self, part: int, parts: int) -> tuple[list, list, str, str]:
-        """Its (edge files, host files, edge filter, host filter) holding ``part`` of ``parts``."""
+    def files(self, part: int, parts: int) -> tuple[list, list, bool]:
+        """Its (edge files, host files) holding ``part`` of ``parts``, and whether they hold
+        other parts' rows too (the one-file layout, or another part count)."""
         if self.folder is None:
-            return [], [], "true", "true"
-        edge_filter, host_filter = f"{part_sql('from_host', parts)} = {part}", f"{part_sql('host', parts)} = {part}"
-        if self.parts == 0:
-            return [self.folder / OLD_HOST_EDGES], [self.folder / OLD_HOSTS], edge_filter, host_filter
+            return [], [], False
         if self.parts == parts:
-            return [host_edges_file(self.folder, part)], [hosts_file(self.folder, part)], "true", "true"
+            return [host_edges_file(self.folder, part)], [hosts_file(self.folder, part)], False
+        if self.parts == 0:
+            return [self.folder / OLD_HOST_EDGES], [self.folder / OLD_HOSTS], True
         return ([host_edges_file(self.folder, p) for p in range(self.parts)],
-                [hosts_file(self.folder, p) for p in range(self.parts)], edge_filter, host_filter)
+                [hosts_file(self.folder, p) for p in range(self.parts)], True)
 
 
 def old_host_graph(store: Store, old_folder: StorePath | None, old_parts: int) -> OldHostGraph:
@@ -173,20 +173,29 @@ def build_host_part(task: BuildHostPartTask) -> dict:
     store, p, parts = Store(task.store_uri), task.part, task.parts
     con = connect(store, task.config, task.workers)
     try:
-        old_edges, old_hosts, edge_filter, host_filter = task.old.files(p, parts)
+        old_edges, old_hosts, other_parts = task.old.files(p, parts)
         edges_before = source_of(con, store, old_edges, schema.LINK_HOST_EDGES, "hostrank_no_edges")
         hosts_before = source_of(con, store, old_hosts, schema.LINK_HOSTS, "hostrank_no_hosts")
+        if other_parts:
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE hr_old_hosts AS
+                SELECT host, rank FROM {hosts_before} WHERE {part_sql('host', parts)} = {p}""")
+            # An old edge's source is an old host: a join with the part's hosts keeps its
+            # edges at a hash lookup each, not an MD5 of every edge's source in each of P
+            # tasks (the one-file migration at 10 M edges: 8 build tasks 44.5 -> 25.8 CPU-s,
+            # scripts/bench_hostrank.py, load 4).
+            edges_before = f"(SELECT * FROM {edges_before} WHERE from_host IN (SELECT host FROM hr_old_hosts))"
+            hosts_before = "hr_old_hosts"
         pairs = source_of(con, store, routed_files(store, task.inputs, "host_links", p) if task.inputs else [],
                           HOST_LINKS, "hostrank_no_pairs")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE hr_edges AS
             SELECT DISTINCT from_host, to_host FROM (
-                SELECT from_host, to_host FROM {edges_before} WHERE {edge_filter}
+                SELECT from_host, to_host FROM {edges_before}
                 UNION ALL SELECT from_host, host AS to_host FROM {pairs}
                 WHERE from_host <> host AND {part_sql('from_host', parts)} = {p})""")
         # Self-links make a host a node, not an edge (as networkx counts them, minus the loop).
         con.execute(f"""CREATE OR REPLACE TEMP TABLE hr_nodes AS
             SELECT {host_key_sql('host')} AS key, host, max(rank) AS rank0 FROM (
-                SELECT host, rank FROM {hosts_before} WHERE {host_filter}
+                SELECT host, rank FROM {hosts_before}
                 UNION ALL SELECT host, NULL FROM {pairs} WHERE {part_sql('host', parts)} = {p}
                 UNION ALL SELECT from_host, NULL FROM {pairs} WHERE {part_sql('from_host', parts)} = {p})
             GROUP BY host""")
