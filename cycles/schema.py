@@ -24,7 +24,9 @@ Tables and where they live (see ``cycles/store.py`` for paths):
 - pages feed   ``pages/<segment id>.parquet``  new or changed pages for the indexer
 - link DB      ``linkdb/<version>/``  the link graph update accumulates (cycles/update/linkgraph.py):
   ``inlinks-NNNNN.parquet`` (LINK_INLINKS), ``urls-NNNNN.parquet`` (LINK_URLS), by host-hash bucket,
-  ``host_edges.parquet`` (LINK_HOST_EDGES), ``hosts.parquet`` (LINK_HOSTS)
+  ``host_edges-NNNNN.parquet`` (LINK_HOST_EDGES), ``hosts-NNNNN.parquet`` (LINK_HOSTS), by the
+  part of the source host / the host (cycles/update/hostrank.py; one ``host_edges.parquet`` and
+  one ``hosts.parquet`` in versions written before, still read)
 - URL index    ``segments/<id>/archive/<prefix>-<id>.cc-index.parquet``  Common Crawl's
   cc-index columns, one row per WARC response or revisit record (``crawl export``)
 """

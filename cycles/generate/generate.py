@@ -177,8 +177,8 @@ class GenerateBucketTask:
     workers: int = 1
     link_urls: tuple = ()
     """The link DB's LINK_URLS files holding this bucket's URLs (cycles/update/linkgraph.py)."""
-    link_hosts: StorePath | None = None
-    """The link DB's LINK_HOSTS file; None: no link DB yet (every host ranks alike)."""
+    link_hosts: tuple = ()
+    """The link DB's LINK_HOSTS files; none: no link DB yet (every host ranks alike)."""
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
     hosts_out: StorePath | None = None
@@ -224,8 +224,7 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
                   f"(SELECT host FROM {leased_hosts_sql(store, con, list(task.host_lease_files))}))")
     if task.config.generate.ranking == "links":
         source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
-                                     link_source(store, con, (task.link_hosts,) if task.link_hosts else (),
-                                                 schema.LINK_HOSTS), task.config)
+                                     link_source(store, con, task.link_hosts, schema.LINK_HOSTS), task.config)
     leased = leased_urls_sql(store, con, list(task.lease_files))
     reader = con.sql(due_sql(source, leased, task.config, task.top_n),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)

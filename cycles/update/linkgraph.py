@@ -10,7 +10,8 @@ segment's followed outlinks into the link DB (``linkdb/<version>/``, schema.LINK
   links a page from each of its 10,000 pages counts once; a link from the page's own host
   does not count (a site cannot vote for itself);
 - **the host graph** (LINK_HOST_EDGES: host → host, self-links excluded) and each host's
-  **PageRank** on it (LINK_HOSTS).
+  **PageRank** on it (LINK_HOSTS), both in parts by host (``host_edges-NNNNN``,
+  ``hosts-NNNNN``; cycles/update/hostrank.py).
 
 Why PageRank and not harmonic centrality (Common Crawl's choice): exact harmonic centrality
 needs a breadth-first search from every host, O(hosts × edges) per cycle; Common Crawl
@@ -26,8 +27,12 @@ out, as they are for discovery (cycles/update/route.py route_links). The cost of
 cycle is linear in the size of the link DB (every update rewrites it, bucket by bucket) plus
 ``update.link_iterations`` passes over the host edges (fewer: each cycle starts from the
 last cycle's ranks). The per-bucket rewrite is one :func:`merge_link_bucket` task per
-bucket on update's executor (a cluster's workers); the host graph and its PageRank (hosts,
-not URLs) and the install stay in update's coordinator (:func:`install_linkdb`).
+bucket on update's executor (a cluster's workers); the host graph and its PageRank are
+rounds of per-part tasks on the same executor (cycles/update/hostrank.py: the host graph
+grows with the crawl, about one edge per URL on bench_scale's synthetic web); only the
+install stays in update's coordinator (:func:`install_linkdb`). :func:`host_pagerank` is
+the whole-graph PageRank in one process (NumPy or DuckDB), the reference the tasks are
+tested against with networkx, and what ``scripts/bench_scale_parts.py --parts pagerank`` times.
 
 The link DB grows with every link ever seen: a link that disappears from a page is never
 removed (no expiry yet).
@@ -47,7 +52,9 @@ from cycles import schema
 from cycles.config import Config
 from cycles.crawldb import connect
 from cycles.store import Manifest, Store, StorePath, utcnow
-from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_files, routed_source
+from cycles.update.hostrank import IN_MEMORY_EDGES  # noqa: F401  (host_pagerank's default; scripts import it here)
+from cycles.update.hostrank import current_hosts_files, iterate_in_memory, old_host_graph, rank_host_graph
+from cycles.update.route import ROUTED_INLINKS, routed_files, routed_source
 
 LINKDB = "linkdb"
 """The store table (``linkdb/CURRENT`` and its version folders)."""
@@ -59,13 +66,6 @@ def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> 
 
 def urls_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
     return folder / f"urls-{bucket:05d}.parquet"
-
-
-IN_MEMORY_EDGES = 4_000_000
-"""A host graph with at most this many edges is ranked in NumPy (about 16 bytes an edge and
-24 a host: 64 MB at most), larger ones in DuckDB. The same iteration either way; DuckDB's
-per-statement cost (~10 ms for each of an iteration's queries on a busy machine, 40 ms an
-iteration) would otherwise make every small update pay 2 s for 50 iterations."""
 
 
 def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, damping: float,
@@ -118,14 +118,7 @@ def pagerank_in_memory(con: duckdb.DuckDBPyConnection, n: int, damping: float, i
     dangling = np.ones(n, dtype=bool)
     dangling[src] = False
     rank = np.asarray(con.sql("SELECT rank0 FROM pr_nodes ORDER BY id").fetchnumpy()["rank0"], dtype=np.float64)
-    done = 0
-    for done in range(1, int(iterations) + 1) if n else ():
-        flow = np.bincount(dst, weights=rank[src] * w, minlength=n)
-        new = (1.0 - damping) / n + damping * (rank[dangling].sum() / n + flow)
-        change = np.abs(new - rank).sum()
-        rank = new
-        if change < tolerance:
-            break
+    rank, done = iterate_in_memory(src, dst, w, dangling, rank, damping, iterations, tolerance)
     con.register("pr_rank_in", pa.table({"id": pa.array(np.arange(n, dtype=np.int32)), "rank": pa.array(rank)}))
     con.execute("CREATE OR REPLACE TEMP TABLE pr_rank AS SELECT * FROM pr_rank_in")
     con.unregister("pr_rank_in")
@@ -230,38 +223,6 @@ def merge_link_bucket(task: LinkBucketTask) -> dict[str, int]:
     return {"linkgraph/inlinks": rows}
 
 
-def rank_hosts(store: Store, config: Config, con: duckdb.DuckDBPyConnection, old: Manifest | None,
-               folder: StorePath) -> tuple[int, int, int]:
-    """The new host graph (old edges and hosts plus the segment's) and its PageRank, written
-    to ``folder``; returns (hosts, host edges, iterations run)."""
-    old_folder = store.path(LINKDB, old.version) if old else None
-    edges_before = old_source(con, store, [old_folder / "host_edges.parquet"] if old else [],
-                              schema.LINK_HOST_EDGES, "linkdb_no_edges")
-    hosts_before = old_source(con, store, [old_folder / "hosts.parquet"] if old else [],
-                              schema.LINK_HOSTS, "linkdb_no_hosts")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE link_host_edges AS
-        SELECT DISTINCT from_host, to_host FROM (
-            SELECT from_host, to_host FROM {edges_before}
-            UNION ALL SELECT from_host, host AS to_host FROM seg_links WHERE from_host <> host)""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE link_hosts AS
-        SELECT DISTINCT host FROM (SELECT host FROM {hosts_before} UNION ALL SELECT host FROM seg_links
-                                   UNION ALL SELECT from_host AS host FROM seg_links)""")
-    u = config.update
-    ranks, iterations = host_pagerank(con, "link_hosts", "link_host_edges", u.link_damping,
-                                      u.link_iterations, u.link_tolerance, start=hosts_before if old else None)
-    edges = write_query(store, con, "SELECT * FROM link_host_edges ORDER BY from_host, to_host",
-                        folder / "host_edges.parquet", schema.LINK_HOST_EDGES)
-    hosts = write_query(store, con, f"""
-        SELECT p.host, p.rank, p.rank * (SELECT count(*) FROM {ranks}) AS importance,
-               coalesce(i.inlink_hosts, 0)::INTEGER AS inlink_hosts
-        FROM {ranks} p LEFT JOIN (SELECT to_host AS host, count(*) AS inlink_hosts FROM link_host_edges
-                                  GROUP BY to_host) i USING (host)
-        ORDER BY p.host""", folder / "hosts.parquet", schema.LINK_HOSTS)
-    for table in ("link_host_edges", "link_hosts", ranks):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
-    return hosts, edges, iterations
-
-
 @dataclass
 class LinkDbUpdate:
     """A link DB version being written: its bucket tasks (run by update's executor, the
@@ -295,11 +256,12 @@ def discard_linkdb(store: Store, update: LinkDbUpdate | None) -> None:
         store.discard_version(LINKDB, update.version)
 
 
-def install_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, update: LinkDbUpdate | None,
-                   done: list[dict], inputs: StorePath, segment: str, counters: Counter) -> None:
+def install_linkdb(store: Store, config: Config, executor, update: LinkDbUpdate | None, done: list[dict],
+                   inputs: StorePath, segment: str, counters: Counter) -> None:
     """After the bucket tasks (``done``: their results): the host graph from the segment's
-    (host, linking host) pairs (``inputs/host_links/``), its PageRank (host-level: small,
-    here in the coordinator), and the new version installed.
+    (host, linking host) pairs (``inputs/host_links/bucket-N/``) and its PageRank, by tasks on
+    ``executor`` (cycles/update/hostrank.py: the host graph grows with the crawl, so it is
+    not ranked here), and the new version installed.
 
     Called by update under the crawl DB lock, before the crawl DB swap: a crash between the
     two applies the segment again, and the link DB's rows are distinct pairs, so that
@@ -308,15 +270,11 @@ def install_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection,
         return
     started = time.monotonic()
     try:
-        pairs = store.list(inputs / "host_links", "*.parquet")
-        source = store.duckdb_source(con, pairs) if pairs else None
-        if source is None:
-            con.register("linkdb_no_pairs", HOST_LINKS.empty_table())
-            source = "linkdb_no_pairs"
-        # The host graph's input: the segment's distinct (host, linking host) pairs (rank_hosts).
-        con.execute(f"CREATE OR REPLACE TEMP TABLE seg_links AS SELECT DISTINCT host, from_host FROM {source}")
         counters["linkgraph/inlinks"] = sum(result["linkgraph/inlinks"] for result in done)
-        hosts, edges, iterations = rank_hosts(store, config, con, update.old, update.folder)
+        old = old_host_graph(store, store.path(LINKDB, update.old.version) if update.old else None,
+                             update.old.buckets if update.old else 0)
+        hosts, edges, iterations = rank_host_graph(store, config, executor, inputs, update.folder, len(update.tasks),
+                                                   old)
     except BaseException:
         discard_linkdb(store, update)
         raise
@@ -327,38 +285,22 @@ def install_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection,
                                    written_at=utcnow().isoformat(), written_by="update",
                                    applied_segments=applied[-config.db.applied_segments_kept:]),
                   keep=config.db.keep_versions)
-    con.execute("DROP TABLE seg_links")
     counters["linkgraph/hosts"] = hosts
     counters["linkgraph/host_edges"] = edges
     counters["linkgraph/iterations"] = iterations
     counters["linkgraph/ms"] = int((time.monotonic() - started) * 1000)
 
 
-def update_linkdb(store: Store, config: Config, con: duckdb.DuckDBPyConnection, inputs: StorePath, buckets: int,
-                  segment: str, counters: Counter, executor=None) -> None:
-    """Fold the segment's followed links into a new link DB version and install it: the
-    bucket tasks on ``executor`` (default: in this process), then :func:`install_linkdb`."""
-    update = start_linkdb(store, config, inputs, buckets, getattr(executor, "workers", 1), counters)
-    if update is None:
-        return
-    try:
-        done = executor.map(merge_link_bucket, update.tasks) if executor else [
-            merge_link_bucket(task) for task in update.tasks]
-    except BaseException:
-        discard_linkdb(store, update)
-        raise
-    install_linkdb(store, config, con, update, done, inputs, segment, counters)
-
-
-def current_link_files(store: Store, bucket: int, buckets: int) -> tuple[tuple, StorePath | None]:
+def current_link_files(store: Store, bucket: int, buckets: int) -> tuple[tuple, tuple]:
     """For generate: the link DB's LINK_URLS files holding ``bucket``'s URLs (of a crawl DB
-    with ``buckets`` buckets) and its LINK_HOSTS file; ((), None) when there is no link DB."""
+    with ``buckets`` buckets) and its LINK_HOSTS files (every part: a host's part is not its
+    crawl DB bucket); ((), ()) when there is no link DB."""
     manifest = store.manifest(LINKDB)
     if manifest is None:
-        return (), None
+        return (), ()
     folder = store.path(LINKDB, manifest.version)
     if manifest.buckets == buckets:
         files = (urls_file(folder, bucket, store),)
     else:  # after `crawl rebucket`, until the next update: every file (the join keeps the bucket's URLs)
         files = tuple(urls_file(folder, b, store) for b in range(manifest.buckets))
-    return files, folder / "hosts.parquet"
+    return files, current_hosts_files(store, folder, manifest.buckets)

@@ -11,7 +11,8 @@ each bucket its rows fall in (``update/`` is ``seg.UPDATE_INPUTS``)::
     update/links/bucket-NNNNN/<group>.parquet     followed links, normalised and filtered (ROUTED_LINKS)
     update/sitemaps/bucket-NNNNN/<group>.parquet  the sitemaps' hints (cycles/update/sitemaps.py HINTS)
     update/inlinks/bucket-NNNNN/<group>.parquet   link graph: links from other hosts (ROUTED_INLINKS)
-    update/host_links/<group>.parquet             link graph: the group's (host, from_host) pairs
+    update/host_links/bucket-NNNNN/<group>.parquet  link graph: (host, from_host) pairs with either
+                                                  host in host graph part N (cycles/update/hostrank.py)
 
 It returns only counters. What needs the whole segment is resolved where a URL's rows
 meet, in its bucket's task (cycles/update/update.py ``update_bucket``): a URL's links
@@ -78,7 +79,8 @@ ROUTED_INLINKS = pa.schema([("url", pa.string()), ("host_hash", pa.uint64()), ("
 HOST_LINKS = pa.schema([("host", pa.string()), ("from_host", pa.string())])
 """A (target host, linking host) pair of followed links, for the host graph."""
 
-KINDS = {"results": ROUTED_FETCHED, "links": ROUTED_LINKS, "sitemaps": HINTS, "inlinks": ROUTED_INLINKS}
+KINDS = {"results": ROUTED_FETCHED, "links": ROUTED_LINKS, "sitemaps": HINTS, "inlinks": ROUTED_INLINKS,
+         "host_links": HOST_LINKS}
 """The routed inputs' folders under ``update/`` and their rows (``results``, not ``fetched``:
 a path with ``/fetched/`` is a fetch chunk's, which the fault tests match on, cycles/faults.py)."""
 
@@ -302,13 +304,17 @@ def route_link_graph(con, store: Store, task: RouteTask, inputs: StorePath, coun
             SELECT url, host_hash, from_host FROM seg_links WHERE from_host <> host""")
         write_by_bucket(store, con, "seg_inlinks", inputs, "inlinks", task.name, task.buckets)
         con.execute("DROP TABLE seg_inlinks")
-        store.write_batches(host_links_file(inputs, task.name), con.sql(
-            "SELECT DISTINCT host, from_host FROM seg_links ORDER BY ALL").to_arrow_reader(64 * 1024), HOST_LINKS)
+        # Each host graph part's build task reads only its own pairs: a pair goes to the part
+        # of its linking host (the edge's) and to its target's (a node), not the whole
+        # segment's pairs to every part (issue #11: no process reads a whole segment).
+        from cycles.update.hostrank import part_sql
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE seg_host_links AS
+            SELECT DISTINCT part AS host_hash, host, from_host FROM (
+                SELECT {part_sql('host', task.buckets)} AS part, host, from_host FROM seg_links
+                UNION ALL SELECT {part_sql('from_host', task.buckets)}, host, from_host FROM seg_links)""")
+        write_by_bucket(store, con, "seg_host_links", inputs, "host_links", task.name, task.buckets)
+        con.execute("DROP TABLE seg_host_links")
     con.execute("DROP TABLE seg_links")
-
-
-def host_links_file(inputs: StorePath, name: str) -> StorePath:
-    return inputs / "host_links" / f"{name}.parquet"
 
 
 def write_by_bucket(store: Store, con, table: str, inputs: StorePath, kind: str, name: str, buckets: int) -> int:

@@ -336,7 +336,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
 
-    The host graph's PageRank runs here; dedup scans the buckets in
+    Dedup scans the buckets in
     :func:`cycles.update.dedup.dedup_scan` tasks, each over a group of buckets (the first
     round: they verify the bucket files), and joins only the segment's matches here;
     outlink preparation and routing inputs to
@@ -408,15 +408,15 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             multiplier = plan_refresh(store, config, executor, files, manifest.schema_version, segment,
                                       SEEN_SQL, CHANGED_SQL)
         if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
-            # Each bucket's in-links merged by a task on the bucket tasks' executor; only
-            # the host graph's PageRank (hosts, not URLs) and the install run here.
+            # Each bucket's in-links merged by a task on the bucket tasks' executor, then
+            # the host graph and its PageRank by rounds of tasks on it; only the install here.
             links = start_linkdb(store, config, inputs, manifest.buckets, executor.workers, counters)
             try:
                 linked = executor.map(merge_link_bucket, links.tasks) if links else []
             except BaseException:
                 discard_linkdb(store, links)
                 raise
-            install_linkdb(store, config, con, links, linked, inputs, segment, counters)
+            install_linkdb(store, config, executor, links, linked, inputs, segment, counters)
         # The bucket tasks get the memory now: nothing of the segment-wide steps but the
         # feed's candidate list is kept while they run.
         con.close()

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import plain_connection
+from cycles.executor import InProcess
 from cycles.store import Store
 from cycles.update.linkgraph import LINKDB, install_linkdb, merge_link_bucket, start_linkdb
-from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, host_links_file, routed_folder
+from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_folder
 from cycles.urls import host_hashes
 
 BUCKETS = 4
@@ -44,7 +44,8 @@ def write_inputs(store: Store, segment: str, links: list[tuple[str, str]]):
                               "from_host": [r[2] for r in rows]})
             store.write_table(routed_folder(inputs, "inlinks", bucket) / "g0.parquet", table, ROUTED_INLINKS)
     pairs = pa.table({"host": hosts, "from_host": [f for _, f in links]})
-    store.write_table(host_links_file(inputs, "g0"), pairs, HOST_LINKS)
+    for part in range(BUCKETS):  # every pair in every part: each build task keeps its own
+        store.write_table(routed_folder(inputs, "host_links", part) / "g0.parquet", pairs, HOST_LINKS)
     return inputs
 
 
@@ -56,8 +57,7 @@ def apply(store: Store, config: Config, segment: str, attempts: int) -> Counter:
     for _ in range(attempts):  # every task once, then every task again: the retries
         for task in update.tasks:
             done[task.bucket] = merge_link_bucket(task)
-    install_linkdb(store, config, plain_connection(), update, [done[b] for b in sorted(done)], inputs, segment,
-                   counters)
+    install_linkdb(store, config, InProcess(), update, [done[b] for b in sorted(done)], inputs, segment, counters)
     return counters
 
 
@@ -66,8 +66,8 @@ def link_db(store: Store) -> dict[str, list]:
     tables = {}
     for kind in ("inlinks", "urls"):
         tables[kind] = [pq.read_table(folder / f"{kind}-{b:05d}.parquet").to_pylist() for b in range(BUCKETS)]
-    tables["hosts"] = pq.read_table(folder / "hosts.parquet").to_pylist()
-    tables["host_edges"] = pq.read_table(folder / "host_edges.parquet").to_pylist()
+    for kind in ("hosts", "host_edges"):
+        tables[kind] = [pq.read_table(folder / f"{kind}-{b:05d}.parquet").to_pylist() for b in range(BUCKETS)]
     return tables
 
 

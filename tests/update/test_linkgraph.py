@@ -26,7 +26,7 @@ from cycles.crawldb import plain_connection
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import utcnow
-from cycles.update.linkgraph import LINKDB, host_pagerank, rank_hosts
+from cycles.update.linkgraph import LINKDB, host_pagerank
 from cycles.update.update import update_segment
 from tests.update.test_transitions import fetch_result
 
@@ -105,28 +105,6 @@ def test_pagerank_from_earlier_ranks_reaches_the_same_ranks():
     assert warm < cold
 
 
-@pytest.mark.parametrize("name", ["self_links_and_duplicates", "disconnected_parts", "random_60_hosts"])
-def test_rank_hosts_excludes_self_links_and_matches_networkx(name, store):
-    """The link DB's hosts table from page-level links: same-host links make a host a node
-    but not an edge; importance is rank × hosts; inlink_hosts counts distinct other hosts."""
-    pairs = GRAPHS[name]
-    config = Config()
-    config.update.link_iterations, config.update.link_tolerance = 1000, 1e-13
-    con = plain_connection()
-    links = [{"url": f"http://{b}/p{i}", "host": b, "host_hash": 0, "from_host": a} for i, (a, b) in enumerate(pairs)]
-    con.register("links_in", pa.Table.from_pylist(links))
-    con.execute("CREATE TEMP TABLE seg_links AS SELECT * FROM links_in")
-    folder = store.path(LINKDB, "v1")
-    hosts, edges, _ = rank_hosts(store, config, con, None, folder)
-    written = {r["host"]: r for r in pq.read_table(folder / "hosts.parquet").to_pylist()}
-    expected = networkx_ranks(pairs, config.update.link_damping)
-    assert hosts == len(expected) and edges == len({(a, b) for a, b in pairs if a != b})
-    assert max(abs(written[h]["rank"] - expected[h]) for h in expected) < 1e-6
-    for host, row in written.items():
-        assert row["importance"] == pytest.approx(row["rank"] * len(expected))
-        assert row["inlink_hosts"] == len({a for a, b in pairs if b == host and a != host})
-
-
 # --- update writes the link DB; generate ranks by it ---------------------------------------
 DEEP = "http://t.example/deep"
 HUBS = [f"http://hub{i}.example/" for i in range(5)]
@@ -161,7 +139,7 @@ def linked_store(store, tmp_path):
 def link_rows(store, kind):
     folder = store.path(LINKDB, store.manifest(LINKDB).version)
     if kind == "hosts":
-        return {r["host"]: r for r in pq.read_table(folder / "hosts.parquet").to_pylist()}
+        return {r["host"]: r for f in sorted(folder.glob("hosts-*.parquet")) for r in pq.read_table(f).to_pylist()}
     return {r["url"]: r for f in sorted(folder.glob(f"{kind}-*.parquet")) for r in pq.read_table(f).to_pylist()}
 
 

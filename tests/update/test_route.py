@@ -127,10 +127,11 @@ def test_chunks_routed_as_tasks_give_the_crawl_db_of_one_chunk(generated, one_ch
     executor = Recording()
     store, result = three_chunks(generated, tmp_path / "data", monkeypatch, executor)
     # On the stage's executor: dedup's scan of each bucket, the routing, the optimal schedule's
-    # rate histogram of each bucket, the link DB's and the host DB's bucket merges, the crawl DB's.
+    # rate histogram of each bucket, the link DB's bucket merges, its host graph's parts and
+    # their PageRank (a small graph: one task), the host DB's bucket merges, the crawl DB's.
     assert [name for name, _ in executor.calls] == ["dedup_scan", "route_chunks", "bucket_rate_histogram",
-                                                    "merge_link_bucket", "route_host_file", "merge_host_bucket",
-                                                    "update_bucket"]
+                                                    "merge_link_bucket", "build_host_part", "rank_whole_graph",
+                                                    "route_host_file", "merge_host_bucket", "update_bucket"]
     assert dict(executor.calls)["route_chunks"] == 3 and dict(executor.calls)["update_bucket"] == 3
     assert dict(executor.calls)["bucket_rate_histogram"] == 3
     assert 1 <= dict(executor.calls)["dedup_scan"] <= 3  # a task per group of buckets (dedup.scan_groups)
