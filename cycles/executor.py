@@ -67,14 +67,17 @@ class ProcessPool:
     BrokenProcessPool (``multiprocessing.Pool`` never noticed and hung). Leaving the block
     on an error cancels the tasks not started yet.
 
-    ``die_with_parent``: each worker is killed by the kernel when this process exits
-    (Linux ``PR_SET_PDEATHSIG``; elsewhere the worker can poll :func:`parent_pid`), so
-    ``kill -9`` of the stage leaves no orphan working. ``initializer(*initargs)`` then runs
+    ``die_with_parent`` (on by default, for every pool of the crawler): each worker is killed
+    by the kernel when this process exits (Linux ``PR_SET_PDEATHSIG``; elsewhere the worker
+    can poll :func:`parent_pid`), so ``kill -9`` of the stage leaves no orphan working — a
+    killed ``crawl update`` had left its bucket workers running, and holding memory, as
+    orphans. (The kernel signals when the *thread* that started the worker ends: every pool
+    here is made and closed by the thread that uses it.) ``initializer(*initargs)`` then runs
     in each worker (fetch installs its stop-signal handlers there).
     """
 
     def __init__(self, workers: int, what: str, *, initializer: Callable | None = None, initargs: tuple = (),
-                 die_with_parent: bool = False, death_error: StageError | None = None):
+                 die_with_parent: bool = True, death_error: StageError | None = None):
         self.workers = max(1, int(workers))
         self.death_error = death_error if death_error is not None else worker_died(what)
         self._pool = ProcessPoolExecutor(

@@ -129,3 +129,60 @@ def test_a_dead_pool_worker_is_the_pools_one_line_stage_error():
         with ProcessPool(2, "a test", death_error=died) as pool:
             pool.map(_die, range(2))
     assert raised.value is died and raised.value.__cause__ is None
+
+
+STAGE_WITH_A_POOL = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from tests.test_executor import _write_pid_and_sleep
+from cycles.executor import LocalPool
+LocalPool(2).map(_write_pid_and_sleep, [({folder!r}, k) for k in range(2)])
+"""
+
+
+def _write_pid_and_sleep(task) -> None:
+    folder, k = task
+    with open(os.path.join(folder, f"{k}.pid.tmp"), "w") as out:
+        out.write(str(os.getpid()))
+    os.replace(os.path.join(folder, f"{k}.pid.tmp"), os.path.join(folder, f"{k}.pid"))
+    import time
+
+    time.sleep(60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.web  # starts a stage process and its pool (spawned interpreters, ~2 s)
+def test_a_stage_killed_while_its_bucket_tasks_run_leaves_no_pool_worker_behind(tmp_path):
+    """The stages' pool (LocalPool: generate's and update's bucket tasks) dies with the stage:
+    a `crawl update` killed by cron's timeout or the OOM killer left its two workers running
+    as orphans (seen: two 480 MB workers of a killed benchmark still alive 18 min later)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    stage = subprocess.Popen([sys.executable, "-c", STAGE_WITH_A_POOL.format(repo=repo, folder=str(tmp_path))])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline and stage.poll() is None:
+            time.sleep(0.05)
+        workers = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+        assert len(workers) == 2, stage.poll()
+    finally:
+        stage.kill()
+        stage.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:  # never leave them to the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
