@@ -139,7 +139,11 @@ def rate_grid(u: UpdateConfig) -> np.ndarray:
 def grid_index_sql(u: UpdateConfig, rate: str) -> str:
     """SQL: 1-based index of the grid rate nearest to ``rate`` (clamped to the grid)."""
     lo, n = 0.01 / u.max_interval_s, len(rate_grid(u))
-    return (f"least({n}, greatest(1, round(ln(greatest({rate}, {lo!r}) / {lo!r}) / "
+    hi = float(rate_grid(u)[-1])
+    # A NaN or infinite rate (a corrupt row) would fail the cast to BIGINT and with it the
+    # update: NaN is read as the slowest grid rate, +inf as the fastest.
+    safe = f"(CASE WHEN isnan({rate}) THEN {lo!r} WHEN isinf({rate}) AND {rate} > 0 THEN {hi!r} ELSE {rate} END)"
+    return (f"least({n}, greatest(1, round(ln(greatest({safe}, {lo!r}) / {lo!r}) / "
             f"{math.log(RATE_STEP)!r})::BIGINT + 1))")
 
 
@@ -168,7 +172,12 @@ def planned_intervals(u: UpdateConfig, rates, multiplier_s: float) -> np.ndarray
 def counted_rate_sql(n: str, changes: str, span_s: str) -> str:
     """SQL: Cho & Garcia-Molina's estimate (1/s) from ``changes`` seen in ``n`` refetches over
     ``span_s`` seconds (see :func:`cycles.update.optimum.estimate_rate`)."""
-    return f"(-ln(({n} - {changes} + 0.5) / ({n} + 0.5)) / (greatest(1, {span_s}) / {n}))"
+    # More changes than refetches cannot be seen (the first fetch sees none), but a row can
+    # say so — a crawl DB written by another tool or an older version, bench_scale's
+    # synthetic one: ln of a negative number is NaN, and the NaN's cast to a grid index
+    # failed the whole update. Clamped, such a page reads as changing at every refetch.
+    return (f"(-ln(({n} - least({changes}, {n}) + 0.5) / ({n} + 0.5)) "
+            f"/ (greatest(1, {span_s}) / greatest(1, {n})))")
 
 
 def learned_rate_sql(n: str, changes: str, span_s: str, unchanged_s: str) -> str:

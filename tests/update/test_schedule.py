@@ -502,3 +502,35 @@ def test_a_short_cadence_plans_within_the_interval_bounds():
     intervals = planned_intervals(u, rates, DEFAULT_MULTIPLIER_S)
     assert all(u.min_interval_s <= i <= u.max_interval_s for i in intervals)
     assert planned_intervals(u, rates, 1.0)[0] == u.min_interval_s
+
+
+@pytest.mark.parametrize("schedule", ["optimal", "adaptive"])
+def test_a_row_with_more_changes_than_refetches_is_planned_not_a_crash(schedule):
+    """change_count = fetch_count (a crawl DB from another tool, bench_scale's synthetic one):
+    ln of a negative number made the rate NaN and its cast to a grid index failed the whole
+    update at 100 M URLs. Clamped, the page reads as changing at every refetch."""
+    from cycles.update.schedule import rate_histogram
+
+    config = optimal_config(refresh_budget_per_cycle=2)
+    config.update.schedule = schedule
+    fast = interval(schedule_for(config, 3600.0), fetch_count=4, change_count=4, interval_s=DAY, changed=True)
+    every = interval(schedule_for(config, 3600.0), fetch_count=4, change_count=3, interval_s=DAY, changed=True)
+    assert fast == every  # as fast as the page that changed at each of its refetches
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("""CREATE TABLE db AS SELECT 'http://h/' || i AS url, 3 AS fetch_count, 3 AS change_count,
+        TIMESTAMPTZ '2024-01-01 00:00:00+00' AS first_fetched, TIMESTAMPTZ '2024-01-09 00:00:00+00' AS last_fetched,
+        86400 AS fetch_interval_s, 'a' AS content_hash, NULL::BIGINT AS unchanged_s FROM range(5) t(i)""")
+    con.execute("""CREATE TABLE fetched AS SELECT 'http://h/none' AS url, 'ok' AS outcome, 'a' AS content_hash,
+        TIMESTAMPTZ '2024-01-10 00:00:00+00' AS fetched_at, NULL::VARCHAR AS last_modified""")
+    assert sum(rate_histogram(con, "db", config.update, "fetched", SEEN, CHANGED).counts.values()) == 5
+
+
+@pytest.mark.parametrize("rate, index", [("'nan'::DOUBLE", "first"), ("'inf'::DOUBLE", "last"),
+                                         ("'-inf'::DOUBLE", "first"), ("NULL::DOUBLE", "first")])
+def test_a_rate_that_is_not_a_number_gets_an_end_of_the_grid(rate, index):
+    from cycles.update.schedule import grid_index_sql
+
+    u = Config().update
+    got = duckdb.connect().execute(f"SELECT {grid_index_sql(u, rate)}").fetchone()[0]
+    assert got == (1 if index == "first" else len(rate_grid(u)))
