@@ -42,6 +42,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,19 +217,26 @@ def row_groups_holding(meta: pq.FileMetaData, wanted: list[str]) -> list[int]:
     return groups
 
 
-def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
+def read_host_rows(store: Store, path: StorePath, hosts: list[str], whole: bool = False) -> pa.Table:
     """The rows of ``hosts`` in one hosts file, in the current schema.
 
     Streamed: batch by batch, each filtered before the next is read, and row groups whose
     host range holds none of them are skipped (bucket files are sorted by host), so only
-    the matching rows are ever held."""
+    the matching rows are ever held.
+
+    ``whole``: the file is read in one request first, for a file its writer may replace
+    while we read (a segment's ``hosts/part-N``, rewritten at every flush and at a resume).
+    On S3 a Parquet file is read in ranged GETs — the footer, then the row groups it points
+    at — and a PUT between two of them gave the footer of one version and the pages of the
+    next: "not a readable Parquet file" failed a resumed fetch on S3 (tests/test_s3.py). One
+    GET sees one version, as a local file's rename does."""
     wanted = sorted(hosts)
     if not wanted:
         return schema.HOSTS.empty_table()
     value_set = pa.array(wanted, pa.string())
     parts = []
     try:
-        with store.fs.open_input_file(str(path)) as fh:
+        with (open_whole(store, path) if whole else store.fs.open_input_file(str(path))) as fh:
             parquet = open_host_file(fh)
             groups = row_groups_holding(parquet.metadata, wanted)
             if groups:
@@ -243,6 +251,32 @@ def read_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
         raise StoreError(f"{store.uri_of(path)} is not a readable Parquet file ({exc}); restore it, or remove "
                          "its folder and rerun the stage that wrote it") from None
     return pa.concat_tables(parts) if parts else schema.HOSTS.empty_table()
+
+
+def open_whole(store: Store, path: StorePath) -> pa.BufferReader:
+    """The file's bytes, read in one request (one version of an object being replaced)."""
+    with store.fs.open_input_stream(str(path)) as stream:
+        return pa.BufferReader(stream.read())
+
+
+REPLACED_READ_ATTEMPTS = 3
+"""Reads of a file being replaced before its error is believed (:func:`read_replaced_host_rows`)."""
+
+
+def read_replaced_host_rows(store: Store, path: StorePath, hosts: list[str]) -> pa.Table:
+    """:func:`read_host_rows` of a file its writer replaces while we read (a segment's
+    ``hosts/part-N``): read whole, and read again when what came back is not a whole
+    Parquet file — an S3-compatible server that is not atomic for a reader during a PUT
+    (moto's is not) serves a part of the new object. A file still unreadable after
+    :data:`REPLACED_READ_ATTEMPTS` reads is corrupt: its one-line error stands."""
+    for attempt in range(1, REPLACED_READ_ATTEMPTS + 1):
+        try:
+            return read_host_rows(store, path, hosts, whole=True)
+        except StoreError as exc:
+            if "not a readable Parquet file" not in str(exc) or attempt == REPLACED_READ_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
 
 
 def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -> dict[str, dict]:
@@ -266,7 +300,7 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
         for bucket in sorted(by_bucket):
             tables.append(read_host_rows(store, files[bucket], by_bucket[bucket]))
     for path in segment_files:
-        tables.append(read_host_rows(store, path, wanted))
+        tables.append(read_replaced_host_rows(store, path, wanted))
     return merge_host_rows(tables)
 
 

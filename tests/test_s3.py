@@ -441,3 +441,50 @@ def test_a_new_host_claim_is_created_once_on_s3(s3_store):
     assert read_claim(s3_store, path)["partition"] == 0
     assert create_if_absent(s3_store, seg.newhost_claim_file(folder, "[::1]"), claim_body("s1", 1, "[::1]"))
     assert claimed_hosts(s3_store, "s1") == {"new.example", "[::1]"}
+
+
+def test_a_hosts_file_replaced_while_it_is_read_is_read_whole_on_s3(s3_store):
+    """A segment's hosts/part-N is rewritten at every flush while other partitions read it
+    (a redirect target's state). Read in ranged GETs, a PUT between the footer's GET and the
+    pages' gave a torn file ("not a readable Parquet file"; a resumed fetch failed in CI).
+    Read whole (one GET: one version on S3), and again when moto — not atomic for a reader
+    during a PUT — served a part of the new object: 3 s of reads against a writer replacing
+    the file with versions of other sizes, never an error."""
+    from cycles.hostdb import read_replaced_host_rows
+
+    path = s3_store.path("segments", "s", "hosts", "part-00001.parquet")
+
+    def version(k: int) -> pa.Table:
+        rows = 50 + 40 * (k % 5)
+        return pa.table({"host": [f"h{i:04d}.test" for i in range(rows)],
+                         "robots_body": [("x" * (100 + k % 7 * 300)).encode()] * rows}).cast(
+            pa.schema([schema.HOSTS.field("host"), schema.HOSTS.field("robots_body")]))
+
+    def write(k: int) -> None:
+        table = version(k)
+        full = pa.table({name: table[name] if name in table.column_names else pa.nulls(table.num_rows, schema.HOSTS.field(name).type)
+                         for name in schema.HOSTS.names}, schema=schema.HOSTS)
+        s3_store.write_table(path, full, schema.HOSTS)
+
+    write(0)
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        k = 1
+        while not stop.is_set():
+            write(k)
+            k += 1
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
+    reads = 0
+    try:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            rows = read_replaced_host_rows(s3_store, path, ["h0000.test", "h0049.test"])
+            assert rows.num_rows == 2
+            reads += 1
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert reads > 10
