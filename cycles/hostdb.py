@@ -259,7 +259,7 @@ def open_whole(store: Store, path: StorePath) -> pa.BufferReader:
         return pa.BufferReader(stream.read())
 
 
-REPLACED_READ_ATTEMPTS = 3
+REPLACED_READ_ATTEMPTS = 5
 """Reads of a file being replaced before its error is believed (:func:`read_replaced_host_rows`)."""
 
 
@@ -268,7 +268,7 @@ def read_replaced_host_rows(store: Store, path: StorePath, hosts: list[str]) -> 
     ``hosts/part-N``): read whole, and read again when what came back is not a whole
     Parquet file — an S3-compatible server that is not atomic for a reader during a PUT
     (moto's is not) serves a part of the new object. A file still unreadable after
-    :data:`REPLACED_READ_ATTEMPTS` reads is corrupt: its one-line error stands."""
+    :data:`REPLACED_READ_ATTEMPTS` reads (0.5 s) is corrupt: its one-line error stands."""
     for attempt in range(1, REPLACED_READ_ATTEMPTS + 1):
         try:
             return read_host_rows(store, path, hosts, whole=True)

@@ -471,9 +471,10 @@ def test_a_hosts_file_replaced_while_it_is_read_is_read_whole_on_s3(s3_store):
 
     def keep_writing() -> None:
         k = 1
-        while not stop.is_set():
+        while not stop.is_set():  # a flush every 50 ms (fetch.flush_s is 30 s by default)
             write(k)
             k += 1
+            stop.wait(0.05)
 
     writer = threading.Thread(target=keep_writing, daemon=True)
     writer.start()
