@@ -11,6 +11,14 @@ results over newer rows).
 The fetch lists *are* the lease table: generate writes them anyway, so leasing costs
 nothing, and the crawl DB is not rewritten just to mark the chosen rows (that rewrite was
 two thirds of generate's time at 10 M URLs: scripts/bench_scale.py).
+
+A segment's **fetched rows** lease too, until its update: discovery inside the fetch
+(cycles/fetch/discovery.py) and redirects fetch URLs that are in no fetch list. ``crawl run``
+generates the next segment before the last one is updated; an update of an earlier segment
+may meanwhile have added such a URL as new and due (found there, fetched here), and the next
+segment listed and fetched it again (bench_crawl: 39 of 5,364 requests were such repeats).
+The fetched rows of a segment being fetched are read as far as they are committed: a
+generate that runs beside a fetch leaves that fetch's hosts out whole (``in_flight_files``).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from cycles.store import Store, StorePath
 
 
 def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
-    """The fetch list files of every segment whose lease is live at ``now``."""
+    """The fetch list files of every segment whose lease is live at ``now``, and the fetched
+    rows committed so far by those being fetched or fetched (module doc)."""
     files: list[StorePath] = []
     for segment, state in seg.states(store):
         if state not in seg.PENDING:
@@ -30,7 +39,16 @@ def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
         marker = seg.read_marker(store, segment, seg.Generated)
         if marker is not None and marker.lease_until and not marker.lease_expired(now):
             files += seg.files(store, segment, seg.FETCHLIST)
+            if state != seg.State.GENERATED:
+                files += seg.files(store, segment, seg.FETCHED)
     return files
+
+
+def fetched_files(files: list[StorePath]) -> list[StorePath]:
+    """The fetched-row files among :func:`live_lease_files`: URLs fetched by a segment not
+    updated yet, which the crawl DB may not hold (the seen-set adds them,
+    cycles/generate/assign.py ``write_seen_set``)."""
+    return [f for f in files if f.parent.name == seg.FETCHED]
 
 
 IN_FLIGHT = (seg.State.GENERATED, seg.State.FETCHING)
@@ -60,8 +78,11 @@ def leased_hosts_sql(store: Store, con, files: list[StorePath]) -> str:
 
 
 def leased_urls_sql(store: Store, con, files: list[StorePath]) -> str:
-    """SQL table expression (one column, ``url``) of the URLs in these fetch list files
-    (:func:`live_lease_files`)."""
-    if not files:
+    """SQL table expression (one column, ``url``, each URL once) of the URLs in these fetch
+    list and fetched files (:func:`live_lease_files`)."""
+    fetched = fetched_files(files)
+    kinds = [[f for f in files if f not in fetched], fetched]
+    parts = [f"SELECT url FROM {store.duckdb_source(con, group)}" for group in kinds if group]
+    if not parts:
         return "(SELECT NULL::VARCHAR AS url WHERE false)"
-    return f"(SELECT url FROM {store.duckdb_source(con, files)})"
+    return f"({' UNION '.join(parts)})"

@@ -79,3 +79,28 @@ def test_no_lease_files_is_an_empty_table(store):
     assert con.sql(f"SELECT count(*) FROM {sql}").fetchall() == [(0,)]
     # It joins like any table of URLs (generate and status use it in NOT IN / anti-joins).
     assert con.sql(f"SELECT 'x' WHERE 'x' NOT IN (SELECT url FROM {sql})").fetchall() == [("x",)]
+
+
+def write_fetched(store: Store, segment: str, urls: list[str]) -> None:
+    """A committed fetched chunk of ``segment`` holding ``urls`` (as the fetch writes them)."""
+    rows = [{"url": u, "host": "a.test", "outcome": "ok"} for u in urls]
+    store.write_table(seg.segment_dir(store, segment) / seg.FETCHED / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(rows, schema=schema.FETCHED), schema.FETCHED)
+
+
+def test_urls_fetched_outside_the_fetch_list_are_leased_until_the_update(store):
+    # Discovery inside the fetch fetched /9, in no fetch list; until the segment's update
+    # the crawl DB may hold it as a new, due URL (added by an earlier segment's update):
+    # generate must not list it again.
+    make_segment(store, "s1", ["http://a.test/1"], NOW + HOUR, seg.Fetching("s1"))
+    write_fetched(store, "s1", ["http://a.test/1", "http://a.test/9"])
+    assert leased(store) == {"http://a.test/1", "http://a.test/9"}
+    seg.write_marker(store, seg.Fetched("s1"))
+    assert leased(store) == {"http://a.test/1", "http://a.test/9"}
+    seg.write_marker(store, seg.Updated("s1"))
+    assert leased(store) == set()
+
+
+def test_a_generated_segment_has_no_fetched_rows_to_lease(store):
+    make_segment(store, "s1", ["http://a.test/1"], NOW + HOUR)
+    assert [f.parent.name for f in live_lease_files(store, NOW)] == [seg.FETCHLIST]

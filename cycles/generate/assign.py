@@ -58,6 +58,7 @@ from cycles import schema
 from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config
+from cycles.crawldb import pattern_hash_sql
 from cycles.hostdb import load_host_state
 from cycles.slotkey import slot_key
 from cycles.store import Store, StorePath
@@ -258,21 +259,35 @@ class Assignment:
 
 
 def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb_sql: str,
-                   part: int) -> dict[str, int]:
+                   part: int, pending_sql: str | None = None) -> dict[str, int]:
     """Partition ``part``'s seen-set and pattern counts, from the crawl DB rows of its hosts
     (one task per partition, cycles/generate/generate.py ``write_partition``).
 
     ``con`` has the partition's rows of the segment's assignment registered as
     ``assignment``; ``crawldb_sql`` is the SQL source of the crawl DB files (of the version
-    generate read) that hold its hosts. Returns counters."""
-    rows = con.sql(f"""SELECT c.host, c.pattern_hash, count(*)::BIGINT AS urls
-        FROM {crawldb_sql} c JOIN assignment a USING (host) WHERE a.partition = {int(part)}
-        GROUP BY ALL ORDER BY c.host, c.pattern_hash""").to_arrow_table()
+    generate read) that hold its hosts. ``pending_sql``: the fetched rows of segments not
+    updated yet (cycles/leases.py ``pending_fetched_files``): a URL fetched there by
+    discovery is in no crawl DB row until that update, and without it this segment fetched
+    it again (bench_crawl, ``crawl run``: the next segment is generated before the last is
+    updated). Returns counters."""
+    mine = f"(SELECT c.host, c.url, c.pattern_hash FROM {crawldb_sql} c JOIN assignment a USING (host) " \
+           f"WHERE a.partition = {int(part)})"
+    source = mine
+    if pending_sql is not None:
+        # Only those the crawl DB does not hold: the trap caps count each URL once. Small (a
+        # segment's rows of these hosts), so held; the crawl DB's rows stream as before.
+        con.sql(f"""CREATE OR REPLACE TEMP TABLE pending_new AS
+            WITH pending AS (SELECT DISTINCT p.host, p.url FROM {pending_sql} p JOIN assignment a USING (host)
+                             WHERE a.partition = {int(part)})
+            SELECT host, url, {pattern_hash_sql('url')} AS pattern_hash FROM pending
+            WHERE url NOT IN (SELECT url FROM {mine} WHERE host IN (SELECT host FROM pending))""")
+        source = f"(SELECT * FROM {mine} UNION ALL SELECT * FROM pending_new)"
+    rows = con.sql(f"""SELECT host, pattern_hash, count(*)::BIGINT AS urls FROM {source}
+        GROUP BY ALL ORDER BY host, pattern_hash""").to_arrow_table()
     total = int(pc.sum(rows["urls"]).as_py() or 0)
     store.write_table(seg.seen_counts_file(folder, part), rows.cast(schema.SEEN_COUNTS), schema.SEEN_COUNTS)
     bloom = BloomFilter(max(MIN_BLOOM_CAPACITY, total), config.fetch.follow_seen_fp)
-    reader = con.sql(f"""SELECT c.url FROM {crawldb_sql} c JOIN assignment a USING (host)
-        WHERE a.partition = {int(part)}""").to_arrow_reader(64 * 1024)
+    reader = con.sql(f"SELECT url FROM {source}").to_arrow_reader(64 * 1024)
     for batch in reader:
         bloom.add_new(batch.column("url").to_pylist())
     store.write_bytes(seg.seen_bloom_file(folder, part), bloom.to_bytes())

@@ -67,7 +67,7 @@ from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, clai
 from cycles.generate.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
     plan_assignment, write_seen_set
 from cycles.hostdb import host_buckets
-from cycles.leases import in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
+from cycles.leases import fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
 from cycles.update.linkgraph import current_link_files
@@ -510,6 +510,9 @@ class PartitionTask:
     """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
     schema_version: int
     workers: int = 1
+    pending_fetched: tuple = ()
+    """Fetched rows of the segments not updated yet (cycles/leases.py ``fetched_files``):
+    their URLs join the seen-set."""
 
 
 def write_partition(task: PartitionTask) -> dict[str, int]:
@@ -535,7 +538,8 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
         crawldb_sql = upgraded_sql(store.duckdb_source(con, files), task.schema_version)
-        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition))
+        pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
+        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
     con.close()
     return counters
 
@@ -543,7 +547,8 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
 def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath],
                      chosen_hosts: list[StorePath], cutoff: Cutoff, loads: list[BucketLoad], partitions: int,
                      config: Config, crawldb_files: list[StorePath], schema_version: int,
-                     known_hosts: tuple[list[StorePath], int] | None = None) -> dict[str, int]:
+                     known_hosts: tuple[list[StorePath], int] | None = None,
+                     pending_fetched: tuple = ()) -> dict[str, int]:
     """The segment's assignment (cycles/generate/assign.py, from the buckets' loads: K named
     keys and G groups), then one :func:`write_partition` task per partition on ``executor``:
     the coordinator never holds the chosen rows, nor a row per host; and the known-hosts
@@ -552,7 +557,8 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
     folder = seg.segment_dir(store, segment, must_exist=False)
     store.write_table(seg.assignment_file(folder), plan_assignment(loads, config), schema.ASSIGNMENT)
     tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), tuple(chosen_hosts), cutoff,
-                           tuple(crawldb_files), schema_version, executor.workers) for part in range(partitions)]
+                           tuple(crawldb_files), schema_version, executor.workers, pending_fetched)
+             for part in range(partitions)]
     counters: Counter = Counter()
     for result in executor.map(write_partition, tasks):
         counters.update(result)
@@ -632,7 +638,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                                     part, leave_out)
                     for out, chosen_file, part in zip(outs, chosen, parts)])
                 write_fetchlists(store, executor, segment, outs, chosen, cutoff, loads,
-                                 partitions, config, files, manifest.schema_version, known_hosts)
+                                 partitions, config, files, manifest.schema_version, known_hosts,
+                                 tuple(fetched_files(list(lease_files))))
         finally:
             store.delete_dir(candidates)
         urls, hosts = sum(load.urls for load in loads), sum(load.hosts for load in loads)
