@@ -692,8 +692,9 @@ def export(segment: str = typer.Argument(..., help="Segment id (fetched or updat
 def run_command(seconds: Optional[float] = typer.Option(None, "--seconds", help="Stop after this many seconds "
                                                         "of wall time (the running fetch commits and stops)."),
                 top_n: Optional[int] = typer.Option(None, "--top-n", help="URLs per segment."),
-                generate_ahead: bool = typer.Option(False, "--generate-ahead", help="Also generate the next "
-                                                    "segment while one is fetched, for the hosts not in it."),
+                generate_ahead: bool = typer.Option(True, "--generate-ahead/--no-generate-ahead",
+                                                    help="Generate the next segment while one is fetched "
+                                                    "(default), so the fetch pool never waits for generate."),
                 as_json: bool = JSON_OPTION) -> None:
     """Crawl in overlapping cycles: fetch a segment while the previous one is updated,
     until --seconds pass, SIGTERM, or nothing is due (cycles/run.py).

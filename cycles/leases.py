@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from cycles import segment as seg
 from cycles.store import Store, StorePath
 
@@ -67,6 +70,51 @@ def in_flight_files(store: Store, now: dt.datetime) -> list[StorePath]:
         if marker is not None and marker.lease_until and not marker.lease_expired(now):
             files += seg.files(store, segment, seg.FETCHLIST)
     return files
+
+
+def leftover_files(store: Store, now: dt.datetime) -> list[StorePath]:
+    """What the live segments fetched and not updated yet queued by discovery and did not
+    reach (``segment.LEFTOVER``): URLs the crawl DB learns only at their update, which a
+    generate before it may list (cycles/run.py ``next_segment``). Listed, they are leased
+    by that fetch list like any other URL, also once the update adds them."""
+    files: list[StorePath] = []
+    for segment, state in seg.states(store):
+        if state != seg.State.FETCHED:
+            continue
+        marker = seg.read_marker(store, segment, seg.Generated)
+        if marker is not None and marker.lease_until and not marker.lease_expired(now):
+            files += seg.files(store, segment, seg.LEFTOVER)
+    return files
+
+
+def continuing_lease(store: Store, segment: str, files: list[StorePath]) -> list[StorePath]:
+    """:func:`in_flight_files` without ``segment``'s, for a segment generated while
+    ``segment`` is fetched and fetched right after it (``crawl run``, cycles/run.py): its
+    hosts may be listed again, so a busy host goes on at once in the next segment. The next
+    fetch starts when this one has ended and reads their spacing from its ``hosts/`` output;
+    a URL listed there that this one fetched meanwhile by discovery is dropped by that
+    fetch (:func:`fetched_by_continued`)."""
+    own = set(seg.files(store, segment, seg.FETCHLIST))
+    return [f for f in files if f not in own]
+
+
+def fetched_by_continued(store: Store, segment: str, hosts: set[str]) -> list[tuple[str, str]]:
+    """(url, host) of the rows fetched for ``hosts`` by the segment ``segment`` continues
+    (generated while that one was fetched: the ``continues`` of its generated marker), read
+    when ``segment``'s fetch starts — that one has ended by then (one fetch at a time), and
+    may even be updated. Its generate knew only what that fetch had committed then; what its
+    discovery fetched afterwards may be in this fetch list and is not in the seen-set:
+    neither is fetched again (cycles/fetch/worker.py; tests/test_run_discovery.py)."""
+    marker = seg.read_marker(store, segment, seg.Generated)
+    if not hosts or marker is None or not marker.continues:
+        return []
+    wanted = pa.array(sorted(hosts), pa.string())
+    rows: list[tuple[str, str]] = []
+    for path in seg.files(store, marker.continues, seg.FETCHED):
+        table = store.read_table(path, columns=["url", "host"])
+        table = table.filter(pc.is_in(table["host"], value_set=wanted))
+        rows += zip(table["url"].to_pylist(), table["host"].to_pylist())
+    return rows
 
 
 def leased_hosts_sql(store: Store, con, files: list[StorePath]) -> str:

@@ -21,10 +21,19 @@ Hosts found by a fetch and known to nobody are fetched in that same segment by t
 that claims them (cycles/fetch/newhosts.py); a segment generated while it is in flight
 leaves them out like the hosts of its fetch list.
 
-With ``generate_ahead`` the coordinator also generates the next segment *while* the fetch
-runs, for the hosts not in it, so it is ready the moment the fetch ends. That pays when
-hosts outside the running segment have due URLs and generate is slow; on a link-following
-crawl it mostly makes hosts of the running segment wait a segment, so it is off by default.
+With ``generate_ahead`` (the default) the coordinator generates the next segment *while*
+the fetch runs, once the update before it is done, so it is ready the moment the fetch ends:
+the fetch pool then waits for neither update nor generate. It holds the hosts of the running
+segment too (cycles/leases.py ``continuing_lease``): a busy host goes on in the next segment
+about 0.1 s after its spacing allows, where stopping, generating and starting cost it ~0.45 s
+at every boundary (bench_crawl, 8 boundaries on each time-bound host). What the running
+fetch's discovery fetches after that generate, the next fetch neither lists nor takes again:
+it reads the earlier segment's fetched rows when it starts (``fetched_by_continued``).
+
+When nothing is due without the update of the segment just fetched — the seeds' segment
+found all there is — the next one is made from what that fetch's discovery queued and did
+not reach (``segment.LEFTOVER``, cycles/generate/generate.py ``with_leftovers_sql``) and is
+fetched, thin, while the update runs.
 
 What stays exclusive, and why:
 
@@ -97,6 +106,9 @@ class RunState:
     """"deadline", "signal", "nothing due" (or "" while running)."""
     update_seconds: list[float] = field(default_factory=list)
     """How long each update took (the estimate of how long a thin segment is fetched)."""
+    from_leftovers: set[str] = field(default_factory=set)
+    """Segments generated with leftovers, before an update: thin, whatever their size (they
+    end when that update does: :func:`thin_segment_seconds`)."""
 
 
 class RunStop:
@@ -165,21 +177,26 @@ def update_fetched(store: Store, config: Config, state: RunState, before: str | 
 
 
 def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
-                  overlapped: bool) -> Iterator[str]:
-    """Generate a segment; ``overlapped``: while another is in flight, so without its hosts."""
-    result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True)
+                  overlapped: bool, continuing: str | None = None, leftovers: bool = False) -> Iterator[str]:
+    """Generate a segment; ``overlapped``: while another is in flight, so without its hosts —
+    but those of ``continuing``, the segment being fetched, after which this one is fetched.
+    ``leftovers``: from what fetched segments' discovery did not reach, too (:func:`next_segment`)."""
+    result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True,
+                      continuing=continuing, leftovers=leftovers)
     if result.segment is None:
         yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
         return
     state.generated.append(result.segment)
+    if leftovers:
+        state.from_leftovers.add(result.segment)
     yield (f"run: generated {result.segment} ({result.urls} URLs, {result.hosts} hosts)"
-           f"{' while fetching' if overlapped else ''}")
+           f"{' while fetching' if overlapped else ''}{' with leftovers' if leftovers else ''}")
 
 
 def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
                stop: RunStop, generate_ahead: bool, fetching: str, thin: bool = False) -> Iterator[str]:
     """The coordinator's turn while ``fetching`` is fetched: update what was fetched before
-    it, then (``generate_ahead``) generate the next segment for the hosts not being fetched.
+    it, then (``generate_ahead``) generate the segment that follows it (:func:`generate_ahead_of`).
 
     Not ``fetching`` itself once its fetch ends: the main thread waits for this turn before
     it generates, so updating the segment it just fetched made every host wait for that
@@ -189,22 +206,42 @@ def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
 
     ``thin``: ``fetching`` is a thin segment, ended when the update ends (module doc)."""
     started = time.monotonic()
+    ahead_done = False
     try:
         yield from update_fetched(store, config, state, before=fetching)
+        if thin:
+            # Before the thin fetch ends, so the next segment is ready when it has.
+            ahead_done = True
+            yield from generate_ahead_of(store, config, state, top_n, stop, generate_ahead, fetching)
     finally:
         if thin:
             end_thin_fetch(store, fetching, started, stop)
+    if not ahead_done:
+        yield from generate_ahead_of(store, config, state, top_n, stop, generate_ahead, fetching)
+
+
+def generate_ahead_of(store: Store, config: Config, state: RunState, top_n: int | None, stop: RunStop,
+                      generate_ahead: bool, fetching: str) -> Iterator[str]:
+    """With ``generate_ahead``, the segment fetched after ``fetching``, generated while it is
+    fetched (unless another is already waiting); its hosts included (cycles/generate/generate.py
+    ``continuing``): a busy host goes on the moment this fetch ends."""
     if not generate_ahead or stop.requested:
         return
     in_flight = [s for s, st in seg.states(store) if st in (seg.State.GENERATED, seg.State.FETCHING)]
     if len(in_flight) <= 1:
-        yield from generate_next(store, config, state, top_n, overlapped=True)
+        yield from generate_next(store, config, state, top_n, overlapped=True, continuing=fetching)
 
 
 def next_segment(store: Store, config: Config, state: RunState, top_n: int | None) -> Iterator[str]:
     """Make the next segment when none waits: first without updating (the fetch pool waits
-    only for generate), else after updating what is fetched."""
-    yield from generate_next(store, config, state, top_n, overlapped=False)
+    only for generate); then, when nothing is due before the update of what was fetched,
+    from what its discovery queued and did not reach (segment.LEFTOVER), fetched while that
+    update runs (a thin segment); else after updating what is fetched."""
+    # With a fetched segment waiting for its update, what its discovery did not reach is
+    # listed too: at the start of a crawl nothing else is due (the seeds' segment found it
+    # all), and every host of that segment stood idle through its update (bench_crawl: ~3 s each).
+    waiting = seg.oldest(store, seg.State.FETCHED) is not None
+    yield from generate_next(store, config, state, top_n, overlapped=False, leftovers=waiting)
     if next_to_fetch(store) is None and seg.oldest(store, seg.State.FETCHED) is not None:
         yield from update_fetched(store, config, state)
         yield from generate_next(store, config, state, top_n, overlapped=False)
@@ -295,6 +332,9 @@ def thin_segment_seconds(store: Store, segment: str, state: RunState) -> float |
     the last two updates), so the next generate has the update's URLs; its hosts' URLs not
     reached are handed back, due at that generate."""
     waiting = seg.oldest(store, seg.State.FETCHED)
+    if waiting is not None and segment in state.from_leftovers:
+        # Made when nothing else was due: the update beside it makes the rest of the crawl due.
+        return max(THIN_MIN_S, *state.update_seconds[-2:]) if state.update_seconds else THIN_FIRST_S
     if waiting is None or not state.update_seconds:
         return None
     this = seg.read_marker(store, segment, seg.Generated)
@@ -303,6 +343,10 @@ def thin_segment_seconds(store: Store, segment: str, state: RunState) -> float |
         return None
     return max(THIN_MIN_S, *state.update_seconds[-2:])
 
+
+THIN_FIRST_S = 15.0
+"""How long a thin segment is fetched when no update was measured yet (the first of a run):
+ended by the update beside it, at the latest after twice this."""
 
 THIN_BOUND_FACTOR = 2.0
 """A thin segment's fetch ends with the update beside it, and at the latest after this many
@@ -324,7 +368,7 @@ def fetch_config(store: Store, config: Config, segment: str, state: RunState) ->
     and a note for the progress line."""
     seconds = thin_segment_seconds(store, segment, state)
     limit = config.fetch.max_duration_s
-    if seconds is None or (limit > 0 and limit <= seconds):
+    if seconds is None or (limit > 0 and limit <= seconds and segment not in state.from_leftovers):
         return config, ""
     bound = THIN_BOUND_FACTOR * seconds if limit <= 0 else min(limit, THIN_BOUND_FACTOR * seconds)
     return (dataclasses.replace(config, fetch=dataclasses.replace(config.fetch, max_duration_s=bound)),
@@ -352,7 +396,7 @@ def fetch_one(store: Store, config: Config, segment: str, pool: FetchPool | None
 
 def run_crawl(store: Store, config: Config, seconds: float | None = None, top_n: int | None = None,
               processes: int | None = None, state: RunState | None = None,
-              generate_ahead: bool = False) -> Iterator[str]:
+              generate_ahead: bool = True) -> Iterator[str]:
     """Crawl in overlapping cycles until ``seconds`` pass, a signal comes, or nothing is due
     and nothing is pending; yields one progress line per step. ``state`` (optional) is
     filled with what was done. Raises :class:`Interrupted` when stopped by a signal."""

@@ -165,6 +165,15 @@ SEEN_COUNTS = _schema("seen-counts", [
     _field("urls", pa.int64(), "URLs the crawl DB holds for that host and pattern when generated", False),
 ])
 
+LEFTOVER = _schema("leftover", [
+    _field("url", pa.string(), "A URL discovery inside the fetch queued for its host (normalised, past the "
+           "filters, budgets and trap caps) that the partition ended before fetching", False),
+    _field("host", pa.string(), "Host of url", False),
+    _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host)", False),
+    _field("score", pa.float32(), "Score discovery gave it (1 / (depth + 1))", False),
+    _field("depth", pa.int16(), "Link hops from a seed", False),
+])
+
 FETCHED = _schema("fetched", [
     _field("url", pa.string(), "URL from the fetch list", False),
     _field("host", pa.string(), "Host of url", False),

@@ -64,6 +64,9 @@ WARC = "warc"
 ARCHIVE = "archive"
 """``crawl export``'s indexes and text of the segment's WARC files (cycles/archive/)."""
 HOSTS = "hosts"
+LEFTOVER = "leftover"
+"""What discovery queued and the fetch did not reach (schema.LEFTOVER): ``crawl run`` may list
+it before the segment's update (cycles/generate/generate.py ``with_leftovers_sql``)."""
 SEEN = "seen"
 NEWHOSTS = "newhosts"
 """Claims of hosts the crawl DB did not know, fetched inside this segment (cycles/fetch/newhosts.py)."""
@@ -131,6 +134,9 @@ class Generated(Marker):
     lease_until: str | None = None
     """ISO time until which the fetch list's URLs are not generated again."""
     crawldb_version: str | None = None
+    continues: str | None = None
+    """The segment being fetched when this one was generated, which it may go on from (its
+    hosts listed again; ``crawl run``, cycles/leases.py ``continuing_lease``)."""
 
     def lease_expired(self, now: dt.datetime) -> bool:
         return self.lease_until is not None and dt.datetime.fromisoformat(self.lease_until) <= now
@@ -242,6 +248,10 @@ def newhost_claim_file(seg_dir: StorePath, host: str) -> StorePath:
     from urllib.parse import quote
 
     return seg_dir / NEWHOSTS / f"{quote(host, safe='.-_')}.json"
+
+
+def leftover_file(seg_dir: StorePath, partition: int) -> StorePath:
+    return seg_dir / LEFTOVER / f"{part_name(partition)}.parquet"
 
 
 def hosts_file(seg_dir: StorePath, partition: int) -> StorePath:

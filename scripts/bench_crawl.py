@@ -29,7 +29,8 @@ other on the same web, each for ``--seconds`` of wall time:
    ``fetch.max_duration_s = --segment-seconds`` (a segment's fetch is cut there, so one slow
    host does not hold the next segment) and ``generate.max_urls_per_host`` = what a host's
    1 s delay allows in that time (the rest of a big host stays due for the next segment).
-   ``--ours-command run-ahead`` adds ``--generate-ahead``; ``--ours-command cycle`` runs
+   ``--ours-command run-after`` adds ``--no-generate-ahead`` (each segment generated when the
+   fetch before it has ended: the default before issue #10's last boundary fix); ``--ours-command cycle`` runs
    ``crawl cycle --cycles 1000`` instead (killed at the bound), the sequential baseline.
    Whatever in-fetch discovery the fetch stage does is used as it is.
 
@@ -207,8 +208,8 @@ def run_ours(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, d
     write_toml(config, toml)
     if args.ours_command == "run":
         verb = ["run", "--seconds", str(args.seconds)]
-    elif args.ours_command == "run-ahead":
-        verb = ["run", "--seconds", str(args.seconds), "--generate-ahead"]
+    elif args.ours_command == "run-after":
+        verb = ["run", "--seconds", str(args.seconds), "--no-generate-ahead"]
     else:
         verb = ["cycle", "--cycles", "1000"]
     cmd = [sys.executable, "-m", "cycles", "--data", str(store.root), "--config", str(toml), *verb]
@@ -296,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=120.0, help="wall time of each crawler (default 120)")
     ap.add_argument("--segment-seconds", type=float, default=15.0,
                     help="ours: fetch.max_duration_s, the longest a segment's fetch runs (default 15)")
-    ap.add_argument("--ours-command", choices=("run", "run-ahead", "cycle"), default="run",
-                    help="ours: `crawl run` (overlapping cycles, default), `crawl run --generate-ahead`, "
+    ap.add_argument("--ours-command", choices=("run", "run-after", "cycle"), default="run",
+                    help="ours: `crawl run` (overlapping cycles, default), `crawl run --no-generate-ahead`, "
                          "or `crawl cycle` (sequential)")
     ap.add_argument("--only", choices=("ours", "scrapy"), default=None, help="run one crawler only")
     ap.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a setting of ours")

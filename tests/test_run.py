@@ -126,14 +126,20 @@ def test_segments_were_generated_and_updated_while_another_was_fetched(overlappe
 
 
 @pytest.mark.web
-def test_no_host_was_in_two_segments_in_flight(overlapped):
+def test_no_host_was_fetched_by_two_segments_at_once(overlapped):
+    """A segment generated while another is in flight may hold its hosts (generate_ahead
+    goes on with them), and is then fetched only once that one has ended."""
     store = overlapped["store"]
     ids = seg.segment_ids(store)
+    shared = 0
     for i, earlier in enumerate(ids):
         done = parse_time(seg.read_marker(store, earlier, seg.Fetched).fetched_at)
         for later in ids[i + 1:]:
             if parse_time(seg.read_marker(store, later, seg.Generated).generated_at) < done:
-                assert not fetchlist_hosts(store, earlier) & fetchlist_hosts(store, later), (earlier, later)
+                if fetchlist_hosts(store, earlier) & fetchlist_hosts(store, later):
+                    shared += 1
+                    assert parse_time(seg.read_marker(store, later, seg.Fetching).started_at) >= done, (earlier, later)
+    assert shared >= 1
 
 
 @pytest.mark.web

@@ -30,8 +30,10 @@ LISTED, INLINE = 2, 3
 """Per host and segment: URLs generate lists, URLs discovery may add."""
 
 
-@pytest.fixture(scope="module")
-def followed(tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["after-fetch", "ahead"])
+def followed(tmp_path_factory, request):
+    """A 50 s run; ``ahead``: each segment generated while the one before is fetched, its
+    hosts included (cycles/run.py ``coordinate``)."""
     tmp = tmp_path_factory.mktemp("run-discovery")
     with TestWeb(hosts=HOSTS, pages=PAGES, page_bytes=1500, special=False, tail=True, max_seconds=150) as web:
         store = Store(tmp / "data")
@@ -45,8 +47,9 @@ def followed(tmp_path_factory):
         config.db.buckets = 2
         inject(store, config, write_seeds(tmp / "seeds.txt", [web.url("h0"), web.url("h1"), web.url("h5")]))
         state = RunState()
-        log = list(run_crawl(store, config, seconds=50, state=state))
-        yield {"web": web, "store": store, "log": log, "state": state, "requests": web.requests()}
+        log = list(run_crawl(store, config, seconds=50, state=state, generate_ahead=request.param))
+        yield {"web": web, "store": store, "log": log, "state": state, "requests": web.requests(),
+               "ahead": request.param}
 
 
 def page_requests(requests: list[dict]) -> list[dict]:
@@ -57,10 +60,14 @@ def page_requests(requests: list[dict]) -> list[dict]:
 def test_segments_overlapped_and_discovery_fetched_inside_them(followed):
     store, state = followed["store"], followed["state"]
     assert len(state.fetched) >= 5, followed["log"]
+    if followed["ahead"]:
+        assert sum("while fetching" in line for line in followed["log"]) >= 3, followed["log"]
     listed = {u for s in state.fetched for f in seg.files(store, s, seg.FETCHLIST)
               for u in store.read_table(f)["url"].to_pylist()}
     asked = {followed["web"].url(r["host"], r["path"]) for r in page_requests(followed["requests"])}
-    assert len(asked - listed) > 30  # found and fetched inside the fetch, in no fetch list
+    # Found and fetched inside the fetch, in no fetch list (what a fetch found and did not
+    # reach may be listed by the next segment: segment.LEFTOVER).
+    assert len(asked - listed) > 10
 
 
 @pytest.mark.web

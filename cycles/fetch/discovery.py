@@ -119,6 +119,18 @@ class Discovery:
         for url, host in earlier_inline:
             self._count(host, url_pattern_hash(url))
 
+    def add_fetched_before(self, rows: list[tuple[str, str]]) -> None:
+        """(url, host) fetched by the segment this one continues (cycles/leases.py ``fetched_by_continued``):
+        known like the crawl DB's URLs, and counted once against the trap caps."""
+        if self.seen is None or not rows:
+            return
+        fresh = self.seen.add_new([url for url, _ in rows])
+        for (url, host), new in zip(rows, fresh.tolist()):
+            if new:
+                self.host_known[host] += 1
+                self.pattern_known[(host, url_pattern_hash(url))] += 1
+        self.stats["discover/fetched_before"] += int(fresh.sum())
+
     @property
     def enabled(self) -> bool:
         return self.seen is not None

@@ -133,6 +133,7 @@ def _run(store: Store, task: FetchTask, resumed: bool, lease: PartitionLease | N
     seg_dir = seg.segment_dir(store, segment)
     if lease is not None:
         lease.check()  # a stalled run must not finish a partition another run may hold now
+    fetcher.write_leftover()  # before the stats file, the partition's commit
     store.write_json(seg.partition_stats_file(seg_dir, partition),
                      {"partition": partition, "counters": counters, "chunks": fetcher.chunk_manifest()})
     if config.fetch.progress_s > 0:

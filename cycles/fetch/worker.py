@@ -63,6 +63,7 @@ from cycles.config import Config
 from cycles.fetch import politeness
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.hostdb import load_host_state
+from cycles.leases import fetched_by_continued
 from cycles.slotkey import slot_key
 from cycles.metrics import allowed_requests
 from cycles.fetch.archive import Archive, warcinfo_fields
@@ -159,6 +160,8 @@ class PartitionFetcher:
         self.carried_hosts = None
         """A resumed partition's rows of its killed run, written with every hosts/ output
         (cycles/fetch/resumed_hosts.py)."""
+        self.leftover: list[dict] = []
+        """Discovered URLs queued and not reached when the partition ended (:meth:`write_leftover`)."""
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -181,9 +184,15 @@ class PartitionFetcher:
                                                    self.inline.own_hosts, time.time())
             self.stats["fetch/resumed_hosts_carried"] = self.carried_hosts.num_rows
             self.write_hosts()
-        items = [i for i in items if i["url"] not in done]
+        # Generated while the segment before was fetched (crawl run), this one may list what
+        # that one fetched afterwards by discovery, and its seen-set lacks it: skipped, known.
+        earlier = fetched_by_continued(self.store, self.segment, self.inline.own_hosts)
+        earlier_urls = {url for url, _ in earlier}
+        self.stats["fetch/fetched_before"] += sum(1 for i in items if i["url"] in earlier_urls and i["url"] not in done)
+        items = [i for i in items if i["url"] not in done and i["url"] not in earlier_urls]
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
+        self.discovery.add_fetched_before(earlier)
         if self.discovery.enabled and self.fc.follow_new_hosts:
             self.new_hosts.load()
             self.inline.new_hosts = self.new_hosts
@@ -563,7 +572,18 @@ class PartitionFetcher:
         for slot in self.frontier.slots.values():
             slot.robots.url = None
             self.stats["fetch/handed_back"] += len(slot.queue)
+            # Queued by discovery (a fetch-list row has no "hop"; a redirect target is not one).
+            self.leftover += [i for i in slot.queue if "hop" in i and "redirect_chain" not in i]
             slot.queue.clear()
+
+    def write_leftover(self) -> None:
+        """What discovery queued and the partition did not reach (``segment.LEFTOVER``):
+        before this segment's update only this file knows it (it is an outlink until then),
+        and ``crawl run`` lists it for the fetch that follows (cycles/generate/generate.py)."""
+        rows = [{k: i[k] for k in schema.LEFTOVER.names} for i in self.leftover]
+        import pyarrow as pa
+        self.store.write_table(seg.leftover_file(self.seg_dir, self.partition),
+                               pa.Table.from_pylist(rows, schema=schema.LEFTOVER), schema.LEFTOVER)
 
     def _throughput_low(self, now: float) -> bool:
         """True once, when the requests started over the last ``fetch.throughput_window_s``

@@ -59,7 +59,8 @@ import pyarrow.parquet as pq
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import bucket_executor, connect, current_bucket_files, upgraded_sql, verify_bucket_file
+from cycles.crawldb import (bucket_executor, connect, current_bucket_files, new_url_rows_sql, upgraded_sql,
+                            verify_bucket_file)
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.bloom import BloomFilter
@@ -67,7 +68,8 @@ from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, clai
 from cycles.generate.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
     plan_assignment, write_seen_set
 from cycles.hostdb import host_buckets
-from cycles.leases import fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql, live_lease_files
+from cycles.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
+                           leftover_files, live_lease_files)
 from cycles.pages import feed_lag
 from cycles.store import Store, StorePath, new_id
 from cycles.update.linkgraph import current_link_files
@@ -181,6 +183,12 @@ class GenerateBucketTask:
     """The link DB's LINK_HOSTS files; none: no link DB yet (every host ranks alike)."""
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
+
+    leftover_files: tuple = ()
+    """Discovered URLs segments fetched but not updated did not reach (cycles/leases.py
+    ``leftover_files``): candidates beside the bucket's rows (:func:`with_leftovers_sql`)."""
+    buckets: int = 1
+    """The crawl DB's bucket count (which leftover rows are this bucket's)."""
     hosts_out: StorePath | None = None
     """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
     (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
@@ -217,6 +225,8 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
         table = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()
         store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
         hosts = table.num_rows
+    if task.leftover_files:
+        source = with_leftovers_sql(store, con, source, task)
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/run.py).
@@ -237,6 +247,22 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
     con.close()
     return BucketDue(dict(histogram), hosts)
+
+
+def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
+    """The bucket's rows and, as new unfetched rows, the leftover URLs of its hosts that it
+    does not hold (one row per URL: the best score, the least depth). What a fetch queued
+    and did not reach waits otherwise for that segment's update; at the start of a crawl
+    nothing else is due then, and every host of the first segment stood idle through it
+    (bench_crawl: ~3 s each)."""
+    left = store.duckdb_source(con, list(task.leftover_files))
+    mine = (f"(SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, max(score) AS score, "
+            f"min(depth) AS depth FROM {left} WHERE host_hash % {int(task.buckets)} = {int(task.bucket)} "
+            f"GROUP BY url)")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE leftover AS {new_url_rows_sql(mine, task.config)}",
+                {"now": task.now})
+    return (f"(SELECT * FROM {source} UNION ALL BY NAME SELECT * FROM leftover WHERE url NOT IN "
+            f"(SELECT url FROM {source} WHERE host IN (SELECT host FROM leftover)))")
 
 
 def known_hosts_wanted(config: Config) -> bool:
@@ -569,7 +595,8 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
 
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
              top_n: int | None = None, executor: Executor | None = None,
-             cycle_locked: bool = False, exclude_hosts_in_flight: bool = False) -> GenerateResult:
+             cycle_locked: bool = False, exclude_hosts_in_flight: bool = False,
+             continuing: str | None = None, leftovers: bool = False) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
@@ -582,11 +609,17 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     ``exclude_hosts_in_flight`` (``crawl run``, cycles/run.py): leave out every host of a
     segment generated or being fetched, not only its URLs, so this segment can be fetched
     while (or right after) those are without a host in two fetch lists at once.
+    ``continuing`` (with it; ``crawl run`` generating ahead): the segment being fetched, after
+    which this one is fetched: its hosts are not left out, so a busy host goes on at once in
+    the next segment (cycles/leases.py ``continuing_lease``). ``leftovers``: the URLs fetched
+    segments queued by discovery and did not reach are candidates too (``crawl run`` before
+    an update, when nothing else is due: :func:`with_leftovers_sql`).
     """
     if not cycle_locked:
         with seg.cycle_lock(store, "generate", config.db):
             return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True,
-                            exclude_hosts_in_flight=exclude_hosts_in_flight)
+                            exclude_hosts_in_flight=exclude_hosts_in_flight, continuing=continuing,
+                            leftovers=leftovers)
     started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
@@ -607,12 +640,15 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         executor = bucket_executor(store, config, files, executor)
         lease_files = tuple(live_lease_files(store, now))
         host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
+        if continuing is not None:
+            host_lease_files = tuple(continuing_lease(store, continuing, list(host_lease_files)))
+        left_files = tuple(leftover_files(store, now)) if leftovers else ()
         hosts_files = [candidates / f"hosts-{bucket:05d}.parquet" if known_hosts_wanted(config) else None
                        for bucket in range(len(files))]
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
                                     top_n, store.bucket_file(candidates, bucket), executor.workers,
                                     *current_link_files(store, bucket, len(files)), host_lease_files,
-                                    hosts_files[bucket])
+                                    left_files, len(files), hosts_files[bucket])
                  for bucket, file in enumerate(files)]
         try:
             outs = [t.out for t in tasks]
@@ -651,7 +687,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         # generate running next sees either no segment or a complete, leased one.
         seg.write_marker(store, seg.Generated(
             segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
-            lease_until=lease_until.isoformat(), crawldb_version=manifest.version))
+            lease_until=lease_until.isoformat(), crawldb_version=manifest.version,
+            continues=continuing if exclude_hosts_in_flight else None))
     write_generate_stats(store, config, segment, urls, hosts, partitions,
                          time.monotonic() - started, started_wall)
     return GenerateResult(segment, urls, hosts, partitions)
