@@ -355,3 +355,28 @@ def test_offer_stops_at_the_depth_and_the_host_budget(store):
     item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
     discovery.offer(item, [link(f"http://a.test/n{i}") for i in range(5)], {"a.test": slot}.get)
     assert len(slot.queue) == 2 and stats["discover/host_budget"] == 3
+
+
+def test_recent_links_answer_as_the_considered_filter(monkeypatch):
+    """The exact set in front of the considered-links filter gives the filter's answers
+    (repeats inside a page, across pages, and after the set is forgotten when full)."""
+    import random
+
+    from cycles.fetch import discovery as discovery_module
+    from cycles.fetch.discovery import Discovery
+
+    monkeypatch.setattr(discovery_module, "RECENT_LINKS_MAX", 50)
+    rng = random.Random(7)
+    pool = [f"http://h{n % 7}.test/p/{n}.html" for n in range(400)]
+    ours = Discovery(None, Config(), None, 0, None, Counter())
+    ours.considered = BloomFilter(100, 0.01)  # small: false positives happen too
+    plain = BloomFilter(100, 0.01)
+    cleared = 0
+    for _ in range(300):
+        batch = [rng.choice(pool[:rng.randrange(1, 400)]) for _ in range(rng.randrange(0, 12))]
+        before = len(ours.recent_links)
+        assert ours._first_considered(batch) == plain.add_new(batch).tolist()
+        cleared += len(ours.recent_links) < before
+        assert len(ours.recent_links) <= 50 + 12
+    assert cleared > 0
+    assert ours.considered._array.tobytes() == plain._array.tobytes()

@@ -79,3 +79,22 @@ def test_a_robots_answer_is_parsed_once_and_the_rules_are_the_same(monkeypatch):
     assert steps.is_error(503, None) and len(calls) == 2
     assert steps.rules(RobotsState(status=200, body=bytes(body)), 0.0).crawl_delay() == 3  # an equal copy
     assert len(calls) == 3
+
+
+def test_a_pool_worker_keeps_its_memory_mapped():
+    """keep_memory_mapped turns transparent huge pages off for the calling process only (a
+    child process here: the test's own process keeps them)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if not status.exists() or "THP_enabled" not in status.read_text():
+        pytest.skip("no THP_enabled line in /proc/self/status (not Linux >= 5.0)")
+    code = ("from pathlib import Path; from cycles.fetch.worker import keep_memory_mapped; "
+            "keep_memory_mapped(); "
+            "print([l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith('THP_enabled')][0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2], check=True).stdout
+    assert out.split() == ["THP_enabled:", "0"]
+    assert "THP_enabled:\t1" in status.read_text()

@@ -109,3 +109,29 @@ def test_a_chunk_is_due_by_buffered_bytes(tmp_path):
     output.rows, output.links, output.buffered_bytes = [], [], 0  # as a flush leaves them
     output.add({"url": URL, "text": None}, [])
     assert not output.due(flush_s=1e9, flush_pages=1_000) and output.due(flush_s=1e9, flush_pages=1)
+
+
+def test_committed_texts_are_the_rows_texts(tmp_path):
+    """Texts are encoded when a row is added (PartitionOutput.add): the fetched file holds
+    the same strings, and the same Parquet bytes, as the rows' own str would give."""
+    import pyarrow.parquet as pq
+
+    from cycles import schema
+    from cycles.fetch.output import columns_to_table
+
+    store = Store(tmp_path / "data")
+    output = PartitionOutput(store, "seg", store.path("segments") / "seg", 0, 1, "crawlbot/1.0")
+    texts = ["plain words " * 2_000, "café · naïve ©", "日本語のテキスト 🙂 and ASCII", "", None]
+    rows = [dict.fromkeys(schema.FETCHED.names) | {"url": f"{URL}&k={k}", "host": "h1.web.test",
+                                                   "outcome": "ok", "text": text}
+            for k, text in enumerate(texts)]
+    expected = columns_to_table([dict(row) for row in rows], schema.FETCHED)
+    for row in rows:
+        output.add(row, [])
+    assert output.flush() == len(texts)
+    path = store.path("segments") / "seg" / "fetched" / "part-00000-c000001.parquet"
+    table = pq.read_table(str(path))
+    assert table.column("text").to_pylist() == texts
+    assert table.equals(expected.select(table.schema.names).cast(table.schema))
+    store.write_table(store.path("plain.parquet"), expected, schema.FETCHED)
+    assert store.path("plain.parquet").read_bytes() == path.read_bytes()
