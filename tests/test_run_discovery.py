@@ -11,17 +11,24 @@ pieces is tests/generate/test_pending_fetched.py; this one asks the server."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pytest
 
 from cycles import segment as seg
+from cycles.config import load_config
 from cycles.inject import inject
 from cycles.run import RunState, run_crawl
 from cycles.store import Store
 from cycles.urls import url_host
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
+from tests.fetch.test_fetch_resume import toml_config
 from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config
 from tests.test_run import crawldb_urls
 
@@ -94,3 +101,72 @@ def test_no_host_gets_more_than_its_budgets_in_a_segment(followed):
 @pytest.mark.web
 def test_spacing_holds_across_overlapping_segments(followed):
     assert assert_polite(followed["requests"]) > 100
+
+
+# --- killed in the middle of an overlapped run, then resumed --------------------------------
+def run_process(store: Store, config_path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cycles", "--data", str(store.root), "--config", str(config_path),
+                             "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+
+
+def all_committed(store: Store) -> list[dict]:
+    return [r for s in seg.segment_ids(store) for f in seg.files(store, s, seg.FETCHED)
+            for r in store.read_table(f).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run-discovery-kill")
+    with TestWeb(hosts=HOSTS, pages=PAGES, page_bytes=1500, special=False, tail=True, max_seconds=150) as web:
+        store = Store(tmp / "data")
+        config_path = tmp / "crawl.toml"
+        toml_config(web, config_path)
+        with open(config_path, "a") as fh:
+            fh.write(f"follow_outlinks_depth = 3\nfollow_outlinks_per_host = {INLINE}\nmax_duration_s = 4.0\n"
+                     f"\n[generate]\nmax_urls_per_host = {LISTED}\nhost_budget_max_factor = 1.0\n\n[db]\nbuckets = 2\n")
+        config = load_config(config_path)
+        inject(store, config, write_seeds(tmp / "seeds.txt", [web.url("h0"), web.url("h1"), web.url("h5")]))
+        first = run_process(store, config_path)
+        try:
+            deadline = time.monotonic() + 60
+            # Killed with segments generated ahead, fetched and being fetched.
+            while not (len(seg.segment_ids(store)) >= 4 and len(all_committed(store)) >= 40):
+                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+                time.sleep(0.05)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        finally:
+            first.kill()
+        states_at_kill = seg.states(store)
+        before = all_committed(store)
+        second = run_process(store, config_path, "--seconds", "40")
+        try:
+            out, err = second.communicate(timeout=90)
+        finally:
+            second.kill()
+        yield {"web": web, "store": store, "states_at_kill": states_at_kill, "before": before,
+               "second": (second.returncode, out, err), "requests": web.requests()}
+
+
+@pytest.mark.web
+def test_a_killed_overlapped_run_resumes_and_fetches_nothing_committed_twice(killed_run):
+    store = killed_run["store"]
+    code, out, err = killed_run["second"]
+    assert code == 0 and "Traceback" not in err, err
+    assert "run: resuming the fetch of" in out or any(st == seg.State.FETCHED for _, st in killed_run["states_at_kill"])
+    asked = Counter(killed_run["web"].url(r["host"], r["path"]) for r in page_requests(killed_run["requests"]))
+    # Asked again only if not committed before the kill (in flight, or not flushed yet).
+    committed_before = {r["url"] for r in killed_run["before"] if r["outcome"] == "ok"}
+    assert all(asked[u] == 1 for u in committed_before), [u for u in committed_before if asked[u] > 1]
+    assert max(asked.values()) <= 2
+    # Every page the server answered is in some segment's committed rows, or was asked once
+    # more after the kill (then committed by the resumed run).
+    committed = {r["url"] for r in all_committed(store)}
+    assert set(asked) <= committed, sorted(set(asked) - committed)[:5]
+    rows = crawldb_rows(store)
+    assert len(crawldb_urls(store)) == len(rows)
+
+
+@pytest.mark.web
+def test_spacing_holds_across_the_kill(killed_run):
+    assert assert_polite(killed_run["requests"]) > 50
