@@ -24,12 +24,17 @@ generate that runs beside a fetch leaves that fetch's hosts out whole (``in_flig
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cycles import schema
 from cycles import segment as seg
+from cycles.errors import StoreError
 from cycles.store import Store, StorePath
+
+log = logging.getLogger(__name__)
 
 
 def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
@@ -83,8 +88,20 @@ def leftover_files(store: Store, now: dt.datetime) -> list[StorePath]:
             continue
         marker = seg.read_marker(store, segment, seg.Generated)
         if marker is not None and marker.lease_until and not marker.lease_expired(now):
-            files += seg.files(store, segment, seg.LEFTOVER)
+            files += [f for f in seg.files(store, segment, seg.LEFTOVER) if readable_leftover(store, f)]
     return files
+
+
+def readable_leftover(store: Store, path: StorePath) -> bool:
+    """Whether a leftover file reads whole with its columns (a few KB). A damaged one is
+    only a head start lost: its URLs are outlinks too, listed after the update. Skipped
+    with a warning rather than failing the generate."""
+    try:
+        store.read_table(path, schema.LEFTOVER)
+    except StoreError as exc:
+        log.warning("generate: leftover file skipped (its URLs wait for their segment's update): %s", exc)
+        return False
+    return True
 
 
 def continuing_lease(store: Store, segment: str, files: list[StorePath]) -> list[StorePath]:

@@ -67,3 +67,35 @@ def test_once_updated_its_fetched_rows_no_longer_count(store, tmp_path):
     second = generate(store, config, top_n=100)
     seen = BloomFilter.from_bytes(store.read_bytes(seg.seen_bloom_file(seg.segment_dir(store, second.segment), 0)))
     assert "http://a.test/8" not in seen
+
+
+def write_leftover(store: Store, segment: str, partition: int, urls: list[str]) -> None:
+    from cycles.urls import host_hash
+
+    rows = [{"url": u, "host": "a.test", "host_hash": host_hash("a.test"), "score": 0.5, "depth": 1} for u in urls]
+    store.write_table(seg.leftover_file(seg.segment_dir(store, segment), partition),
+                      pa.Table.from_pylist(rows, schema=schema.LEFTOVER), schema.LEFTOVER)
+
+
+def test_what_a_fetch_did_not_reach_is_listed_before_its_update_and_a_damaged_file_is_skipped(store, tmp_path):
+    """crawl run at a crawl's start (cycles/run.py next_segment): nothing is due before the
+    seeds' segment is updated, but its discovery queued pages it did not reach."""
+    config = Config()
+    config.generate.partitions = 1
+    inject(store, config, write_seeds(tmp_path / "seeds.txt", ["http://a.test/1"]))
+    first = generate(store, config)
+    fetched_by_discovery(store, first.segment, ["http://a.test/1"], ["http://a.test/2"])
+    write_leftover(store, first.segment, 0, ["http://a.test/5", "http://a.test/6", "http://a.test/2"])
+    folder = seg.segment_dir(store, first.segment)
+    (folder / seg.LEFTOVER / "part-00001.parquet").write_bytes(b"PAR1 not parquet")  # a damaged one
+    seg.write_marker(store, seg.Fetched(first.segment))
+    assert generate(store, config, exclude_hosts_in_flight=True).segment is None  # nothing due
+    second = generate(store, config, exclude_hosts_in_flight=True, leftovers=True)
+    # /2 was fetched (leased by its fetched row), /1 is leased by the fetch list.
+    assert sorted(fetchlist(store, second.segment)) == ["http://a.test/5", "http://a.test/6"]
+    # Leased by that fetch list from now on, also once the update adds them as rows (the
+    # second segment fetched, nothing reached: its host is no longer in flight).
+    seg.write_marker(store, seg.Fetching(second.segment))
+    seg.write_marker(store, seg.Fetched(second.segment))
+    inject(store, config, write_seeds(tmp_path / "more.txt", ["http://a.test/5", "http://a.test/6"]))
+    assert generate(store, config, exclude_hosts_in_flight=True, leftovers=True).segment is None
