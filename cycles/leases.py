@@ -37,18 +37,27 @@ from cycles.store import Store, StorePath
 log = logging.getLogger(__name__)
 
 
+def live_segments(store: Store, now: dt.datetime, states) -> list[tuple[str, seg.State]]:
+    """(segment, state) of every segment in one of ``states`` whose lease is live at ``now``
+    (updated: released; abandoned: given up; incomplete: nothing leased)."""
+    live = []
+    for segment, state in seg.states(store):
+        if state not in states:
+            continue
+        marker = seg.read_marker(store, segment, seg.Generated)
+        if marker is not None and marker.lease_until and not marker.lease_expired(now):
+            live.append((segment, state))
+    return live
+
+
 def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
     """The fetch list files of every segment whose lease is live at ``now``, and the fetched
     rows committed so far by those being fetched or fetched (module doc)."""
     files: list[StorePath] = []
-    for segment, state in seg.states(store):
-        if state not in seg.PENDING:
-            continue  # updated: released; abandoned: given up; incomplete: nothing leased
-        marker = seg.read_marker(store, segment, seg.Generated)
-        if marker is not None and marker.lease_until and not marker.lease_expired(now):
-            files += seg.files(store, segment, seg.FETCHLIST)
-            if state != seg.State.GENERATED:
-                files += seg.files(store, segment, seg.FETCHED)
+    for segment, state in live_segments(store, now, seg.PENDING):
+        files += seg.files(store, segment, seg.FETCHLIST)
+        if state != seg.State.GENERATED:
+            files += seg.files(store, segment, seg.FETCHED)
     return files
 
 
@@ -67,14 +76,7 @@ def in_flight_files(store: Store, now: dt.datetime) -> list[StorePath]:
     """The fetch list files of every live segment not fetched yet (generated or fetching):
     ``crawl run`` leases their *hosts*, not only their URLs, while it generates the next
     segment (cycles/run.py), so no host is in two segments being fetched."""
-    files: list[StorePath] = []
-    for segment, state in seg.states(store):
-        if state not in IN_FLIGHT:
-            continue
-        marker = seg.read_marker(store, segment, seg.Generated)
-        if marker is not None and marker.lease_until and not marker.lease_expired(now):
-            files += seg.files(store, segment, seg.FETCHLIST)
-    return files
+    return [f for segment, _ in live_segments(store, now, IN_FLIGHT) for f in seg.files(store, segment, seg.FETCHLIST)]
 
 
 def leftover_files(store: Store, now: dt.datetime) -> list[StorePath]:
@@ -82,14 +84,8 @@ def leftover_files(store: Store, now: dt.datetime) -> list[StorePath]:
     reach (``segment.LEFTOVER``): URLs the crawl DB learns only at their update, which a
     generate before it may list (cycles/run.py ``next_segment``). Listed, they are leased
     by that fetch list like any other URL, also once the update adds them."""
-    files: list[StorePath] = []
-    for segment, state in seg.states(store):
-        if state != seg.State.FETCHED:
-            continue
-        marker = seg.read_marker(store, segment, seg.Generated)
-        if marker is not None and marker.lease_until and not marker.lease_expired(now):
-            files += [f for f in seg.files(store, segment, seg.LEFTOVER) if readable_leftover(store, f)]
-    return files
+    return [f for segment, _ in live_segments(store, now, (seg.State.FETCHED,))
+            for f in seg.files(store, segment, seg.LEFTOVER) if readable_leftover(store, f)]
 
 
 def readable_leftover(store: Store, path: StorePath) -> bool:
@@ -146,7 +142,7 @@ def leased_urls_sql(store: Store, con, files: list[StorePath]) -> str:
     """SQL table expression (one column, ``url``, each URL once) of the URLs in these fetch
     list and fetched files (:func:`live_lease_files`)."""
     fetched = fetched_files(files)
-    kinds = [[f for f in files if f not in fetched], fetched]
+    kinds = [[f for f in files if f.parent.name != seg.FETCHED], fetched]
     parts = [f"SELECT url FROM {store.duckdb_source(con, group)}" for group in kinds if group]
     if not parts:
         return "(SELECT NULL::VARCHAR AS url WHERE false)"

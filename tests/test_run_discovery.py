@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
@@ -30,7 +29,7 @@ from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.fetch.test_fetch_resume import toml_config
 from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config
-from tests.test_run import crawldb_urls
+from tests.test_run import crawldb_urls, wait_for
 
 HOSTS, PAGES = 12, 60
 LISTED, INLINE = 2, 3
@@ -88,13 +87,13 @@ def test_no_url_is_fetched_twice_across_overlapping_segments(followed):
 @pytest.mark.web
 def test_no_host_gets_more_than_its_budgets_in_a_segment(followed):
     store, state = followed["store"], followed["state"]
+    def urls(segment: str, folder: str) -> list[str]:
+        return [u for f in seg.files(store, segment, folder) for u in store.read_table(f)["url"].to_pylist()]
+
     for segment in state.fetched:
-        listed = Counter(url_host(u) for f in seg.files(store, segment, seg.FETCHLIST)
-                         for u in store.read_table(f)["url"].to_pylist())
-        fetched = {u for f in seg.files(store, segment, seg.FETCHED) for u in store.read_table(f)["url"].to_pylist()}
-        assert max(listed.values(), default=0) <= LISTED
-        listed_urls = {u for f in seg.files(store, segment, seg.FETCHLIST) for u in store.read_table(f)["url"].to_pylist()}
-        inline = Counter(url_host(u) for u in fetched - listed_urls)
+        listed = urls(segment, seg.FETCHLIST)
+        assert max(Counter(url_host(u) for u in listed).values(), default=0) <= LISTED
+        inline = Counter(url_host(u) for u in set(urls(segment, seg.FETCHED)) - set(listed))
         assert max(inline.values(), default=0) <= INLINE, (segment, inline)
 
 
@@ -128,11 +127,8 @@ def killed_run(tmp_path_factory):
         inject(store, config, write_seeds(tmp / "seeds.txt", [web.url("h0"), web.url("h1"), web.url("h5")]))
         first = run_process(store, config_path)
         try:
-            deadline = time.monotonic() + 60
             # Killed with segments generated ahead, fetched and being fetched.
-            while not (len(seg.segment_ids(store)) >= 4 and len(all_committed(store)) >= 40):
-                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-                time.sleep(0.05)
+            wait_for(first, lambda: len(seg.segment_ids(store)) >= 4 and len(all_committed(store)) >= 40)
             first.send_signal(signal.SIGKILL)
             first.wait()
         finally:

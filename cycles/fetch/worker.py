@@ -229,9 +229,10 @@ class PartitionFetcher:
         # Generated while the segment before was fetched (crawl run), this one may list what
         # that one fetched afterwards by discovery, and its seen-set lacks it: skipped, known.
         earlier = fetched_by_continued(self.store, self.segment, self.inline.own_hosts)
-        earlier_urls = {url for url, _ in earlier}
-        self.stats["fetch/fetched_before"] += sum(1 for i in items if i["url"] in earlier_urls and i["url"] not in done)
-        items = [i for i in items if i["url"] not in done and i["url"] not in earlier_urls]
+        fetched_meanwhile = {url for url, _ in earlier}
+        kept = [i for i in items if i["url"] not in done and i["url"] not in fetched_meanwhile]
+        self.stats["fetch/fetched_before"] += sum(1 for i in items if i["url"] not in done) - len(kept)
+        items = kept
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
         self.discovery.add_fetched_before(earlier)

@@ -266,7 +266,7 @@ def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb
     ``con`` has the partition's rows of the segment's assignment registered as
     ``assignment``; ``crawldb_sql`` is the SQL source of the crawl DB files (of the version
     generate read) that hold its hosts. ``pending_sql``: the fetched rows of segments not
-    updated yet (cycles/leases.py ``pending_fetched_files``): a URL fetched there by
+    updated yet (cycles/leases.py ``fetched_files``): a URL fetched there by
     discovery is in no crawl DB row until that update, and without it this segment fetched
     it again (bench_crawl, ``crawl run``: the next segment is generated before the last is
     updated). Returns counters."""

@@ -183,7 +183,6 @@ class GenerateBucketTask:
     """The link DB's LINK_HOSTS files; none: no link DB yet (every host ranks alike)."""
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
-
     leftover_files: tuple = ()
     """Discovered URLs segments fetched but not updated did not reach (cycles/leases.py
     ``leftover_files``): candidates beside the bucket's rows (:func:`with_leftovers_sql`)."""
@@ -687,8 +686,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         # generate running next sees either no segment or a complete, leased one.
         seg.write_marker(store, seg.Generated(
             segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
-            lease_until=lease_until.isoformat(), crawldb_version=manifest.version,
-            continues=continuing if exclude_hosts_in_flight else None))
+            lease_until=lease_until.isoformat(), crawldb_version=manifest.version, continues=continuing))
     write_generate_stats(store, config, segment, urls, hosts, partitions,
                          time.monotonic() - started, started_wall)
     return GenerateResult(segment, urls, hosts, partitions)
