@@ -283,7 +283,7 @@ def main(
     debug: bool = typer.Option(False, "--debug", help="On a failure, also print the traceback."),
     executor: Optional[str] = typer.Option(None, "--executor", envvar="CRAWL_EXECUTOR", metavar="ADDRESS",
                                            help="Where the stages' tasks run: local, or a Dask scheduler "
-                                           "tcp://host:8786 (sets db.executor; README 'Running on a cluster')."),
+                                           "tcp://host:8786 (sets db.executor; docs/cluster.md)."),
     version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
@@ -501,7 +501,7 @@ def abandon(segment: str = typer.Argument(..., help="Segment id."),
 
 @app.command()
 def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New number of host-hash buckets "
-                                         "(see README: Choosing the bucket count)."),
+                                         "(see docs/cluster.md: Choosing the bucket count)."),
              as_json: bool = JSON_OPTION) -> None:
     """Rewrite the crawl DB split into a new number of host-hash buckets (atomic swap).
 

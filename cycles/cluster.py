@@ -107,7 +107,7 @@ def cluster_executor(address: str) -> DaskExecutor:
     """One executor (one connection) per scheduler address for the life of this process."""
     if address.startswith("ray://"):
         raise ConfigError(f"db.executor = {address!r}: Ray is not supported; the cluster engine is Dask "
-                          "(README, 'Running on a cluster'): use tcp://scheduler:8786")
+                          "(docs/cluster.md): use tcp://scheduler:8786")
     return DaskExecutor(address)
 
 

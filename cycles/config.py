@@ -292,7 +292,7 @@ class DbConfig:
     """Number of host-hash buckets the crawl DB is split into (one Parquet file each).
     A host always lives in one bucket, so generate and update work bucket by bucket
     with bounded memory: choose about 1.6 M URLs per bucket per 4 GB of
-    ``duckdb_memory_limit``, at least 8 (README, "Choosing the bucket count"). Used
+    ``duckdb_memory_limit``, at least 8 (docs/cluster.md, "Choosing the bucket count"). Used
     when the crawl DB is created; afterwards the count in ``crawldb/CURRENT`` rules, and
     ``crawl rebucket --buckets N`` changes it."""
 
@@ -744,7 +744,7 @@ class UpdateConfig:
     rate; ``adaptive`` follows the page's observed change rate without a budget (see
     ``revisit_factor``); ``fixed`` refetches every page after ``default_interval_s``
     (news-like pages: ``news_like_interval_s``). ``optimal`` is the default since it came
-    within 95 % of the optimum's freshness on the test web (README, "What update decides")."""
+    within 95 % of the optimum's freshness on the test web (docs/update.md)."""
 
     refresh_budget_per_cycle: Annotated[int, Int(0)] = 0
     """Optimal schedule: fetches per cycle its refetch intervals are planned to spend on the

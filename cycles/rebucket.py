@@ -3,7 +3,7 @@
 The crawl DB is one Parquet file per bucket, a host in bucket ``host_hash % buckets``
 (cycles/crawldb.py); every stage reads the count from the manifest (``crawldb/CURRENT``),
 so ``db.buckets`` in the config only sets it when the crawl DB is created. Choose it so
-that one bucket's working set fits DuckDB's memory limit (README, "Choosing the bucket
+that one bucket's working set fits DuckDB's memory limit (docs/cluster.md, "Choosing the bucket
 count"); this command changes it when the crawl has grown.
 
 Like every stage that changes the crawl DB it writes a new version beside the current
@@ -70,7 +70,7 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
     """Rewrite the crawl DB with ``buckets`` host-hash buckets and install it."""
     if not 1 <= int(buckets) <= MAX_BUCKETS:
         raise StageError(f"rebucket: the bucket count must be between 1 and {MAX_BUCKETS}, not {buckets}; "
-                         "see README, 'Choosing the bucket count'")
+                         "see docs/cluster.md, 'Choosing the bucket count'")
     buckets = int(buckets)
     with store.lock("crawldb", db=config.db):
         manifest, files = current_bucket_files(store)

@@ -34,7 +34,7 @@ from testweb.harness import TestWeb, TestWebError  # noqa: E402
 
 
 NOTHING_TO_DO = 3
-"""crawl's exit code when nothing was due (README "Exit codes"): a second demo run after the
+"""crawl's exit code when nothing was due (docs/operations.md, "Exit codes"): a second demo run after the
 first crawled the whole demo web, which is not an error."""
 
 

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="fetch CPU per page (bench_fetch.py on this 2-core VM, quiet: 3.05)")
     p.add_argument("--page-kb", type=float, default=60.0, help="bytes downloaded per page, KB")
     p.add_argument("--stored-kb", type=float, default=20.0, help="bytes stored per page (WARC, Parquet), KB")
-    p.add_argument("--bucket-rows", type=float, default=1.6e6, help="URLs per crawl DB bucket (README)")
+    p.add_argument("--bucket-rows", type=float, default=1.6e6, help="URLs per crawl DB bucket (docs/cluster.md)")
     p.add_argument("--flush-pages", type=int, default=0, help="pages per fetch chunk (0: fetch.flush_pages)")
     p.add_argument("--partitions", type=int, default=0, help="fetch partitions (0: one per fetch core)")
     p.add_argument("--part-mb", type=float, default=10.0, help="bytes per multipart part (one PUT each), MB")

@@ -67,7 +67,7 @@ the oldest one on: fetch, then update), so a stuck store fails the task instead 
 
 
 def pages_asset(data: str) -> Asset:
-    """The pages feed of the store (``pages/``, README: The pages feed) as an asset URI."""
+    """The pages feed of the store (``pages/``, docs/update.md: The pages feed) as an asset URI."""
     uri = data.rstrip("/") + "/pages" if "://" in data else "file://" + os.path.abspath(data) + "/pages"
     return Asset(uri)
 
