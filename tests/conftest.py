@@ -236,3 +236,12 @@ def small_crawl(tmp_path_factory) -> Store:
     assert any("updated" in line for line in log), log
     assert len(batches(store)) >= 2  # two feed batches: the cursor has somewhere to stop between
     return store
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    """moto_server on loopback with the AWS settings pointed at it (tests/support/s3.py)."""
+    from tests.support.s3 import moto_s3
+
+    with moto_s3() as env:
+        yield env

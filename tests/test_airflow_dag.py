@@ -20,7 +20,7 @@ import pytest
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.test_cli_json import write_web_config
+from tests.support.cli import write_web_config
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "deploy" / "airflow" / "dags"

@@ -29,7 +29,7 @@ from warcio.archiveiterator import ArchiveIterator
 from cycles.archive.export import export_segment
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import fast_config, fetch, results
+from tests.support.fetching import fast_config, fetch, results
 
 pytestmark = pytest.mark.web
 

@@ -17,13 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from cycles.cli import app
 from cycles.crawldb import current_bucket_files
 from cycles.store import Store
+from tests.support.corruption import flip_a_bit
 
 ROOT = Path(__file__).resolve().parent.parent
 UNKNOWN_SEGMENT = "20990101T000000000000Z-abcdef"
@@ -58,16 +58,6 @@ def generated(tmp_path_factory) -> Path:
 def store(generated, tmp_path) -> Store:
     shutil.copytree(generated, tmp_path / "data")
     return Store(tmp_path / "data")
-
-
-def flip_a_bit(path: Path) -> None:
-    """Flip one bit in the middle of the first column's compressed pages (the footer stays
-    readable, so only reading the data finds it)."""
-    column = pq.read_metadata(path).row_group(0).column(0)
-    start = column.dictionary_page_offset or column.data_page_offset
-    data = bytearray(path.read_bytes())
-    data[start + column.total_compressed_size // 2] ^= 0x10
-    path.write_bytes(bytes(data))
 
 
 ALL_COMMANDS = [["inject", "{tmp}/seeds.txt"], ["generate"], ["fetch"], ["update"], ["cycle"], ["status"],

@@ -31,7 +31,7 @@ from cycles.progress import LiveProgress, StepProgress, duration
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.test_cli_json import json_line, write_web_config
+from tests.support.cli import json_line, write_web_config
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +227,7 @@ def test_placeholder_agent_warning_decision():
 
 
 def test_placeholder_agent_warning_is_logged_once_a_run(tmp_path, monkeypatch, caplog):
-    from tests.fetch.test_fetch_support import make_segment
+    from tests.support.fetching import make_segment
 
     monkeypatch.setattr(identity, "_warned", False)
     store = Store(tmp_path / "data")

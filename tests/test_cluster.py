@@ -32,8 +32,8 @@ from cycles.inject import inject
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
-from tests.fetch.test_fetch_support import assert_polite
-from tests.test_s3 import BUCKET, s3_env  # noqa: F401 (s3_env: moto on loopback, a fixture)
+from tests.support.fetching import assert_polite
+from tests.support.s3 import BUCKET
 from testweb.moto import free_port
 
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'crawl[cluster]'")

@@ -19,8 +19,8 @@ from cycles.inject import inject
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import kill_when, write_seeds
-from tests.fetch.test_fetch_resume import committed, toml_config
-from tests.fetch.test_fetch_support import crawldb_rows
+from tests.support.processes import committed, toml_config
+from tests.support.fetching import crawldb_rows
 
 HOSTS, PAGES = 24, 8
 

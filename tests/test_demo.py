@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cycles import segment as seg
 from cycles.store import Store
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.fetching import make_segment
 
 _spec = importlib.util.spec_from_file_location("script_demo", Path(__file__).resolve().parent.parent / "scripts" / "demo.py")
 demo = importlib.util.module_from_spec(_spec)

@@ -8,7 +8,6 @@ and each test checks one promise against the server's request log or the Parquet
 from __future__ import annotations
 
 from collections import defaultdict
-from urllib.parse import urlsplit
 
 import duckdb
 import pyarrow.parquet as pq
@@ -21,6 +20,7 @@ from cycles.store import Store
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds
+from tests.support.webclient import key
 
 pytestmark = pytest.mark.web
 
@@ -39,11 +39,6 @@ def crawled(tmp_path_factory):
         log = list(run_cycles(store, config, cycles=12))
         requests = web.requests()
         yield {"web": web, "store": store, "config": config, "log": log, "requests": requests, "seeds": seeds}
-
-
-def key(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.hostname, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def requested(requests) -> list[tuple[str, str]]:

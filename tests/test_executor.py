@@ -134,20 +134,10 @@ def test_a_dead_pool_worker_is_the_pools_one_line_stage_error():
 STAGE_WITH_A_POOL = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from tests.test_executor import _write_pid_and_sleep
+from tests.support.tasks import write_pid_and_sleep
 from cycles.executor import LocalPool
-LocalPool(2).map(_write_pid_and_sleep, [({folder!r}, k) for k in range(2)])
+LocalPool(2).map(write_pid_and_sleep, [({folder!r}, k) for k in range(2)])
 """
-
-
-def _write_pid_and_sleep(task) -> None:
-    folder, k = task
-    with open(os.path.join(folder, f"{k}.pid.tmp"), "w") as out:
-        out.write(str(os.getpid()))
-    os.replace(os.path.join(folder, f"{k}.pid.tmp"), os.path.join(folder, f"{k}.pid"))
-    import time
-
-    time.sleep(60)
 
 
 def _alive(pid: int) -> bool:

@@ -32,7 +32,7 @@ import pytest
 from cycles.store import Store
 from testweb.harness import TestWeb
 from cycles.urls import host_hash
-from tests.fetch.test_fetch_support import assert_polite
+from tests.support.fetching import assert_polite
 
 pytestmark = pytest.mark.web
 

@@ -24,25 +24,15 @@ import pytest
 
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.run import RunState, run_crawl
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_resume import committed, toml_config
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config
-
-
-def fetchlist_hosts(store: Store, segment: str) -> set[str]:
-    return {r["host"] for f in seg.files(store, segment, seg.FETCHLIST) for r in store.read_table(f).to_pylist()}
-
-
-def crawldb_urls(store: Store) -> list[str]:
-    """Every row's URL, duplicates kept."""
-    _, files = current_bucket_files(store)
-    return [r["url"] for f in files for r in store.read_table(f).to_pylist()]
+from tests.support.processes import committed, toml_config
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config
+from tests.support.processes import crawldb_urls, fetchlist_hosts, wait_for
 
 
 def fetchlist_urls(store: Store, segment: str) -> set[str]:
@@ -167,13 +157,6 @@ def crawl(store: Store, config, *args) -> subprocess.Popen:
     # segments, so that updates overlap later fetches and the kill finds segments in several states.
     return subprocess.Popen([sys.executable, "-m", "cycles", "--data", str(store.root), "--config", str(config),
                              "-s", "fetch.follow_outlinks_depth=0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
-
-
-def wait_for(process: subprocess.Popen, done, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
 
 
 def committed_rows(store: Store) -> list[dict]:

@@ -27,9 +27,9 @@ from cycles.store import Store
 from cycles.urls import url_host
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_resume import toml_config
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config
-from tests.test_run import crawldb_urls, wait_for
+from tests.support.processes import toml_config
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config
+from tests.support.processes import crawldb_urls, wait_for
 
 HOSTS, PAGES = 12, 60
 LISTED, INLINE = 2, 3

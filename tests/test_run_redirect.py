@@ -48,7 +48,7 @@ from cycles.inject import inject
 from cycles.run import RunState, run_crawl
 from cycles.store import Store
 from tests.conftest import kill_when, loopback_servers, write_seeds
-from tests.fetch.test_fetch_support import CLOCK_SLACK_S
+from tests.support.fetching import CLOCK_SLACK_S
 
 pytestmark = pytest.mark.web
 

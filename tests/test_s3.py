@@ -37,38 +37,10 @@ from cycles.status import crawl_status, run_sql
 from cycles.store import Store, utcnow
 from cycles.update.update import update_segment
 from tests.conftest import kill_when
-from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path, start_moto, stop_moto
+from tests.support.s3 import BUCKET
+from tests.support.segments import URLS, seed, write_fetched
 
 pytestmark = pytest.mark.web
-
-HOST = "127.0.83.1"
-BUCKET = "crawl-test"
-SERVER_MAX_S = 900
-
-
-@pytest.fixture(scope="module")
-def s3_env():
-    """Start moto_server on loopback, point the AWS settings at it, create the bucket."""
-    if not moto_server_path().exists():
-        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
-    proc, env = start_moto(HOST)
-    watchdog = threading.Timer(SERVER_MAX_S, proc.kill)  # never outlives a hung test run
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            for key in STRAY_AWS_SETTINGS:
-                patch.delenv(key, raising=False)
-            import boto3
-
-            boto3.client("s3").create_bucket(Bucket=BUCKET)
-            yield env
-    finally:
-        watchdog.cancel()
-        stop_moto(proc)
-
 
 @pytest.fixture
 def s3_store(s3_env) -> Store:
@@ -80,32 +52,6 @@ def config() -> Config:
     config = Config()
     config.db.buckets = 3
     return config
-
-
-URLS = ["http://a.example/", "http://a.example/x", "http://b.example/", "http://c.example/p"]
-
-
-def seed(store, config, tmp_path, urls=URLS):
-    path = tmp_path / "seeds.txt"
-    path.write_text("\n".join(urls) + "\n")
-    return inject(store, config, path)
-
-
-def write_fetched(store: Store, segment: str, urls: list[str], links=()) -> None:
-    """What fetch would have written: one chunk of ok pages, its outlinks, the marker."""
-    rows = []
-    for url in urls:
-        row = {name: None for name in schema.FETCHED.names}
-        row.update(url=url, host=url.split("/")[2], fetched_at=utcnow(), http_status=200, outcome="ok",
-                   text="text of " + url, title="t", content_hash=uuid.uuid4().hex, simhash=7,
-                   warc_file="warc/part-00000-c000001.warc.gz", warc_offset=0, warc_length=1)
-        rows.append(row)
-    folder = store.segment_dir(segment)
-    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
-                      pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
-                      pa.Table.from_pylist(rows, schema=schema.FETCHED), schema.FETCHED)
-    store.write_marker(segment, "fetched", {"segment": segment})
 
 
 def crawldb_rows(store: Store) -> dict[str, dict]:
@@ -344,7 +290,7 @@ def test_s3_crawl_fetched_every_reachable_page_once(crawled_s3):
     web = crawled_s3["web"]
     requested = [(r["host_header"].split(":")[0], r["path"]) for r in crawled_s3["requests"]]
     assert len(requested) == len(set(requested)), "a page was fetched twice"
-    from tests.test_e2e import key
+    from tests.support.webclient import key
 
     expected = {key(u) for u in web.expected_reachable(crawled_s3["seeds"])}
     assert expected - set(requested) == set()
@@ -382,8 +328,8 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
     """kill -9 of `crawl fetch --data s3://…` after a few chunks; run again: the segment completes,
     no result is committed twice, every chunk is whole and points at a readable WARC record."""
     from testweb.harness import TestWeb
-    from tests.fetch.test_fetch_resume import toml_config
-    from tests.fetch.test_fetch_support import make_segment
+    from tests.support.processes import toml_config
+    from tests.support.fetching import make_segment
 
     hosts, pages = 10, 8
     with TestWeb(hosts=hosts, pages=pages, page_bytes=2000, special=False, max_seconds=120) as web:

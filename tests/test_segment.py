@@ -26,7 +26,7 @@ from cycles.store import Store, utcnow
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import fast_config, make_segment
+from tests.support.fetching import fast_config, make_segment
 from tests.examples import examples
 
 text = st.text(max_size=20)

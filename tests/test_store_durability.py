@@ -8,10 +8,8 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from cycles import schema
 from cycles.config import Config
 from cycles.crawldb import current_bucket_files
 from cycles.errors import StoreError
@@ -19,6 +17,7 @@ from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store
 from cycles.update.update import update_segment
+from tests.support.corruption import flip_a_bit_in_a_data_page
 
 URLS = [f"http://h{i % 7}.example/page/{i}" for i in range(300)]
 
@@ -98,28 +97,6 @@ def test_current_is_renamed_only_after_every_file_it_names_is_durable(store, con
 
 
 # --- page checksums ---------------------------------------------------------------------------
-def flip_a_bit_in_a_data_page(path, column: str = "url") -> int:
-    """Flip one bit inside ``column``'s data page (located from the Parquet metadata) where a
-    reader that does not check page checksums reads changed values without any error; return
-    the offset."""
-    original = path.read_bytes()
-    metadata = pq.read_metadata(path)
-    chunk = metadata.row_group(0).column(metadata.schema.names.index(column))
-    start = chunk.data_page_offset
-    end = (chunk.dictionary_page_offset or start) + chunk.total_compressed_size
-    expected = pq.read_table(path)
-    for offset in range(end - 1, start, -1):  # from the page's end: its values, not its header
-        flipped = bytearray(original)
-        flipped[offset] ^= 0x10
-        path.write_bytes(bytes(flipped))
-        try:
-            silently_changed = not pq.read_table(path).equals(expected)
-        except (pa.ArrowException, OSError):
-            silently_changed = False
-        if silently_changed:
-            return offset
-    path.write_bytes(original)
-    raise AssertionError(f"no silent bit flip found in {column}'s data page of {path}")
 
 
 def state_of(store: Store) -> tuple[bytes, list[str]]:

@@ -197,7 +197,8 @@ def test_output_format_rules():
 
 
 # --- S3: the printed views name s3:// URLs -------------------------------------------------------
-from tests.test_s3 import BUCKET, s3_env, seed, write_fetched  # noqa: E402,F401  (the moto server fixture)
+from tests.support.s3 import BUCKET  # noqa: E402
+from tests.support.segments import seed, write_fetched  # noqa: E402
 
 
 def s3_filesystem_for_duckdb(store: Store):

@@ -27,7 +27,7 @@ from cycles.update.update import update_segment
 from cycles.urls import host_hash, url_host
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, results
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config, results
 
 HOSTS = 3
 P_PAGE = re.compile(r"^/p/\d+\.html$")

@@ -18,7 +18,7 @@ from cycles.store import Store
 from cycles.update.update import update_segment
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, results
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config, results
 
 
 @pytest.mark.web

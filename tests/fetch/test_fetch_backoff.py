@@ -11,7 +11,7 @@ import pytest
 from cycles.store import Store
 from cycles.fetch.politeness import retry_after_s
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results
+from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results
 
 pytestmark = pytest.mark.web
 

@@ -13,7 +13,7 @@ from cycles.inject import inject
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, host_requests, make_all_due, results
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config, host_requests, make_all_due, results
 
 pytestmark = pytest.mark.web
 

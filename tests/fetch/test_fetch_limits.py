@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import assert_polite, fast_config, fetch, host_requests, results
+from tests.support.fetching import assert_polite, fast_config, fetch, host_requests, results
 
 pytestmark = pytest.mark.web
 

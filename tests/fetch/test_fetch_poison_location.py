@@ -17,7 +17,7 @@ import pytest
 from cycles.config import Config
 from cycles.store import Store
 from tests.conftest import loopback_servers
-from tests.fetch.test_fetch_support import fetch, results
+from tests.support.fetching import fetch, results
 
 HUGE_PORT = "9" * 5000
 PAGES = {  # host -> path -> (status, Location)

@@ -22,8 +22,8 @@ from cycles.executor import LocalPool
 from cycles.store import Store
 from testweb.harness import TestWeb
 from cycles.update.outlinks import prepare_outlinks
-from tests.fetch.test_fetch_resume import committed, crawl, toml_config
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.processes import committed, crawl, toml_config
+from tests.support.fetching import make_segment
 
 HOSTS, PAGES = 20, 8
 

@@ -11,7 +11,7 @@ import pytest
 from cycles.fetch.fetch import Progress, fetch_segment, progress_line
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import fast_config, make_segment
+from tests.support.fetching import fast_config, make_segment
 
 pytestmark = pytest.mark.web
 

@@ -21,7 +21,7 @@ from testweb.model import SPECIAL_HOSTS
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import (assert_polite, crawldb_rows, fast_config, fetch, host_requests, paths,
+from tests.support.fetching import (assert_polite, crawldb_rows, fast_config, fetch, host_requests, paths,
                                             results)
 
 pytestmark = pytest.mark.web

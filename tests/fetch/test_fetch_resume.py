@@ -4,7 +4,6 @@ no orphan worker keeps fetching, and host spacing holds across the kill."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,40 +11,17 @@ import sys
 import time
 from collections import Counter
 
-import pyarrow.parquet as pq
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import assert_polite, make_segment
+from tests.support.fetching import assert_polite, make_segment
+from tests.support.processes import committed, crawl, toml_config
 
 pytestmark = pytest.mark.web
 
 HOSTS, PAGES = 30, 10
-
-
-def toml_config(web, path) -> None:
-    resolve = ", ".join(f'"{name}" = "{ip}"' for name, ip in web.resolve_map().items())
-    path.write_text(f"""[fetch]
-processes = 2
-flush_s = 1.0
-timeout_s = 5.0
-connect_timeout_s = 2.0
-progress_s = 0.5
-allowed_networks = ["127.0.0.0/8"]
-resolve = {{ {resolve} }}
-""")
-
-
-def crawl(data, config, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cycles", "--data", str(data), "--config", str(config), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd())
-
-
-def committed(store: Store, segment: str) -> list[dict]:
-    folder = store.segment_dir(segment) / "fetched"
-    return [r for f in sorted(folder.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from cycles import clock, schema
 from cycles.store import Store, new_id, utcnow
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
+from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
 
 pytestmark = pytest.mark.web
 

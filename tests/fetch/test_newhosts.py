@@ -37,9 +37,9 @@ from cycles.update.update import update_segment
 from cycles.urls import url_host
 from testweb.harness import TestWeb
 from tests.conftest import kill_when, write_seeds
-from tests.fetch.test_fetch_resume import committed, toml_config
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, results
-from tests.test_run import crawldb_urls, fetchlist_hosts
+from tests.support.processes import committed, toml_config
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config, results
+from tests.support.processes import crawldb_urls, fetchlist_hosts
 
 
 # --- fast tier: the claim, the worker's verdicts, generate's side ---------------------------

@@ -23,7 +23,7 @@ from cycles.store import Store
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results
+from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results
 
 ODD = "odd.web.test"
 

@@ -19,7 +19,7 @@ from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_support import assert_polite, crawldb_rows, fast_config, paths, results
+from tests.support.fetching import assert_polite, crawldb_rows, fast_config, paths, results
 
 ODD = "odd.web.test"
 

@@ -24,7 +24,7 @@ from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.newhosts import claim_body, create_if_absent
 from cycles.hostdb import load_host_state, read_host_file
 from cycles.store import Store
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.fetching import make_segment
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 

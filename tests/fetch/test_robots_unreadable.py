@@ -20,7 +20,7 @@ from cycles.fetch.robots import RobotsRules
 from cycles.fetch.transfer import Request, Transfer
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import fast_config, fetch, paths, results
+from tests.support.fetching import fast_config, fetch, paths, results
 from tests.examples import examples
 
 AGENT = "crawlbot"

@@ -13,8 +13,8 @@ import pytest
 from cycles import segment as seg
 from cycles.store import Store
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_resume import committed, crawl
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.processes import committed, crawl
+from tests.support.fetching import make_segment
 
 HOSTS, PAGES = 20, 8
 

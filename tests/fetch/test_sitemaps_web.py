@@ -21,7 +21,7 @@ from cycles.store import Store
 from testweb.harness import TestWeb
 from testweb.sitemaps import CROSS_FOREIGN, CROSS_OWN, LISTED
 from tests.conftest import config_for, write_seeds
-from tests.fetch.test_fetch_support import CLOCK_SLACK_S
+from tests.support.fetching import CLOCK_SLACK_S
 
 pytestmark = pytest.mark.web
 

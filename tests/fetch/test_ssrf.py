@@ -23,7 +23,7 @@ from cycles.store import Store
 from testweb.harness import TestWeb
 from testweb.hostile import InternalService, internal_urls
 from tests.conftest import config_for, write_seeds
-from tests.update.test_transitions import cycle_once
+from tests.support.transitions import cycle_once
 
 # --- the decision, no network ------------------------------------------------------------------
 

@@ -158,7 +158,7 @@ def test_lease_is_the_fetch_list_and_generate_leaves_the_crawl_db_alone(store, c
 
 def test_an_updated_segment_releases_its_lease(store, config, tmp_path):
     from cycles.update.update import update_segment
-    from tests.update.test_transitions import fetch_result
+    from tests.support.transitions import fetch_result
 
     urls = seed(store, config, tmp_path, hosts=1, per_host=2)
     segment = generate(store, config).segment

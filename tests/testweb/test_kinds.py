@@ -19,7 +19,7 @@ from testweb.model import CLOCK_START, KIND_IP_PREFIX
 from testweb.respond import http_date
 from testweb.web import Web
 from cycles.urls import normalize_url
-from tests.testweb.test_testweb import _normalise, fetch, wait_for_log
+from tests.support.webclient import normalise, fetch, wait_for_log
 
 pytestmark = pytest.mark.web
 
@@ -44,7 +44,7 @@ def html_links(model: Web, url: str) -> list[tuple[str, bool]]:
     doc = lxml.html.document_fromstring(body(model, url))
     base = doc.xpath("//base/@href")
     base_url = urljoin(url, base[0]) if base else url
-    return [(_normalise(urljoin(base_url, a.get("href"))), "nofollow" in (a.get("rel") or "").split())
+    return [(normalise(urljoin(base_url, a.get("href"))), "nofollow" in (a.get("rel") or "").split())
             for a in doc.iter("a")]
 
 

@@ -15,7 +15,7 @@ from cycles.pages import read_feed
 from cycles.store import utcnow
 from cycles.update.dedup import block_masks
 from cycles.update.update import update_segment
-from tests.update.test_transitions import due_now, fetch_result, rows
+from tests.support.transitions import due_now, fetch_result, rows
 
 TEXT = "lorem ipsum dolor sit amet " * 80  # long enough for near-duplicate checks
 

@@ -25,7 +25,7 @@ from cycles.store import Store
 from cycles.update import dedup
 from cycles.update.dedup import find_duplicates, find_segment_duplicates, scan_groups
 from cycles.urls import host_hashes
-from tests.test_store_durability import flip_a_bit_in_a_data_page
+from tests.support.corruption import flip_a_bit_in_a_data_page
 
 BUCKETS = 4
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -157,8 +157,8 @@ def test_update_with_a_corrupt_bucket_commits_nothing(store, tmp_path):
     from cycles.inject import inject
     from cycles.update.update import update_segment
     from cycles.crawldb import current_bucket_files
-    from tests.test_cli_errors import flip_a_bit
-    from tests.update.test_transitions import fetch_result
+    from tests.support.corruption import flip_a_bit
+    from tests.support.transitions import fetch_result
 
     config = Config()
     config.db.buckets = 3

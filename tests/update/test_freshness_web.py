@@ -21,7 +21,7 @@ from testweb.harness import TestWeb
 from testweb.model import CLOCK_START
 from cycles.update.update import update_segment
 from tests.conftest import config_for
-from tests.update.test_transitions import rows
+from tests.support.transitions import rows
 
 pytestmark = pytest.mark.web
 

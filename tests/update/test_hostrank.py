@@ -24,7 +24,7 @@ from cycles.store import Store
 from cycles.update import hostrank
 from cycles.update.hostrank import OldHostGraph, host_key_sql, rank_host_graph
 from cycles.update.route import HOST_LINKS, routed_folder
-from tests.update.test_linkgraph import GRAPHS, networkx_ranks
+from tests.support.graphs import GRAPHS, networkx_ranks
 
 PARTITIONED, WHOLE = 0, 10**9
 """``in_memory_edges``: every graph ranked by rounds of part tasks, or by one NumPy task."""

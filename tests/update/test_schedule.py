@@ -210,7 +210,7 @@ def test_update_plans_with_the_optimal_schedule(store, tmp_path):
     import datetime as dt
 
     from cycles.store import utcnow
-    from tests.update.test_transitions import cycle_once, due_now
+    from tests.support.transitions import cycle_once, due_now
 
     config = optimal_config(refresh_budget_per_cycle=1)
     config.db.buckets = 2
@@ -409,7 +409,7 @@ def test_update_plans_on_the_buckets_histograms_the_whole_crawl_db_s_mu(store, t
     from cycles.update import schedule as schedule_module
     from cycles.update import update as update_module
     from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
-    from tests.update.test_transitions import due_now, fetch_result
+    from tests.support.transitions import due_now, fetch_result
     update_segment = update_module.update_segment
 
     config = optimal_config(refresh_budget_per_cycle=3)

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests, so that no test module imports another."""

@@ -1,0 +1,54 @@
+"""Crawl subprocesses and what they committed: the resume and run tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+
+from cycles import segment as seg
+from cycles.crawldb import current_bucket_files
+from cycles.store import Store
+
+
+def toml_config(web, path) -> None:
+    resolve = ", ".join(f'"{name}" = "{ip}"' for name, ip in web.resolve_map().items())
+    path.write_text(f"""[fetch]
+processes = 2
+flush_s = 1.0
+timeout_s = 5.0
+connect_timeout_s = 2.0
+progress_s = 0.5
+allowed_networks = ["127.0.0.0/8"]
+resolve = {{ {resolve} }}
+""")
+
+
+def crawl(data, config, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cycles", "--data", str(data), "--config", str(config), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd())
+
+
+def committed(store: Store, segment: str) -> list[dict]:
+    folder = store.segment_dir(segment) / "fetched"
+    return [r for f in sorted(folder.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def fetchlist_hosts(store: Store, segment: str) -> set[str]:
+    return {r["host"] for f in seg.files(store, segment, seg.FETCHLIST) for r in store.read_table(f).to_pylist()}
+
+
+def crawldb_urls(store: Store) -> list[str]:
+    """Every row's URL, duplicates kept."""
+    _, files = current_bucket_files(store)
+    return [r["url"] for f in files for r in store.read_table(f).to_pylist()]
+
+
+def wait_for(process: subprocess.Popen, done, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)

@@ -1,0 +1,63 @@
+"""Update as a transition: write a fetch result by hand, run generate and update on one URL."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from cycles import schema
+from cycles.config import Config
+from cycles.crawldb import current_bucket_files
+from cycles.generate.generate import generate
+from cycles.inject import inject
+from cycles.store import Store, utcnow
+from cycles.update.update import update_segment
+
+URL = "http://h.example/page"
+
+
+def rows(store: Store) -> dict[str, dict]:
+    _, files = current_bucket_files(store)
+    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    return {r["url"]: r for r in table.to_pylist()}
+
+
+def fetch_result(store: Store, segment: str, outcomes: list[dict], links: list[dict] = ()) -> None:
+    folder = store.segment_dir(segment)
+    full = []
+    for values in outcomes:
+        row = {name: None for name in schema.FETCHED.names}
+        row.update({"host": "h.example", **values})
+        full.append(row)
+    store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
+    store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
+                      pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
+    store.write_marker(segment, "fetched", {"segment": segment})
+
+
+def cycle_once(store, config, tmp_path, result: dict, links=(), before=None) -> dict:
+    """Run generate → (written result) → update for URL; return its new row."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(URL + "\n")
+    if not (store.manifest("crawldb")):
+        inject(store, config, seeds)
+    if before:
+        before(store)
+    generated = generate(store, config)
+    assert generated.segment
+    fetched_at = utcnow()
+    fetch_result(store, generated.segment, [{"url": URL, "fetched_at": fetched_at, **result}], links)
+    update_segment(store, config, generated.segment)
+    row = rows(store)[URL]
+    row["_fetched_at"] = fetched_at
+    row["_segment"] = generated.segment
+    return row
+
+
+def due_now(store):
+    """Make every URL due (as if time had passed), by rewriting the crawl DB."""
+    from cycles.crawldb import replace_crawldb
+
+    with store.lock():
+        replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}", who="test")
