@@ -144,13 +144,16 @@ def test_cluster_crawl_gives_the_single_machine_crawl_db(crawls):
     assert remote == local, crawls["remote_log"]
 
 
-def test_each_worker_was_killed_once_in_its_stage(crawls):
-    """The kills happened (the fault log's matching line is written just before the SIGKILL)
-    and the crawl still completed: the scheduler re-ran the lost tasks."""
+def test_each_worker_was_killed_at_its_first_commit_in_its_stage(crawls):
+    """The kill happened (the fault log's matching line is written just before the SIGKILL): the
+    process that reached the stage's first commit point wrote nothing after it, and the crawl
+    still completed, so the scheduler re-ran the lost task."""
     for name, match in KILLS.items():
-        log = (crawls["folders"][name] / "faults.log").read_text().splitlines()
-        hits = [line for line in log if match in line]
-        assert len(hits) >= 1, (name, log)
+        log = [line.split("\t", 1) for line in (crawls["folders"][name] / "faults.log").read_text().splitlines()]
+        hits = [i for i, (_, path) in enumerate(log) if match in path]
+        assert hits, (name, log)
+        killed_pid = log[hits[0]][0]
+        assert all(pid != killed_pid for pid, _ in log[hits[0] + 1:]), (name, log)
     assert any("updated" in line for line in crawls["remote_log"])
 
 
