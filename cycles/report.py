@@ -397,6 +397,8 @@ def render_html(store: Store, summary: dict, cycles: list[dict], fetched: dict, 
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     parts = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        # A phone lays the page out at its own width instead of a zoomed-out 980 px desktop.
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Crawl report: {html.escape(store.uri)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
         f"<h1>Crawl report</h1><p>Store <code>{html.escape(store.uri)}</code>, written {generated}.</p>",
         "<h2>Summary</h2>", summary_table(summary),
