@@ -115,3 +115,25 @@ def test_every_panels_metric_is_documented():
         for name in queried(panel):
             base = name.removesuffix("_total")
             assert f"`{base}" in text, f"{name} (panel {panel['title']!r}) is not documented in {DOCS.name}"
+
+
+def test_inject_writes_the_crawldb_file_and_a_store_without_crawl_db_only_logs(tmp_path, caplog):
+    from cycles.config import Config
+    from cycles.inject import inject
+    from cycles.store import Store
+    from tests.conftest import write_seeds
+
+    store, config = Store(tmp_path / "data"), Config()
+    assert metrics.publish_crawldb(store, config) is None  # no crawl DB yet: a warning, not an error
+    assert "could not read the crawl DB" in caplog.text
+    inject(store, config, write_seeds(tmp_path / "seeds.txt", ["http://a.example/", "http://b.example/x"]))
+    text = metrics.textfile_path(store, config, "crawldb").read_text()
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for family in text_string_to_metric_families(text) for s in family.samples}
+    assert values[("crawl_crawldb_urls", (("status", "unfetched"),))] == 2
+    assert values[("crawl_crawldb_urls_due", ())] == 2  # seeds are due at once
+    assert values[("crawl_crawldb_segments", (("state", "generated"),))] == 0
+    config.metrics.textfile = False
+    (tmp_path / "data" / "metrics" / "crawl_crawldb.prom").unlink()
+    inject(store, config, write_seeds(tmp_path / "more.txt", ["http://c.example/"]))
+    assert not (tmp_path / "data" / "metrics" / "crawl_crawldb.prom").exists()
