@@ -33,8 +33,6 @@ from tests.conftest import write_seeds
 from tests.fetch.test_fetch_resume import toml_config
 from tests.test_archive import capture_time, record_at, replay, wayback
 
-pytestmark = pytest.mark.web
-
 RUN_SECONDS = 25
 """Long enough for a few short segments (6 URLs each, 1 s apart per host), far too short for
 the web's 2 x 40 pages: the deadline stops a fetch in the middle."""
@@ -79,6 +77,7 @@ def with_chunks(store: Store, states: dict) -> list[str]:
     return [s for s in states if committed_chunks(store, store.segment_dir(s))]
 
 
+@pytest.mark.web
 def test_the_bounded_run_stops_a_fetch_in_the_middle(exported):
     ran = exported["ran"]
     assert ran.returncode == 0, ran.stderr
@@ -89,6 +88,7 @@ def test_the_bounded_run_stops_a_fetch_in_the_middle(exported):
     assert list(exported["states"].values()).count(seg.State.UPDATED) >= 1, exported["states"]
 
 
+@pytest.mark.web
 def test_one_export_writes_every_part_for_every_segment_oldest_first(exported):
     store, states = exported["store"], exported["states"]
     done = exported["first"]
@@ -111,6 +111,7 @@ def test_one_export_writes_every_part_for_every_segment_oldest_first(exported):
             store, store.segment_dir(entry["segment"]))
 
 
+@pytest.mark.web
 def test_the_stopped_segments_cdxj_lists_every_page_it_committed(exported):
     store = exported["store"]
     last = with_chunks(store, exported["states"])[-1]
@@ -125,6 +126,7 @@ def test_the_stopped_segments_cdxj_lists_every_page_it_committed(exported):
     assert pages <= {r["url"] for r in index if r["fetch_status"] == 200}
 
 
+@pytest.mark.web
 def test_a_second_export_does_nothing(exported):
     second = exported["second"]
     assert second.returncode == 3, second.stdout + second.stderr
@@ -132,6 +134,7 @@ def test_a_second_export_does_nothing(exported):
     assert exported["after_first"] and exported["after_second"] == exported["after_first"]
 
 
+@pytest.mark.web
 def test_a_cut_export_resumes_with_the_segment_it_had_not_finished(exported):
     store = exported["store"]
     segments = with_chunks(store, exported["states"])
@@ -143,6 +146,7 @@ def test_a_cut_export_resumes_with_the_segment_it_had_not_finished(exported):
     assert [e["segment"] for e in line["exported"]] == [middle]
 
 
+@pytest.mark.web
 def test_pywb_replays_a_page_of_the_last_segment(exported):
     pytest.importorskip("pywb", reason="pywb is the archive extra: pip install -e '.[archive]'")
     store = exported["store"]
@@ -158,6 +162,7 @@ def test_pywb_replays_a_page_of_the_last_segment(exported):
     assert status == 200 and body == original.body and body
 
 
+@pytest.mark.web
 def test_once_the_stopped_fetch_finishes_its_segment_is_exported_again_complete(exported):
     store, config = exported["store"], exported["config"]
     stopped = [s for s, state in exported["states"].items() if state == seg.State.FETCHING][-1]
@@ -172,3 +177,37 @@ def test_once_the_stopped_fetch_finishes_its_segment_is_exported_again_complete(
     after = committed_chunks(store, store.segment_dir(stopped))
     assert set(before) <= set(after)
     assert store.read_json(store.segment_dir(stopped) / seg.ARCHIVE / EXPORTED)["chunks"] == after
+
+
+@pytest.mark.web
+def test_one_part_exported_again_keeps_the_others_current(exported):
+    store = exported["store"]
+    first = with_chunks(store, exported["states"])[0]
+    done = crawl(store, exported["config"], "export", first, "--only", "cdxj")
+    assert done.returncode == 0, done.stderr
+    record = store.read_json(store.segment_dir(first) / seg.ARCHIVE / EXPORTED)
+    assert record["parts"] == ["cdxj", "index", "wet"] and set(record["files"]) == {"cdxj", "index", "wet"}
+    again = crawl(store, exported["config"], "export")
+    assert again.returncode == 3, again.stdout + again.stderr
+
+
+def test_a_warc_file_whose_chunk_was_not_committed_is_left_out(tmp_path):
+    """A commit cut by kill -9 between the WARC and the fetched file (cycles/fetch/output.py)
+    leaves a WARC file with no fetched rows: it is not part of what the fetch committed."""
+    import pyarrow as pa
+
+    from cycles.archive.export import committed_warcs
+
+    store = Store(tmp_path / "data")
+    folder = tmp_path / "data" / seg.SEGMENTS / "20261207T000000000000Z-abcdef"
+    for sub in (seg.FETCHED, seg.WARC):
+        (folder / sub).mkdir(parents=True)
+    pq.write_table(pa.table({"url": ["http://a.example/"]}), folder / seg.FETCHED / "part-00000-c000001.parquet")
+    for chunk in ("part-00000-c000001", "part-00000-c000002", "part-00001-c000001"):
+        (folder / seg.WARC / f"CRAWL-20261207T000000000000Z-abcdef-{chunk}-host.warc.gz").write_bytes(b"")
+    seg_dir = store.segment_dir(folder.name)
+    chunks = committed_chunks(store, seg_dir)
+    assert chunks == ["part-00000-c000001"]
+    assert [p.name for p in committed_warcs(store, seg_dir, chunks)] == [
+        "CRAWL-20261207T000000000000Z-abcdef-part-00000-c000001-host.warc.gz"]
+    assert len(committed_warcs(store, seg_dir, chunks + ["part-00000-c000002"])) == 2  # positive control

@@ -172,9 +172,12 @@ def export_segment(store: Store, segment: str, config: Config, parts: tuple[str,
             for _ in batches:
                 pass
     # Last: the record that the files are there (a crash before it: the next run does it again).
+    # Parts exported earlier from the same chunks stay current (--only cdxj, then --only wet).
+    before = read_exported(store, segment)
+    kept = before.files if before is not None and before.chunks == chunks else {}
     store.write_json(out_dir / EXPORTED, asdict(Exported(
         segment, dt.datetime.now(dt.timezone.utc).isoformat(), current.value, result.partial, chunks,
-        sorted(parts), result.files, result.records)))
+        sorted(set(parts) | set(kept)), {**kept, **result.files}, result.records)))
     return result
 
 
