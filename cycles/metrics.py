@@ -253,7 +253,7 @@ def update_families(stats: Mapping[str, float], segment: str | None, started_wal
 # --- the crawl DB, after each update ---------------------------------------------------------
 CRAWLDB_FILE = "crawldb"
 """``crawl_crawldb.prom``: the crawl DB's size by status, its backlog and lag, and the segments
-by state, written by update once it installed a new crawl DB version (:func:`publish_crawldb`)."""
+by state, written by update and inject once they installed a new crawl DB version (:func:`publish_crawldb`)."""
 
 
 def crawldb_numbers(store: Store, config: Config, now_s: float) -> dict:
@@ -262,7 +262,7 @@ def crawldb_numbers(store: Store, config: Config, now_s: float) -> dict:
     from cycles import segment as seg
     from cycles.crawldb import connect, current_bucket_files
 
-    _, files = current_bucket_files(store, verify=False)  # the update just wrote and verified them
+    _, files = current_bucket_files(store, verify=False)  # the calling stage (update, inject) just wrote them
     con = connect(store, config)
     try:
         rows = con.execute(f"""
