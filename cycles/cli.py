@@ -712,6 +712,9 @@ def echo_export(result) -> None:
     typer.echo(f"export {result.segment}: {result.records} WARC records; {result.cdxj_lines} CDXJ lines, "
                f"{result.index_rows} index rows, {result.wet_records} WET records{partial}")
     for part, files in result.files.items():
+        if len(files) > 3:  # a WET file per WARC file: dozens a segment
+            typer.echo(f"  {part}: {len(files)} files in {files[0].rsplit('/', 1)[0]}/")
+            continue
         for name in files:
             typer.echo(f"  {part}: {name}")
 
