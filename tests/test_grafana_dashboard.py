@@ -37,13 +37,28 @@ def queried(panel: dict) -> set[str]:
 
 
 def written_samples(folder: Path) -> set[str]:
-    """Sample names (``crawl_fetch_pages_total``, ``crawl_crawldb_urls``, ...) in the ``.prom`` files."""
-    return {s.name for path in sorted(folder.glob("*.prom"))
-            for family in text_string_to_metric_families(path.read_text()) for s in family.samples}
+    """Metric names in the ``.prom`` files: every sample's (``crawl_fetch_pages_total``,
+    ``crawl_crawldb_urls``), and those of families declared without a sample (a labelled
+    counter nothing was counted in yet, e.g. failures by kind in a crawl without one: its
+    ``# TYPE`` line is there, and a query of it is right)."""
+    names = set()
+    for path in sorted(folder.glob("*.prom")):
+        for family in text_string_to_metric_families(path.read_text()):
+            names |= {s.name for s in family.samples}
+            if not family.samples:
+                names.add(family.name + ("_total" if family.type == "counter" else ""))
+    return names
 
 
 def missing(dashboard_panels: list[dict], samples: set[str]) -> dict[str, set[str]]:
     return {p["title"]: queried(p) - samples for p in dashboard_panels if queried(p) - samples}
+
+
+def test_a_family_declared_without_samples_counts_as_written(tmp_path):
+    (tmp_path / "crawl_x.prom").write_text(
+        "# HELP crawl_x_failures_total Failures\n# TYPE crawl_x_failures_total counter\n"
+        "# HELP crawl_x_up Up\n# TYPE crawl_x_up gauge\ncrawl_x_up 1.0\n")
+    assert written_samples(tmp_path) == {"crawl_x_failures_total", "crawl_x_up"}
 
 
 def test_the_json_is_what_the_script_writes():
