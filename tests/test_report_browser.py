@@ -85,6 +85,16 @@ def is_local(url: str) -> bool:
         return False  # a name: it would be resolved, and it is not ours
 
 
+def test_a_missing_browser_skips_but_fails_under_ci(monkeypatch, tmp_path):
+    monkeypatch.setitem(globals(), "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no-chromium"):
+        require_browser()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run"):
+        require_browser()
+
+
 def test_is_local_tells_loopback_from_elsewhere():
     assert is_local("file:///tmp/r/index.html") and is_local("data:image/png;base64,AAAA")
     assert is_local("http://127.0.0.1:8000/x.png") and is_local("http://[::1]/") and is_local("http://localhost/")
