@@ -1,7 +1,7 @@
 """``crawl export`` without a segment, after a real ``crawl run --seconds`` (issue 27).
 
 A bounded run leaves its last fetch stopped: that segment is ``fetching``, its committed
-chunks in WARC files. Checked, on the files and on what pywb serves:
+chunks in WARC files. Here a complete segment comes first (``crawl cycle``), then the run's. Checked, on the files and on what pywb serves:
 
 - one ``crawl export`` writes CDXJ, the cc-index Parquet and WET for every segment with a
   committed chunk, the stopped one included (marked partial), oldest first;
@@ -33,9 +33,12 @@ from tests.conftest import write_seeds
 from tests.fetch.test_fetch_resume import toml_config
 from tests.test_archive import capture_time, record_at, replay, wayback
 
-RUN_SECONDS = 25
-"""Long enough for a few short segments (6 URLs each, 1 s apart per host), far too short for
-the web's 2 x 40 pages: the deadline stops a fetch in the middle."""
+RUN_SECONDS = 20
+"""The bounded run's limit. Its one segment holds every page of the web, 40 a host at the
+1 s per-host delay: 40 s of fetching, so the deadline stops that fetch in the middle,
+whatever the machine's load (a run of short segments stopped between two of them as often)."""
+
+PAGES = 40
 
 
 def crawl(store: Store, config, *args, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -57,13 +60,20 @@ def mtimes(store: Store) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
+    """One complete segment (`crawl cycle` on the two home pages), then every page of the web
+    injected and `crawl run --seconds 20`: its one segment is stopped while being fetched.
+    Then `crawl export --json` and a second `crawl export`."""
     tmp = tmp_path_factory.mktemp("export-all")
-    with TestWeb(hosts=2, pages=40, page_bytes=2000, special=False, max_seconds=200) as web:
+    with TestWeb(hosts=2, pages=PAGES, page_bytes=2000, special=False, max_seconds=300) as web:
         store = Store(tmp / "data")
         config = tmp / "crawl.toml"
         toml_config(web, config)
         inject(store, Config(), write_seeds(tmp / "seeds.txt", web.seeds()))
-        ran = crawl(store, config, "run", "--top-n", "6", "--seconds", str(RUN_SECONDS))
+        cycle = crawl(store, config, "cycle")
+        assert cycle.returncode == 0, cycle.stderr
+        pages = [web.url(f"h{h}", f"/p/{k}.html") for h in range(2) for k in range(PAGES)]
+        inject(store, Config(), write_seeds(tmp / "pages.txt", pages))
+        ran = crawl(store, config, "run", "--seconds", str(RUN_SECONDS))
         states = dict(seg.states(store))
         first = crawl(store, config, "export", "--json")
         after_first = mtimes(store)
