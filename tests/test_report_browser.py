@@ -18,7 +18,8 @@ are each seen by the same code. Screenshots go to ``test-artefacts/report-browse
 holds one copy (docs/operations-tools.md).
 
 Chromium is installed by .ci/run (apt-get). Where it is missing the test is skipped, except
-under CI (``CI=true``), where a missing browser is a failure: the test must run there.
+under CI (``CI=true``, or ``CRAWL_REQUIRE_BROWSER=1`` as .ci/run sets), where a missing browser
+is a failure: the test must run there.
 
 Network rule: chromium starts with background networking, component updates and sync off,
 and with a proxy on a closed loopback port, so that even a request the page should not make
@@ -66,7 +67,7 @@ def require_browser():
     if not missing:
         return
     why = f"no browser: {', '.join(missing)} missing (apt-get install chromium chromium-driver)"
-    if os.environ.get("CI", "").lower() == "true":
+    if os.environ.get("CI", "").lower() == "true" or os.environ.get("CRAWL_REQUIRE_BROWSER") == "1":
         pytest.fail(why + "; .ci/run installs them, and under CI this test must run")
     pytest.skip(why)
 
@@ -88,11 +89,14 @@ def is_local(url: str) -> bool:
 def test_a_missing_browser_skips_but_fails_under_ci(monkeypatch, tmp_path):
     monkeypatch.setitem(globals(), "CHROMIUM", tmp_path / "no-chromium")
     monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("CRAWL_REQUIRE_BROWSER", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no-chromium"):
         require_browser()
-    monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match="must run"):
-        require_browser()
+    for name, value in (("CI", "true"), ("CRAWL_REQUIRE_BROWSER", "1")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            with pytest.raises(pytest.fail.Exception, match="must run"):
+                require_browser()
 
 
 def test_is_local_tells_loopback_from_elsewhere():
