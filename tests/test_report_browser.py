@@ -22,8 +22,9 @@ under CI (``CI=true``, or ``CRAWL_REQUIRE_BROWSER=1`` as .ci/run sets), where a 
 is a failure: the test must run there.
 
 Network rule: chromium starts with background networking, component updates and sync off,
-and with a proxy on a closed loopback port, so that even a request the page should not make
-could not leave the machine (loopback itself bypasses the proxy).
+with a proxy on a closed loopback port and every host name but localhost resolving to
+nothing, so that even a request the page should not make could not leave the machine
+(loopback itself bypasses the proxy).
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def browser(size: str, profile: Path):
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
                  "--disable-default-apps", f"--user-data-dir={profile}",
-                 f"--proxy-server=http://127.0.0.1:{closed_loopback_port()}"):
+                 f"--proxy-server=http://127.0.0.1:{closed_loopback_port()}",
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
     metrics = SIZES[size]
     if metrics.get("mobile"):
