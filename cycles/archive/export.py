@@ -153,7 +153,9 @@ def export_segment(store: Store, segment: str, config: Config, parts: tuple[str,
                          f"{store.uri_of(seg_dir / seg.WARC)}; nothing to index")
     prefix = config.warc.file_prefix
     out_dir = seg_dir / seg.ARCHIVE
-    result = ExportResult(segment, partial=current not in COMPLETE_STATES, chunks=len(chunks), state=current.value)
+    # Partial: the fetch never finished (no fetched marker; an abandoned segment may have one).
+    finished = current in COMPLETE_STATES or store.exists(seg_dir / seg.Fetched.FILE)
+    result = ExportResult(segment, partial=not finished, chunks=len(chunks), state=current.value)
     with _local_copies(store, warc_paths) as local:
         if "cdxj" in parts:  # cdxj-indexer sorts out of core (32 MB runs merged from temp files)
             target = out_dir / f"{prefix}-{segment}.cdxj"
