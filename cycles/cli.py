@@ -673,11 +673,10 @@ def export(segment: Optional[str] = typer.Argument(None, help="Segment id (defau
     """Write segments' CDXJ index (pywb), cc-index URL index (Parquet) and WET text into
     segments/<id>/archive/ (cycles/archive/export.py).
 
-    Without a segment: every segment not yet exported (or whose fetch committed more since),
-    oldest first; a second run does nothing (exit 3). A segment whose fetch was stopped
-    (crawl run --seconds) is exported from its committed chunks and marked partial.
+    Without a segment: every segment not yet exported, oldest first (exit 3 when none is).
+    A stopped fetch (crawl run --seconds) is exported from its committed chunks, marked partial.
 
-    Example: crawl export                (or: crawl export 20261129T223500123456Z-a1b2c3 --only cdxj)
+    Example: crawl export --json       (or: crawl export SEGMENT --only cdxj)
     """
     from cycles.archive.export import PARTS, export_pending, export_segment
 
