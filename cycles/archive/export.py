@@ -188,11 +188,15 @@ def needs_export(store: Store, segment: str, parts: tuple[str, ...]) -> bool | N
     None when the segment has nothing committed to export."""
     if seg.state(store, segment) not in EXPORTABLE_STATES:
         return None
+    done = read_exported(store, segment)
+    if done is not None and not done.partial and set(parts) <= set(done.parts):
+        # A finished fetch's chunks are final (its fetched marker lists them): no listing of
+        # its folders, which on S3 is a few requests a segment, every run, for every segment.
+        return False
     seg_dir = store.segment_dir(segment)
     chunks = committed_chunks(store, seg_dir)
     if not committed_warcs(store, seg_dir, chunks):
         return None
-    done = read_exported(store, segment)
     return done is None or done.chunks != chunks or not set(parts) <= set(done.parts)
 
 
