@@ -663,27 +663,57 @@ def report_command(out: Path = typer.Option(Path("crawl-report"), "--out", help=
 
 
 @app.command()
-def export(segment: str = typer.Argument(..., help="Segment id (fetched or updated)."),
+def export(segment: Optional[str] = typer.Argument(None, help="Segment id (default: every segment not yet "
+                                                   "exported, oldest first)."),
            only: Optional[list[str]] = typer.Option(None, "--only", help="Write only this part: cdxj, index or "
                                                     "wet (repeatable; default all three)."),
            crawl: Optional[str] = typer.Option(None, "--crawl", help="The URL index's `crawl` column "
                                                "(default: warc.file_prefix)."),
            as_json: bool = JSON_OPTION) -> None:
-    """Write a segment's CDXJ index (pywb), cc-index URL index (Parquet) and WET text into
+    """Write segments' CDXJ index (pywb), cc-index URL index (Parquet) and WET text into
     segments/<id>/archive/ (cycles/archive/export.py).
 
-    Example: crawl export 20261129T223500123456Z-a1b2c3 --only cdxj
+    Without a segment: every segment not yet exported, oldest first (exit 3 when none is).
+    A stopped fetch (crawl run --seconds) is exported from its committed chunks, marked partial.
+
+    Example: crawl export --json       (or: crawl export SEGMENT --only cdxj)
     """
-    from cycles.archive.export import PARTS, export_segment
+    from cycles.archive.export import PARTS, export_pending, export_segment
 
     started = start_command("export", as_json)
-    result = run(export_segment, state.store, segment, state.config, tuple(only or PARTS), crawl)
+    parts = tuple(only or PARTS)
+    if segment is not None:
+        result = run(export_segment, state.store, segment, state.config, parts, crawl)
+        if as_json:
+            return emit_json("done", started, **export_fields(result))
+        echo_export(result)
+        return
+    done = run(export_pending, state.store, state.config, parts, crawl, None if as_json else echo_export)
+    summary = (f"export: {len(done.exported)} segment(s) exported, {len(done.current)} already exported, "
+               f"{len(done.not_fetched)} with nothing fetched yet")
+    if not done.exported:
+        raise NothingToDo(summary + "; nothing to do")
     if as_json:
-        return emit_json("done", started, segment=segment, records=result.records, cdxj_lines=result.cdxj_lines,
-                         index_rows=result.index_rows, wet_records=result.wet_records, files=result.files)
-    typer.echo(f"export {segment}: {result.records} WARC records; {result.cdxj_lines} CDXJ lines, "
-               f"{result.index_rows} index rows, {result.wet_records} WET records")
+        return emit_json("done", started, exported=[export_fields(r) for r in done.exported],
+                         already_exported=done.current, not_fetched=done.not_fetched)
+    typer.echo(summary)
+
+
+def export_fields(result) -> dict:
+    return {"segment": result.segment, "state": result.state, "partial": result.partial, "chunks": result.chunks,
+            "records": result.records, "cdxj_lines": result.cdxj_lines, "index_rows": result.index_rows,
+            "wet_records": result.wet_records, "files": result.files}
+
+
+def echo_export(result) -> None:
+    partial = (f" (partial: the segment is {result.state}, {result.chunks} committed chunks)"
+               if result.partial else "")
+    typer.echo(f"export {result.segment}: {result.records} WARC records; {result.cdxj_lines} CDXJ lines, "
+               f"{result.index_rows} index rows, {result.wet_records} WET records{partial}")
     for part, files in result.files.items():
+        if len(files) > 3:  # a WET file per WARC file: dozens a segment
+            typer.echo(f"  {part}: {len(files)} files in {files[0].rsplit('/', 1)[0]}/")
+            continue
         for name in files:
             typer.echo(f"  {part}: {name}")
 

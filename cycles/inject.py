@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from cycles import metrics
 from cycles.config import Config
 from cycles.crawldb import bucket_of, new_url_rows_sql, replace_crawldb
 from cycles.errors import CrawlError
@@ -86,6 +87,7 @@ def inject(store: Store, config: Config, seeds_path: str | Path) -> InjectResult
         replaced = replace_crawldb(store, config, build_bucket, who="inject")
     result.added = replaced.rows - before
     result.already_known = len(urls) - result.added
+    metrics.publish_crawldb(store, config)  # the dashboard shows the crawl DB from its first version
     return result
 
 

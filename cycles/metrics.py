@@ -250,6 +250,64 @@ def update_families(stats: Mapping[str, float], segment: str | None, started_wal
     ]
 
 
+# --- the crawl DB, after each update ---------------------------------------------------------
+CRAWLDB_FILE = "crawldb"
+"""``crawl_crawldb.prom``: the crawl DB's size by status, its backlog and lag, and the segments
+by state, written by update and inject once they installed a new crawl DB version (:func:`publish_crawldb`)."""
+
+
+def crawldb_numbers(store: Store, config: Config, now_s: float) -> dict:
+    """One DuckDB scan of the current crawl DB's ``status`` and ``next_fetch`` columns, its
+    bucket files' sizes, and one listing of the segments' markers."""
+    from cycles import segment as seg
+    from cycles.crawldb import connect, current_bucket_files
+
+    _, files = current_bucket_files(store, verify=False)  # the calling stage (update, inject) just wrote them
+    con = connect(store, config)
+    try:
+        rows = con.execute(f"""
+            SELECT status, count(*), count(*) FILTER (WHERE epoch(next_fetch) <= $now),
+                   min(epoch(next_fetch)) FILTER (WHERE epoch(next_fetch) <= $now)
+            FROM {store.duckdb_source(con, files)} GROUP BY status""", {"now": now_s}).fetchall()
+    finally:
+        con.close()
+    oldest = min((r[3] for r in rows if r[3] is not None), default=None)
+    segments = Counter(state.value for _, state in seg.states(store))
+    return {"by_status": {r[0]: r[1] for r in rows}, "due": sum(r[2] for r in rows),
+            "oldest_due_age_s": max(0.0, now_s - oldest) if oldest is not None else 0.0,
+            "bytes": sum(store.fs.get_file_info(str(f)).size for f in files), "buckets": len(files),
+            "segments": {state.value: segments.get(state.value, 0) for state in seg.State}}
+
+
+def crawldb_families(numbers: Mapping) -> list:
+    """The crawl DB's gauges (``crawl_crawldb_*``), from :func:`crawldb_numbers`."""
+    return [
+        _labelled(GaugeMetricFamily("crawl_crawldb_urls", "URLs in the crawl DB by status (schema.DbStatus)",
+                                    labels=["status"]), "status", numbers["by_status"]),
+        _gauge("crawl_crawldb_urls_due", "URLs whose next fetch time has come (leased ones included)",
+               numbers["due"]),
+        _gauge("crawl_crawldb_oldest_due_age_seconds", "How long the most overdue URL has been due (0: none "
+               "due): the crawl's lag behind its schedule", numbers["oldest_due_age_s"]),
+        _gauge("crawl_crawldb_bytes", "Bytes of the crawl DB's bucket files", numbers["bytes"]),
+        _gauge("crawl_crawldb_buckets", "Bucket files of the crawl DB", numbers["buckets"]),
+        _labelled(GaugeMetricFamily("crawl_crawldb_segments", "Segments by state (cycles/segment.py); fetched: "
+                                    "waiting for their update", labels=["state"]), "state", numbers["segments"]),
+    ]
+
+
+def publish_crawldb(store: Store, config: Config) -> Path | None:
+    """Write ``crawl_crawldb.prom`` (see :data:`CRAWLDB_FILE`); a failure is logged, never
+    raised: the update that calls it is installed already."""
+    if textfile_path(store, config, CRAWLDB_FILE) is None:
+        return None
+    try:
+        numbers = crawldb_numbers(store, config, time.time())
+    except Exception as exc:  # noqa: BLE001 - metrics must not fail an installed update
+        log.warning("metrics: could not read the crawl DB for crawl_crawldb.prom (%s: %s)", type(exc).__name__, exc)
+        return None
+    return publish(store, config, CRAWLDB_FILE, crawldb_families(numbers))
+
+
 # --- fetch, while it runs -------------------------------------------------------------------
 def read_progress(folder: Path) -> dict:
     """Sum the counters the partitions publish (cycles/fetch/worker.py ``publish_progress``)."""

@@ -373,7 +373,10 @@ def _fmt(value) -> str:
 def _table(headers: list[str], rows: list[list], table_id: str) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>" for row in rows)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # In a box that scrolls sideways on its own: a table wider than a phone (the cycles table has
+    # 12 columns) otherwise widens the whole page, which a phone then shows zoomed out.
+    return (f'<div class="wide"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div>')
 
 
 def summary_table(summary: dict) -> str:
@@ -389,7 +392,7 @@ def summary_table(summary: dict) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}
 td{text-align:right}#summary th{background:#f4f4f4}img{max-width:100%;display:block;margin:.5em 0 1.5em}
-h2{margin-top:1.5em;border-bottom:1px solid #ddd}"""
+h2{margin-top:1.5em;border-bottom:1px solid #ddd}.wide{overflow-x:auto}"""
 
 
 def render_html(store: Store, summary: dict, cycles: list[dict], fetched: dict, db: dict,
@@ -397,6 +400,8 @@ def render_html(store: Store, summary: dict, cycles: list[dict], fetched: dict, 
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     parts = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        # A phone lays the page out at its own width instead of a zoomed-out 980 px desktop.
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Crawl report: {html.escape(store.uri)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
         f"<h1>Crawl report</h1><p>Store <code>{html.escape(store.uri)}</code>, written {generated}.</p>",
         "<h2>Summary</h2>", summary_table(summary),

@@ -12,6 +12,7 @@ redirect and the 304-revisited page.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -243,16 +244,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def pywb(crawl):
-    """pywb's `wayback` on loopback over a collection of both segments' WARCs and CDXJ
-    (linked into pywb's collections/<name>/{archive,indexes} layout); stopped at the end."""
-    pytest.importorskip("pywb", reason="pywb is the archive extra: pip install -e '.[archive]'")
-    root = crawl["tmp"] / "pywb"
+@contextlib.contextmanager
+def wayback(root: Path, segment_dirs: list[Path]):
+    """pywb's `wayback` on loopback over a collection of the segments' WARCs and CDXJ (linked
+    into pywb's collections/<name>/{archive,indexes} layout); yields the collection's URL and
+    stops pywb on leaving (also tests/test_export_all.py)."""
     for sub in ("archive", "indexes"):
         (root / "collections" / "crawl" / sub).mkdir(parents=True)
-    for segment in (crawl["first"], crawl["second"]):
-        folder = crawl["store"].segment_dir(segment)
+    for folder in segment_dirs:
         for path in (folder / "warc").glob("*.warc.gz"):
             os.symlink(path, root / "collections" / "crawl" / "archive" / path.name)
         for path in (folder / "archive").glob("*.cdxj"):
@@ -279,6 +278,14 @@ def pywb(crawl):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def pywb(crawl):
+    """pywb over both segments of the module's crawl."""
+    pytest.importorskip("pywb", reason="pywb is the archive extra: pip install -e '.[archive]'")
+    with wayback(crawl["tmp"] / "pywb", [crawl["store"].segment_dir(s) for s in (crawl["first"], crawl["second"])]) as url:
+        yield url
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -324,6 +324,24 @@ def test_s3_crawl_published_the_pages_feed(crawled_s3):
     assert feed.pages > 10 and len(feed.table["url"].unique()) == feed.pages
 
 
+def test_crawl_export_of_every_segment_on_s3(crawled_s3):
+    """crawl export without a segment on S3: WARC files copied down, the indexes and _EXPORTED
+    written back as objects; a second run finds every segment current."""
+    from cycles.archive.export import EXPORTED, export_pending
+
+    store, config = crawled_s3["store"], crawled_s3["config"]
+    done = export_pending(store, config)
+    assert [r.segment for r in done.exported] == [s for s in store.segments() if s not in done.not_fetched]
+    assert done.exported and not any(r.partial for r in done.exported)
+    for result in done.exported:
+        folder = store.segment_dir(result.segment) / "archive"
+        assert store.exists(folder / EXPORTED)
+        assert store.list(folder, "*.cdxj") and store.list(folder, "*.cc-index.parquet")
+        assert len(store.list(folder / "wet", "*.wet.gz")) == len(result.files["wet"]) > 0
+    again = export_pending(store, config)
+    assert again.exported == [] and again.current == [r.segment for r in done.exported]
+
+
 def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
     """kill -9 of `crawl fetch --data s3://…` after a few chunks; run again: the segment completes,
     no result is committed twice, every chunk is whole and points at a readable WARC record."""

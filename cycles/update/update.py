@@ -468,4 +468,5 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat(), new_urls=counters["outlinks/new"],
                                         results=counters["update/results"], feed_batch=batch))
     metrics.publish(store, config, "update", metrics.update_families(stats, segment, started_wall))
+    metrics.publish_crawldb(store, config)
     return UpdateResult(segment, True, counters)
