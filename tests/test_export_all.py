@@ -30,8 +30,8 @@ from cycles.inject import inject
 from cycles.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
-from tests.fetch.test_fetch_resume import toml_config
-from tests.test_archive import capture_time, record_at, replay, wayback
+from tests.support.processes import toml_config
+from tests.support.archive import capture_time, record_at, replay, wayback
 
 RUN_SECONDS = 20
 """The bounded run's limit. Its one segment holds every page of the web, 40 a host at the
