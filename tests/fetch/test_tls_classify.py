@@ -85,3 +85,23 @@ def test_backoff_doubles_per_consecutive_failure_and_success_clears():
     config.fetch.tls_archive_anyway = True
     assert tls.TlsSteps(config.fetch, Counter()).failed("c.test", tls.NAME_MISMATCH, "m", now) == (0.0, True)
     assert tls.TlsSteps(config.fetch, Counter()).failed("c.test", tls.HANDSHAKE_TIMEOUT, "m", now)[1] is False
+
+
+def test_tls_counters_in_fetch_json_and_prometheus(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cycles import metrics
+
+    counters = {"tls/failures/expired": 2, "tls/failures/handshake_timeout": 1, "tls/handshakes": 4,
+                "tls/seconds": 0.2, "fetch/requests": 10}
+    summary = metrics.fetch_summary(counters, 10.0)
+    assert summary["fetch/tls_failures"] == 3 and summary["fetch/tls_failures/expired"] == 2
+    assert summary["fetch/tls_ms_per_handshake"] == 50.0
+    path = tmp_path / "crawl_fetch.prom"
+    metrics.write_textfile(path, metrics.fetch_families(counters, 10.0, "seg", running=False, started_wall=0.0))
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(path.read_text()) for s in f.samples}
+    assert samples[("crawl_fetch_tls_failures_total", (("reason", "expired"),))] == 2
+    assert samples[("crawl_fetch_tls_failures_total", (("reason", "handshake_timeout"),))] == 1
+    assert samples[("crawl_fetch_tls_seconds_total", ())] == 0.2
+    assert samples[("crawl_fetch_tls_handshakes_total", ())] == 4
