@@ -267,8 +267,8 @@ class HttpProtocol(asyncio.Protocol):
             self._dispatch(self.pending.popleft())
 
     def _answer(self, request: _Request) -> None:
-        keep = request.keep_alive()
         profile = self.profile
+        keep = request.keep_alive() and (profile is None or profile.keep_alive)
         try:
             if profile is not None and profile.tls and self.scheme == "http":
                 response = tls_web.redirect_response(profile, canonical_target(request.target))

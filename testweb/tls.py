@@ -15,7 +15,8 @@ API (for tests, the demo, the benchmarks and the namespace runner)
   * ``tls``: adds the kind ``"tls"`` (address block ``127.0.62.x``), one host per
     :data:`MODES` entry, named ``tls-{mode}.web.test`` with ``_`` written ``-``
     (``tls-good``, ``tls-expired``, ``tls-wrong-name``, ``tls-self-signed``, ``tls-stall``,
-    ``tls-tls10``). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
+    ``tls-tls10``), and ``tls-close`` (good, but ``Connection: close`` after every response:
+    :data:`CLOSING`). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
   * ``rtt_ms=(lo, hi)``: each host gets a round trip drawn log-uniformly in ``[lo, hi]``
     ms from its name (:func:`rtt_s`). The server sleeps that long before the first byte of
     every response and, on HTTPS, before answering the ClientHello (there is no netem).
@@ -227,22 +228,31 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 # --- the model: which host is HTTPS, and its round trip ------------------------------------
 
+CLOSING = f"tls-close.{DOMAIN}"
+"""A good HTTPS host that closes the connection after every response (``Connection: close``,
+as many old servers do): each request needs a new connection, which resumes the TLS
+session of the last one if the client kept it (``session_reused`` in the handshake log)."""
+
+
 class TlsHost(SmallHost):
     """A host of the ``tls`` kind: three small pages behind a handshake of its mode."""
 
     kind = KIND
 
-    def __init__(self, web: Web, mode: str, ip: str):
-        super().__init__(web, host_name(mode), ip)
+    def __init__(self, web: Web, mode: str, ip: str, name: str | None = None, keep_alive: bool = True):
+        super().__init__(web, name or host_name(mode), ip)
         self.mode = mode
+        self.keep_alive = keep_alive
 
     def build(self):
         return self.tree(3, [])
 
 
 def tls_hosts(web: Web, prefix: str = IP_PREFIX) -> list[TlsHost]:
-    """One host per mode, ``{prefix}{1 + j}`` (the kind's ``{kind}_hosts`` function)."""
-    return [TlsHost(web, mode, f"{prefix}{1 + j}") for j, mode in enumerate(MODES)]
+    """One host per mode, ``{prefix}{1 + j}``, then :data:`CLOSING` (the kind's
+    ``{kind}_hosts`` function)."""
+    hosts = [TlsHost(web, mode, f"{prefix}{1 + j}") for j, mode in enumerate(MODES)]
+    return hosts + [TlsHost(web, GOOD, f"{prefix}{1 + len(MODES)}", CLOSING, keep_alive=False)]
 
 
 def assign(web: Web, https: float, rtt_ms: tuple[float, float]) -> None:

@@ -185,3 +185,19 @@ def test_ssrf_guard_holds_on_https(web, tmp_path):
     segment, _ = fetch(store, config, [url])
     assert results(store, segment)[url]["outcome"] == "blocked"
     assert not [h for h in web.handshakes()[shakes_before:] if h["host"] == "h0.web.test"]
+
+
+def test_a_new_connection_resumes_the_hosts_tls_session(web, tmp_path):
+    """tls-close ends every connection after its response: each request is a new connection,
+    and the worker's share object (LOCK_DATA_SSL_SESSION) resumes the host's session."""
+    store = Store(tmp_path / "data")
+    config = fast_config(web)
+    urls = [web.url("tls-close", t) for t in ("/", "/p/0.html", "/p/1.html")]
+    before, shakes_before = len(web.requests()), len(web.handshakes())
+    segment, result = fetch(store, config, urls)
+    assert [results(store, segment)[u]["outcome"] for u in urls] == ["ok"] * 3
+    requests = [r for r in web.requests()[before:] if r["host"] == tls_web.CLOSING]
+    assert len(requests) == 4 and len({r["conn_id"] for r in requests}) == 4  # robots.txt + 3 pages
+    shakes = [h for h in web.handshakes()[shakes_before:] if h["host"] == tls_web.CLOSING]
+    assert [h["session_reused"] for h in shakes] == [False, True, True, True]
+    assert result.counters["tls/handshakes"] == 4
