@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                        "until moved through the control address)")
     serve.add_argument("--https", type=float, default=0.0,
                        help="fraction of the regular hosts served over HTTPS (default 0; testweb/tls.py)")
+    serve.add_argument("--h2", type=float, default=0.0,
+                       help="fraction of the HTTPS regular hosts that offer HTTP/2 (ALPN h2; default 0)")
     serve.add_argument("--tls", action="store_true",
                        help="add the TLS hosts: good, expired, wrong-name, self-signed, stall, tls10")
     serve.add_argument("--rtt-ms", default="0",
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                          clock_start=args.clock_start, clock_rate=args.clock_rate,
                          hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps,
                          tail=args.tail, https=args.https, tls=args.tls,
-                         rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir)
+                         rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir,
+                         h2=args.h2)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -82,7 +82,7 @@ class TestWeb:
     - ``traps``, ``neardups``, ``changing``, ``hostile``, ``sitemaps``: add those kinds of hosts (all off by
       default); ``internal_port``: the port of the hostile hosts' internal service
       (:class:`~testweb.hostile.InternalService`);
-    - ``https``, ``tls``, ``rtt_ms``, ``tls_port``, ``tls_dir``: HTTPS hosts, the bad-TLS
+    - ``https``, ``tls``, ``h2``, ``rtt_ms``, ``tls_port``, ``tls_dir``: HTTPS hosts, the bad-TLS
       hosts, per-host round trips, the TLS port (0: a free one) and the test CA's folder
       (default: the workdir's ``tls/``) — :mod:`testweb.tls`; :meth:`ca_file` is the CA to
       trust, :meth:`handshakes` the server's handshake log;
@@ -101,11 +101,11 @@ class TestWeb:
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
                  sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
                  rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
-                 tls_dir: str | Path | None = None):
+                 tls_dir: str | Path | None = None, h2: float = 0.0):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
                            hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail,
-                           https=https, tls=tls, rtt_ms=tuple(rtt_ms))
+                           https=https, tls=tls, rtt_ms=tuple(rtt_ms), h2=h2)
         self.requested_tls_port = tls_port
         self.tls_dir = tls_dir
         self.clock_start = clock_start
@@ -157,6 +157,8 @@ class TestWeb:
             cmd += ["--https", repr(float(p["https"]))]
         if p["tls"]:
             cmd.append("--tls")
+        if p["h2"]:
+            cmd += ["--h2", repr(float(p["h2"]))]
         if any(p["rtt_ms"]):
             cmd += ["--rtt-ms", "{:g}-{:g}".format(*p["rtt_ms"])]
         if p["https"] or p["tls"]:

@@ -323,13 +323,13 @@ class PartitionFetcher:
         request, item = transfer.request, transfer.request.item
         started = started_iso(transfer)
         if request.kind == "robots":
-            self.archive.robots(transfer, transfer.ip, self._request_line(request.url),
+            self.archive.robots(transfer, transfer.ip, self._request_line(transfer),
                                 self._request_headers(transfer), started, text)
         elif request.kind == "sitemap":
-            self.archive.sitemap(transfer, transfer.ip, self._request_line(request.url),
+            self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer),
                                  self._request_headers(transfer), started, text)
         elif unverified:  # the page is asked again; its failed exchange is archived all the same
-            self.archive.page(transfer, transfer.ip, self._request_line(request.url),
+            self.archive.page(transfer, transfer.ip, self._request_line(transfer),
                               self._request_headers(transfer), started, O.TLS_FAILED, text)
         if unverified:
             # Archive anyway: robots.txt stays pending (asked again), a page goes back first.
@@ -352,7 +352,7 @@ class PartitionFetcher:
         if error is not None and transfer.blocked_address:
             self._robots_blocked(slot, transfer)
             return
-        self.archive.robots(transfer, transfer.ip, self._request_line(transfer.request.url),
+        self.archive.robots(transfer, transfer.ip, self._request_line(transfer),
                             self._request_headers(transfer), started_iso(transfer),
                             f"curl {error[0]}: {error[1]}" if error is not None else None)
         if self.robots.read_response(slot.robots, transfer, error):
@@ -371,7 +371,7 @@ class PartitionFetcher:
             self.stats["fetch/blocked_address"] += 1
             return
         message = f"curl {error[0]}: {error[1]}" if error is not None else None
-        self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer.request.url),
+        self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer),
                              self._request_headers(transfer), started_iso(transfer), message)
         status = transfer.status_code()
         if error is not None and transfer.abort != ABORT_TRUNCATED:  # truncated at the cap: read its start
@@ -453,7 +453,7 @@ class PartitionFetcher:
     def _fetched(self, transfer: Transfer, outcome: str, links: list[dict], **values) -> None:
         """The row of a page that was requested, its exchange archived first (its WARC location
         goes into the row; cycles/fetch/archive.py)."""
-        location = self.archive.page(transfer, transfer.ip, self._request_line(transfer.request.url),
+        location = self.archive.page(transfer, transfer.ip, self._request_line(transfer),
                                      self._request_headers(transfer), started_iso(transfer), outcome,
                                      values.get("error"))
         self.output.add(self._row(transfer.request.item, outcome, **values, **location), links)
@@ -577,9 +577,12 @@ class PartitionFetcher:
         self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,
                       simhash=page.simhash, canonical=page.canonical, noindex=page.noindex, **common)
 
-    def _request_line(self, url: str) -> str:
-        parts = urlsplit(url)
-        return f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1"
+    def _request_line(self, transfer: Transfer) -> str:
+        """The WARC request record's request line, in the HTTP version the answer came in
+        (libcurl negotiates HTTP/2 by ALPN where a server offers it)."""
+        parts = urlsplit(transfer.request.url)
+        version = "HTTP/2" if transfer.status_line.startswith(b"HTTP/2") else "HTTP/1.1"
+        return f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} {version}"
 
     def _request_headers(self, transfer: Transfer) -> list[tuple[str, str]]:
         headers = [("Host", urlsplit(transfer.request.url).netloc), ("User-Agent", self.fc.user_agent),

@@ -201,3 +201,21 @@ def test_a_new_connection_resumes_the_hosts_tls_session(web, tmp_path):
     shakes = [h for h in web.handshakes()[shakes_before:] if h["host"] == tls_web.CLOSING]
     assert [h["session_reused"] for h in shakes] == [False, True, True, True]
     assert result.counters["tls/handshakes"] == 4
+
+
+def test_http2_where_the_server_offers_it(tmp_path):
+    """libcurl negotiates HTTP/2 by ALPN; still one request at a time per host, one connection,
+    and the WARC records say HTTP/2."""
+    with TestWeb(hosts=1, pages=3, page_bytes=2000, special=False, https=1.0, h2=1.0, max_seconds=120) as web:
+        store = Store(tmp_path / "data")
+        urls = [web.url("h0", f"/p/{k}.html") for k in range(3)]
+        segment, _ = fetch(store, fast_config(web), urls)
+        requests = web.requests()
+    assert [results(store, segment)[u]["outcome"] for u in urls] == ["ok"] * 3
+    assert [r["http_version"] for r in requests] == ["2"] * 4 and len({r["conn_id"] for r in requests}) == 1
+    assert_polite(requests)
+    records = warc_records(store, segment)
+    response = next(r for r in records if r.rec_type == "response" and r.rec_headers.get_header("WARC-Target-URI") == urls[0])
+    request = next(r for r in records if r.rec_type == "request" and r.rec_headers.get_header("WARC-Target-URI") == urls[0])
+    assert response.http_headers.protocol == "HTTP/2" and response.http_headers.get_statuscode() == "200"
+    assert request.http_headers.statusline.endswith(" HTTP/2")  # "GET /p/0.html HTTP/2"
