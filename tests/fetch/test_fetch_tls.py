@@ -219,3 +219,35 @@ def test_http2_where_the_server_offers_it(tmp_path):
     request = next(r for r in records if r.rec_type == "request" and r.rec_headers.get_header("WARC-Target-URI") == urls[0])
     assert response.http_headers.protocol == "HTTP/2" and response.http_headers.get_statuscode() == "200"
     assert request.http_headers.statusline.endswith(" HTTP/2")  # "GET /p/0.html HTTP/2"
+
+
+def test_the_tls_failure_survives_update_and_the_next_cycle_asks_nothing(web, tmp_path):
+    """inject → generate → fetch → update → generate → fetch: the host DB that update wrote
+    keeps the reason and the back-off, so the next cycle defers the host without a handshake."""
+    from cycles.fetch.fetch import fetch_segment
+    from cycles.generate.generate import generate
+    from cycles.inject import inject
+    from cycles.update.update import update_segment
+    from tests.conftest import write_seeds
+
+    store = Store(tmp_path / "data")
+    config = fast_config(web)
+    bad = tls_web.host_name("self_signed")
+    seeds = [web.url("tls-self-signed", "/"), web.url("tls-good", "/")]
+    inject(store, config, write_seeds(tmp_path / "seeds.txt", seeds))
+    first = generate(store, config).segment
+    fetch_segment(store, config, first)
+    update_segment(store, config, first)
+    state = load_host_state(store, {bad})[bad]
+    assert state["tls_error"].startswith("untrusted_issuer: curl 60: ") and state["tls_failures"] == 1
+    # Due again (as if its retry time had come): the host's not_before keeps it out.
+    from tests.fetch.test_fetch_support import make_all_due
+
+    make_all_due(store)
+    shakes_before = len(web.handshakes())
+    second = generate(store, config).segment
+    fetch_segment(store, config, second)
+    rows = results(store, second)
+    assert rows[seeds[0]]["outcome"] == "deferred" and "not_before" in rows[seeds[0]]["error"]
+    assert rows[seeds[1]]["outcome"] == "not_modified"  # the good host was asked (positive control)
+    assert not [h for h in web.handshakes()[shakes_before:] if h["host"] == bad]
