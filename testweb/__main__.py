@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--pages", type=int, default=200,
                        help="pages per host; more than fit the 64 MB render cache measure rendering too (default 200)")
     bench.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio")
+    bench.add_argument("--https", type=float, default=0.0, help="share of the hosts on HTTPS (default 0)")
+    bench.add_argument("--h2", type=float, default=0.0, help="share of the HTTPS hosts offering HTTP/2 (default 0)")
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = run_bench(page_bytes=args.page_bytes, seconds=args.seconds,
                        connections=args.connections, hosts=args.hosts, pages=args.pages,
-                       loop=args.loop)
+                       loop=args.loop, https=args.https, h2=args.h2)
     print(json.dumps(result))
     return 0
 

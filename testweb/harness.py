@@ -401,18 +401,19 @@ class TestWeb:
 
 
 def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,
-          pages: int = 200, loop: str = "asyncio") -> dict:
+          pages: int = 200, loop: str = "asyncio", https: float = 0.0, h2: float = 0.0) -> dict:
     """Measure how many pages per second the server answers over keep-alive connections.
 
     A pycurl multi loop keeps ``connections`` transfers in flight, each handle walking the
     pages of one host so its connection is reused. Returns requests/s (wall clock), the
     server's CPU seconds over the run (from /proc) and pages per server CPU second, the
-    figure that says what one core of server gives.
+    figure that says what one core of server gives. ``https``/``h2``: that share of the hosts
+    over TLS (each connection one handshake, then keep-alive) / HTTP/2 (testweb/tls.py).
     """
     import pycurl
 
     with TestWeb(hosts=hosts, pages=pages, page_bytes=page_bytes, special=False,
-                 max_seconds=seconds + 120, loop=loop) as web:
+                 max_seconds=seconds + 120, loop=loop, https=https, h2=h2) as web:
         resolve = web.curl_resolve()
         received = [0]
 
@@ -426,6 +427,8 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             h.setopt(pycurl.RESOLVE, resolve)
             h.setopt(pycurl.WRITEFUNCTION, sink)
             h.setopt(pycurl.USERAGENT, "testweb-bench")
+            if web.ca_file():
+                h.setopt(pycurl.CAINFO, web.ca_file())
             h.host = f"h{c % hosts}.web.test"
             h.k = 0
             handles.append(h)
@@ -470,7 +473,7 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             "requests": done, "errors": errors, "body_bytes": received[0],
             "pages_per_s": round(done / elapsed), "server_cpu_s": round(cpu, 2),
             "pages_per_server_cpu_s": round(done / cpu) if cpu else None,
-            "loop": web.ready.get("loop"),
+            "loop": web.ready.get("loop"), "https": https, "h2": h2,
         }
 
 
