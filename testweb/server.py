@@ -434,7 +434,7 @@ class TestWebServer:
             self._servers.append(await loop.create_server(
                 lambda: HttpProtocol(self), sock=sock, backlog=LISTEN_BACKLOG))
         if tls_sockets:
-            self.tls.open_log(tls_web.handshake_log_path(self.log_path), loop)
+            self.tls.log = RequestLog(tls_web.handshake_log_path(self.log_path), loop)
             accept = self.tls.acceptor(lambda: HttpProtocol(self))
             for sock in tls_sockets:
                 self._servers.append(await loop.create_server(accept, sock=sock, backlog=LISTEN_BACKLOG))

@@ -376,11 +376,6 @@ class TlsFront:
             ctx.sni_callback = _record_sni
         return ctx
 
-    def open_log(self, path: Path, loop) -> None:
-        from testweb.server import RequestLog
-
-        self.log = RequestLog(path, loop)
-
     def write(self, record: dict) -> None:
         if self.log is not None:
             self.log.write(record)
