@@ -331,6 +331,10 @@ class TlsFront:
         self.log = None
         self.server = None
         """The TestWebServer (set by it): HTTP/2 connections log and count through it."""
+        self.stalled: set = set()
+        """Transports of stalled handshakes. A paused transport is referenced by nothing else:
+        garbage-collected, it would close its socket and the client would see a reset (curl
+        35 "Broken pipe") instead of a handshake that never ends."""
 
     def _context(self, name: str, mode: str) -> ssl.SSLContext:
         """A server context presenting the certificate ``mode`` gives ``name`` (cached)."""
@@ -386,6 +390,8 @@ class TlsFront:
         return lambda: _Acceptor(self, make_http)
 
     def close(self) -> None:
+        for transport in list(self.stalled):
+            transport.abort()
         if self.log is not None:
             self.log.close()
 
@@ -457,10 +463,13 @@ class _Acceptor(asyncio.Protocol):
         if ctx is None:
             record["error"] = "stalled"  # TCP accepted; no ServerHello, ever
             self.front.write(record)
+            self.transport = transport
+            self.front.stalled.add(transport)
             return
         self.task = asyncio.ensure_future(self._handshake(transport, profile, ctx, record))
 
     def connection_lost(self, exc) -> None:
+        self.front.stalled.discard(getattr(self, "transport", None))
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
