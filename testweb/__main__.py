@@ -1,4 +1,4 @@
-"""Command line of the test web: ``python -m testweb serve|bench``.
+"""Command line of the test web: ``python -m testweb serve|dns|bench``.
 
 Serve 50 hosts of 20 pages on a free port for ten minutes::
 
@@ -10,6 +10,10 @@ second::
 
     python -m testweb serve --hosts 10 --traps --neardups --changing --clock-rate 3600 \\
         --log /tmp/web.jsonl --ready-file /tmp/web.json
+
+Answer the test web's names over DNS (port 53 of a free 127.53.x.y; testweb/dns.py)::
+
+    python -m testweb dns --zone zone.json --log dns.jsonl --ready-file dns.json
 
 Measure throughput with 30 KB pages::
 
@@ -77,7 +81,26 @@ def main(argv: list[str] | None = None) -> int:
                        help="pages per host; more than fit the 64 MB render cache measure rendering too (default 200)")
     bench.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio")
 
+    dns = sub.add_parser("dns", help="answer the test web's names over DNS (testweb/dns.py)",
+                         description="DNS server on UDP and TCP port 53 of 127.53.x.y (needs root). Example: "
+                         "dns --zone zone.json --log dns.jsonl --ready-file dns.json")
+    dns.add_argument("--zone", required=True, help="zone JSON (testweb.dns.zone_for)")
+    dns.add_argument("--log", required=True, help="query log, one JSON line per query")
+    dns.add_argument("--ready-file", help="JSON written once both sockets listen: address, port, pid")
+    dns.add_argument("--address", help="listen address (default: a free 127.53.x.y)")
+    dns.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (default 600)")
+
     args = parser.parse_args(argv)
+    if args.command == "dns":
+        from testweb.dns import serve_dns
+
+        try:
+            reason = serve_dns(args.zone, args.log, args.ready_file, args.address, max_seconds=args.max_seconds)
+        except (OSError, ValueError) as exc:
+            print(f"testweb dns: {exc}", file=sys.stderr)
+            return 2
+        print(f"testweb dns: stopped: {reason}", file=sys.stderr)
+        return 0
     if args.command == "serve":
         from testweb.server import serve as run
 

@@ -1,0 +1,260 @@
+"""Host name lookups of the fetch loop: once per name per TTL, failures backed off, never blocking.
+
+libcurl resolves by itself (a threaded getaddrinfo per transfer, a DNS cache per handle),
+but it forgets every answer with the process and knows no TTL, and a name that fails is
+asked again on every URL of its host. So the fetcher resolves names itself:
+
+- **Once per TTL, across the run.** A lookup's answer is kept with its expiry (the records'
+  TTL, within ``fetch.dns_min_ttl_s`` .. ``fetch.dns_cache_s``) in the slot's host row
+  (schema.HOSTS ``dns_*``). The host DB carries it to every later partition, segment and
+  ``crawl run`` process; until it expires, the name is not looked up again. The addresses are
+  handed to libcurl with ``CURLOPT_RESOLVE`` for the transfer, so libcurl never asks itself.
+- **Failures backed off.** NXDOMAIN, SERVFAIL, a timeout or an answer with no address sets
+  the host aside for the cycle (its URLs are deferred with the error ``dns <kind>: ...``)
+  and the name is not asked again for ``fetch.dns_retry_s``, doubled with each failure in a
+  row (``dns_failures``), up to ``fetch.dns_retry_max_s``: one lookup per back-off period.
+- **Never in the loop.** Lookups run in a bounded pool of ``fetch.dns_threads`` threads; a
+  host waits for its own lookup only, the transfers of the others go on.
+
+The resolver is dnspython's, configured from ``/etc/resolv.conf`` — the system resolver's
+own configuration (name servers, ``options timeout:``), so a deployment's split-horizon DNS
+and the test web's namespace (testweb/namespace.py) apply unchanged — asked for A and AAAA
+records, which give the TTLs getaddrinfo hides. ``/etc/hosts`` names, IP literals and
+``fetch.resolve`` entries are not looked up here (libcurl handles them as before).
+
+Counted in the partition's stats: ``dns/lookups``, ``dns/failures/<kind>``, ``dns/seconds``
+(time spent in lookups, summed over the threads), ``dns/cached`` (a host whose answer or
+back-off came from the host DB or an earlier slot, so no lookup was made).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+import ipaddress
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cycles.config import FetchConfig
+
+KINDS = ("nxdomain", "servfail", "timeout", "no_address")
+"""Why a lookup failed (the ``dns/failures/<kind>`` counters and the host row's ``dns_error``)."""
+
+_DESCRIBE = {
+    "nxdomain": "the name does not exist (NXDOMAIN)",
+    "servfail": "the name servers failed to answer (SERVFAIL)",
+    "timeout": "no answer from the name servers",
+    "no_address": "the name has no A or AAAA record",
+}
+
+HOSTS_FILE = Path("/etc/hosts")
+
+
+@dataclass
+class Answer:
+    """What the fetcher knows of one name: addresses until ``expires``, or a failure."""
+
+    addresses: tuple[str, ...] = ()
+    error: str | None = None
+    """One of :data:`KINDS`, or None for an answer with addresses."""
+    checked: float = 0.0
+    """Wall clock of the lookup."""
+    expires: float = 0.0
+    """Wall clock until which it stands (TTL, or the back-off of a failure)."""
+    failures: int = 0
+    """Failed lookups in a row."""
+    detail: str = ""
+    seconds: float = 0.0
+    """How long the lookup took (0 for one read from the host DB)."""
+
+    def fresh(self, now_wall: float) -> bool:
+        return now_wall < self.expires
+
+    def reason(self) -> str:
+        """The one-line error of the host's deferred rows, for an operator."""
+        until = dt.datetime.fromtimestamp(self.expires, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"dns {self.error}: {_DESCRIBE.get(self.error, self.error)}{': ' + self.detail if self.detail else ''}; "
+                f"lookup {self.failures} in a row failed, next lookup after {until}")
+
+    def host_columns(self) -> dict:
+        wall = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc)  # noqa: E731
+        return {"dns_checked_at": wall(self.checked), "dns_expires_at": wall(self.expires),
+                "dns_addresses": ",".join(self.addresses) or None, "dns_error": self.error,
+                "dns_failures": self.failures}
+
+    @classmethod
+    def from_host_row(cls, state: dict | None) -> Answer | None:
+        if not state or state.get("dns_checked_at") is None or state.get("dns_expires_at") is None:
+            return None
+        addresses = tuple(a for a in (state.get("dns_addresses") or "").split(",") if a)
+        return cls(addresses, state.get("dns_error"), state["dns_checked_at"].timestamp(),
+                   state["dns_expires_at"].timestamp(), int(state.get("dns_failures") or 0))
+
+
+def needs_lookup(host: str, resolve: dict[str, str], hosts_file_names: frozenset[str]) -> bool:
+    """False for an IP literal, a ``fetch.resolve`` name or an /etc/hosts name (libcurl's)."""
+    if host in resolve or host.lower() in hosts_file_names:
+        return False
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return False
+    except ValueError:
+        return True
+
+
+def hosts_file_names(path: Path = HOSTS_FILE) -> frozenset[str]:
+    """Names /etc/hosts answers (getaddrinfo reads it first: ``localhost``, a deployment's own)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    return frozenset(name.lower() for line in text.splitlines() for name in line.split("#", 1)[0].split()[1:])
+
+
+def backoff_s(failures: int, fc: FetchConfig) -> float:
+    return min(fc.dns_retry_max_s, fc.dns_retry_s * 2 ** max(0, failures - 1))
+
+
+def _lookup(resolver, name: str, lifetime: float) -> tuple[tuple[str, ...], float | None, str | None, str]:
+    """(addresses, ttl, failure kind, detail) of one name: its A, then its AAAA records."""
+    import dns.exception
+    import dns.resolver
+
+    addresses: list[str] = []
+    ttls: list[float] = []
+    start = time.monotonic()
+    for rdtype in ("A", "AAAA"):
+        left = lifetime - (time.monotonic() - start)
+        if left <= 0:
+            return tuple(addresses), min(ttls) if ttls else None, None if addresses else "timeout", ""
+        try:
+            answer = resolver.resolve(name, rdtype, search=False, raise_on_no_answer=False, lifetime=left)
+        except dns.resolver.NXDOMAIN:
+            return (), None, "nxdomain", ""
+        except dns.resolver.NoNameservers as exc:
+            if addresses:
+                break  # AAAA failed, A answered: use the A records
+            return (), None, "servfail", str(exc).split(";")[0][:200]
+        except dns.exception.Timeout:
+            if addresses:
+                break
+            return (), None, "timeout", f"none within {lifetime:g}s"
+        except (dns.exception.DNSException, OSError) as exc:  # malformed answer, no route...
+            if addresses:
+                break
+            return (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+        if answer.rrset is not None:
+            addresses += [r.address for r in answer.rrset]
+            ttls.append(answer.rrset.ttl)
+    if not addresses:
+        return (), None, "no_address", ""
+    return tuple(addresses), min(ttls), None, ""
+
+
+class Resolver:
+    """The fetch worker's lookups (module doc): a cache of answers, a bounded thread pool."""
+
+    def __init__(self, fc: FetchConfig, stats: Counter):
+        self.fc = fc
+        self.stats = stats
+        self.answers: dict[str, Answer] = {}
+        self.pending: dict[str, concurrent.futures.Future] = {}
+        self._done: list[tuple[str, Answer]] = []
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._resolver = None
+        self._hosts_file = hosts_file_names()
+        self._unused: set[str] = set()
+        """Names whose lookup just ended: their answer serves the request waiting for it even
+        when it expires at once (``fetch.dns_cache_s`` = 0)."""
+        self.unavailable: str | None = None
+        """Why the resolver could not be set up (no /etc/resolv.conf): libcurl resolves then."""
+
+    # --- what the loop asks -----------------------------------------------------------
+    def applies(self, host: str) -> bool:
+        return self.unavailable is None and needs_lookup(host, self.fc.resolve, self._hosts_file)
+
+    def known(self, host: str, state: dict | None) -> None:
+        """Seed the cache from the host DB's row (an answer or back-off of an earlier run)."""
+        answer = Answer.from_host_row(state)
+        if answer is not None and host not in self.answers:
+            self.answers[host] = answer
+
+    def answer(self, host: str, now_wall: float) -> Answer | None:
+        """The name's answer while it stands, else None (then :meth:`submit` it)."""
+        answer = self.answers.get(host)
+        if answer is not None and (answer.fresh(now_wall) or host in self._unused):
+            self._unused.discard(host)
+            return answer
+        return None
+
+    def submit(self, host: str) -> None:
+        """Look ``host`` up in the pool (once: a lookup under way is not asked again)."""
+        if host in self.pending:
+            return
+        if self._pool is None and not self._start_pool():
+            return
+        self.stats["dns/lookups"] += 1
+        self.pending[host] = self._pool.submit(self._run, host, self.answers.get(host))
+
+    def completed(self) -> list[tuple[str, Answer]]:
+        """Lookups finished since the last call (their answers are now in the cache)."""
+        with self._lock:
+            done, self._done = self._done, []
+        for host, answer in done:
+            self.pending.pop(host, None)
+            self.answers[host] = answer
+            self._unused.add(host)
+            self.stats["dns/seconds"] = round(self.stats["dns/seconds"] + answer.seconds, 6)
+            if answer.error is not None:
+                self.stats[f"dns/failures/{answer.error}"] += 1
+        return done
+
+    def curl_entries(self, url: str, host: str) -> list[str]:
+        """``CURLOPT_RESOLVE`` entry pinning the URL's host and port to its answer, if any."""
+        answer = self.answers.get(host)
+        if answer is None or not answer.addresses:
+            return []
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = ",".join(f"[{a}]" if ":" in a else a for a in answer.addresses)
+        return [f"{host}:{port}:{addresses}"]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- the pool -------------------------------------------------------------------------
+    def _start_pool(self) -> bool:
+        try:
+            import dns.resolver
+
+            resolver = dns.resolver.Resolver()  # reads /etc/resolv.conf
+        except Exception as exc:  # no /etc/resolv.conf, no name server in it
+            self.unavailable = f"{type(exc).__name__}: {exc}"
+            self.stats["dns/no_resolver"] = 1
+            return False
+        resolver.cache = None  # the cache is ours, with the host DB behind it
+        self._resolver = resolver
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.fc.dns_threads, thread_name_prefix="dns")
+        return True
+
+    def _run(self, host: str, before: Answer | None) -> None:
+        started_mono, now = time.monotonic(), time.time()
+        try:
+            addresses, ttl, error, detail = _lookup(self._resolver, host, self.fc.dns_timeout_s)
+        except Exception as exc:  # a resolver bug costs the host a back-off, never the worker
+            addresses, ttl, error, detail = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+        if error is None:
+            keep = min(max(ttl or 0.0, self.fc.dns_min_ttl_s), self.fc.dns_cache_s)
+            answer = Answer(addresses, None, now, now + keep, 0)
+        else:
+            failures = (before.failures if before is not None and before.error else 0) + 1
+            answer = Answer((), error, now, now + backoff_s(failures, self.fc), failures, detail)
+        answer.seconds = time.monotonic() - started_mono
+        with self._lock:
+            self._done.append((host, answer))
