@@ -244,11 +244,12 @@ class Resolver:
         return True
 
     def _run(self, host: str, before: Answer | None) -> None:
-        started_mono, now = time.monotonic(), time.time()
+        started_mono = time.monotonic()
         try:
             addresses, ttl, error, detail = _lookup(self._resolver, host, self.fc.dns_timeout_s)
         except Exception as exc:  # a resolver bug costs the host a back-off, never the worker
             addresses, ttl, error, detail = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+        now = time.time()  # a TTL, and a back-off, count from the answer (or the give-up)
         if error is None:
             keep = min(max(ttl or 0.0, self.fc.dns_min_ttl_s), self.fc.dns_cache_s)
             answer = Answer(addresses, None, now, now + keep, 0)
