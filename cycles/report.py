@@ -171,6 +171,8 @@ def cycle_rows(stats: list[dict], fetched: dict, changes: dict[str, int]) -> lis
                      "seconds": f.get("fetch/seconds"), "pages_per_s": f.get("fetch/pages_per_s"),
                      "requests": f.get("fetch/requests"), "allowed": f.get("fetch/allowed_requests"),
                      "utilisation": f.get("fetch/politeness_utilisation"),
+                     "dns_lookups": f.get("dns/lookups", 0), "dns_seconds": f.get("dns/seconds", 0),
+                     "dns_failures": sum(v for k, v in f.items() if k.startswith("dns/failures/")),
                      "refetches": fetched["refetches"].get(s["segment"], 0),
                      "changes": changes.get(s["segment"], 0)})
     return rows
@@ -194,6 +196,9 @@ def summarize(db: dict, fetched: dict, cycles: list[dict], buckets: list[tuple[i
         "politeness_all": round(sum(c["requests"] for c in measured) / allowed, 4) if allowed else None,
         "top_error_host": worst[0] if worst else None,
         "db_bytes": sum(b[2] for b in buckets),
+        "dns_lookups": sum(c.get("dns_lookups", 0) for c in cycles),
+        "dns_failures": sum(c.get("dns_failures", 0) for c in cycles),
+        "dns_seconds": round(sum(c.get("dns_seconds", 0) for c in cycles), 3),
     }
 
 
@@ -205,6 +210,8 @@ SUMMARY_LABELS = {
     "rate_all": "Fetch rate, all cycles (pages/s)", "politeness_last": "Politeness utilisation, last cycle",
     "politeness_all": "Politeness utilisation, all cycles", "top_error_host": "Host with the most failures",
     "db_bytes": "Crawl DB size (bytes)",
+    "dns_lookups": "Host name lookups, all cycles", "dns_failures": "Failed host name lookups, all cycles",
+    "dns_seconds": "Time in host name lookups, all cycles (s)",
 }
 
 
