@@ -65,6 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--clock-rate", type=float, default=0.0,
                        help="virtual seconds per real second (default 0: the clock stands still "
                        "until moved through the control address)")
+    serve.add_argument("--https", type=float, default=0.0,
+                       help="fraction of the regular hosts served over HTTPS (default 0; testweb/tls.py)")
+    serve.add_argument("--tls", action="store_true",
+                       help="add the TLS hosts: good, expired, wrong-name, self-signed, stall, tls10")
+    serve.add_argument("--rtt-ms", default="0",
+                       help="per-host round trip, LO-HI ms drawn log-uniformly per host, or MS (default 0)")
+    serve.add_argument("--tls-port", type=int, default=0,
+                       help="port of the HTTPS hosts' TLS addresses; 0 picks a free one (default 0)")
+    serve.add_argument("--tls-dir", default=None,
+                       help="folder of the test CA (ca.pem, ca.key; made if absent; default tls/ beside --log)")
     serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
                        help="event loop; auto uses uvloop when it is installed (default asyncio: "
                        "uvloop measured no faster here)")
@@ -103,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         from testweb.server import serve as run
+        from testweb.tls import parse_rtt
 
         try:
             reason = run(hosts=args.hosts, pages=args.pages, page_bytes=args.page_bytes,
@@ -112,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                          neardups=args.neardups, changing=args.changing,
                          clock_start=args.clock_start, clock_rate=args.clock_rate,
                          hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps,
-                         tail=args.tail)
+                         tail=args.tail, https=args.https, tls=args.tls,
+                         rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -29,6 +29,12 @@ class HostProfile:
     has_traps = False
     """Whether :meth:`is_trap` can say yes (lets the oracle skip the call on other hosts)."""
 
+    tls: str | None = None
+    """HTTPS mode (``testweb.tls.MODES``), None for plain HTTP; set by ``testweb.tls.assign``."""
+
+    rtt_s: float = 0.0
+    """Round trip the server waits before each response's first byte (and the TLS handshake)."""
+
     def __init__(self, web: Web, name: str, ip: str):
         self.web = web
         self.name = name
