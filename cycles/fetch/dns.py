@@ -115,6 +115,20 @@ def hosts_file_names(path: Path = HOSTS_FILE) -> frozenset[str]:
     return frozenset(name.lower() for line in text.splitlines() for name in line.split("#", 1)[0].split()[1:])
 
 
+def resolv_attempts(path: Path = Path("/etc/resolv.conf")) -> int:
+    """``options attempts:N`` of resolv.conf (glibc's default 2 when absent)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return 2
+    for line in text.splitlines():
+        if line.split("#", 1)[0].split()[:1] == ["options"]:
+            for option in line.split()[1:]:
+                if option.startswith("attempts:") and option[9:].isdigit():
+                    return max(1, min(5, int(option[9:])))
+    return 2
+
+
 def backoff_s(failures: int, fc: FetchConfig) -> float:
     return min(fc.dns_retry_max_s, fc.dns_retry_s * 2 ** max(0, failures - 1))
 
@@ -167,6 +181,7 @@ class Resolver:
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._resolver = None
+        self._lifetime = fc.dns_timeout_s
         self._hosts_file = hosts_file_names()
         self._unused: set[str] = set()
         """Names whose lookup just ended: their answer serves the request waiting for it even
@@ -240,13 +255,17 @@ class Resolver:
             return False
         resolver.cache = None  # the cache is ours, with the host DB behind it
         self._resolver = resolver
+        # dnspython retries a silent server until the lifetime ends; glibc sends a query
+        # ``attempts`` times (resolv.conf, default 2). Keep to that, so a dead name server
+        # sees as many queries from us as from any program on the machine.
+        self._lifetime = min(self.fc.dns_timeout_s, resolver.timeout * resolv_attempts())
         self._pool = concurrent.futures.ThreadPoolExecutor(self.fc.dns_threads, thread_name_prefix="dns")
         return True
 
     def _run(self, host: str, before: Answer | None) -> None:
         started_mono = time.monotonic()
         try:
-            addresses, ttl, error, detail = _lookup(self._resolver, host, self.fc.dns_timeout_s)
+            addresses, ttl, error, detail = _lookup(self._resolver, host, self._lifetime)
         except Exception as exc:  # a resolver bug costs the host a back-off, never the worker
             addresses, ttl, error, detail = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
         now = time.time()  # a TTL, and a back-off, count from the answer (or the give-up)
