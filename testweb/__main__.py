@@ -100,7 +100,24 @@ def main(argv: list[str] | None = None) -> int:
     dns.add_argument("--address", help="listen address (default: a free 127.53.x.y)")
     dns.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (default 600)")
 
+    real = sub.add_parser("realweb", help="the named-host HTTPS web and a command run inside its namespace",
+                          description="Start the test web (HTTPS, bad-TLS hosts, round trips), its DNS server and "
+                          "a mount namespace whose resolv.conf and CA bundle are the test web's, then run COMMAND "
+                          "there (needs root). Example: realweb --hosts 300 --seeds-file seeds.txt -- "
+                          "crawl --set 'fetch.allowed_networks=[\"127.0.0.0/8\"]' run --seconds 60")
+    real.add_argument("--hosts", type=int, default=300, help="regular hosts (default 300)")
+    real.add_argument("--pages", type=int, default=50, help="pages of the biggest host (long tail; default 50)")
+    real.add_argument("--https", type=float, default=0.9, help="share of HTTPS hosts (default 0.9)")
+    real.add_argument("--rtt-ms", default="20-300", help="round trip range per host, ms (default 20-300)")
+    real.add_argument("--dns-ms", default="10-200", help="DNS answer delay range per name, ms (default 10-200)")
+    real.add_argument("--seeds-file", help="write every host's home page (and the failing names') here")
+    real.add_argument("--max-seconds", type=float, default=3600.0, help="stop the web after this long (default 3600)")
+    real.add_argument("--workdir", help="keep the logs here (requests, DNS queries, TLS handshakes)")
+    real.add_argument("run", nargs=argparse.REMAINDER, metavar="COMMAND", help="command run in the namespace (default: a shell)")
+
     args = parser.parse_args(argv)
+    if args.command == "realweb":
+        return _realweb(args)
     if args.command == "dns":
         from testweb.dns import serve_dns
 
@@ -137,6 +154,29 @@ def main(argv: list[str] | None = None) -> int:
                        loop=args.loop)
     print(json.dumps(result))
     return 0
+
+
+def _realweb(args) -> int:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from testweb.realweb import RealWeb
+    from testweb.tls import parse_rtt
+
+    command = [c for c in args.run if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
+    try:
+        web = RealWeb(args.hosts, https=args.https, rtt_ms=parse_rtt(args.rtt_ms), dns_latency_ms=parse_rtt(args.dns_ms),
+                      workdir=args.workdir, max_seconds=args.max_seconds, pages=args.pages, special=True, tail=True)
+        with web as real:
+            if args.seeds_file:
+                Path(args.seeds_file).write_text("\n".join(real.web.seeds() + real.failing_urls(1)) + "\n")
+            print(f"testweb realweb: {len(real.web.resolve_map())} hosts, DNS {real.dns.address}, logs in "
+                  f"{real.workdir}; running {' '.join(command)} in the namespace", file=sys.stderr)
+            return subprocess.run(real.prefix + command).returncode
+    except (OSError, RuntimeError) as exc:
+        print(f"testweb realweb: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

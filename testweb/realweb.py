@@ -45,6 +45,7 @@ class RealWeb:
     def __init__(self, hosts: int = 300, *, https: float = 0.9, tls: bool = True,
                  rtt_ms: tuple[float, float] = (20.0, 300.0), dns_latency_ms: tuple[float, float] = (10.0, 200.0),
                  ttl_s: int = 300, workdir: str | Path | None = None, max_seconds: float = 900.0, **web_kw):
+        self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="realweb-"))
         self.web = TestWeb(hosts=hosts, https=https, tls=tls, rtt_ms=rtt_ms, max_seconds=max_seconds,
                            workdir=self.workdir / "web", **web_kw)
@@ -73,6 +74,10 @@ class RealWeb:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+        if self._own_workdir:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def crawl_config(self):
         """The default crawler config with only loopback allowed (the SSRF guard refuses it
