@@ -658,11 +658,14 @@ class FetchConfig:
     """Shortest (seconds) an answer is used, for names with a TTL of a few seconds (load
     balancers): a host asked every second would otherwise be looked up nearly as often."""
 
-    dns_threads: Annotated[int, Int(1, 1024)] = 32
-    """Resolver threads of one fetch worker. Lookups run beside the transfer loop, never in
-    it; a host waits for its own lookup only. 32 threads look up ~300 names a second at the
-    real web's 10-200 ms a lookup, so 3,000 new hosts are resolved within ~10 s of a fetch's
-    start; a name that never answers holds one thread ``dns_timeout_s``."""
+    dns_threads: Annotated[int, Int(2, 1024)] = 128
+    """Resolver threads of one fetch worker (each waits on one query; a lookup's A and AAAA
+    queries run in two at once). Lookups run beside the transfer loop, never in it; a host
+    waits for its own lookup only. At the real web's 10-200 ms a query, 128 threads resolve
+    ~600 names a second, so the 3,000 new hosts of a fetch list are resolved within ~5 s of
+    its start (32 threads, one query after the other, took 25 s of a 40 s fetch:
+    scripts/bench_fetch.py --real-web); a name that never answers holds two threads
+    ``dns_timeout_s``. Idle threads cost nothing but their stacks' address space."""
 
     dns_timeout_s: Annotated[float, Float(above=0, max=600)] = 5.0
     """Time allowed for one lookup (its A and AAAA queries, with the resolver's own retries

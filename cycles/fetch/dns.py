@@ -133,40 +133,41 @@ def backoff_s(failures: int, fc: FetchConfig) -> float:
     return min(fc.dns_retry_max_s, fc.dns_retry_s * 2 ** max(0, failures - 1))
 
 
-def _lookup(resolver, name: str, lifetime: float) -> tuple[tuple[str, ...], float | None, str | None, str]:
-    """(addresses, ttl, failure kind, detail) of one name: its A, then its AAAA records."""
+def _query(resolver, name: str, rdtype: str, lifetime: float) -> tuple[tuple[str, ...], float | None, str | None, str]:
+    """(addresses, ttl, failure kind, detail) of one record type of a name."""
     import dns.exception
     import dns.resolver
 
-    addresses: list[str] = []
-    ttls: list[float] = []
-    start = time.monotonic()
-    for rdtype in ("A", "AAAA"):
-        left = lifetime - (time.monotonic() - start)
-        if left <= 0:
-            return tuple(addresses), min(ttls) if ttls else None, None if addresses else "timeout", ""
-        try:
-            answer = resolver.resolve(name, rdtype, search=False, raise_on_no_answer=False, lifetime=left)
-        except dns.resolver.NXDOMAIN:
-            return (), None, "nxdomain", ""
-        except dns.resolver.NoNameservers as exc:
-            if addresses:
-                break  # AAAA failed, A answered: use the A records
-            return (), None, "servfail", str(exc).split(";")[0][:200]
-        except dns.exception.Timeout:
-            if addresses:
-                break
-            return (), None, "timeout", f"none within {lifetime:g}s"
-        except (dns.exception.DNSException, OSError) as exc:  # malformed answer, no route...
-            if addresses:
-                break
-            return (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
-        if answer.rrset is not None:
-            addresses += [r.address for r in answer.rrset]
-            ttls.append(answer.rrset.ttl)
-    if not addresses:
-        return (), None, "no_address", ""
-    return tuple(addresses), min(ttls), None, ""
+    try:
+        answer = resolver.resolve(name, rdtype, search=False, raise_on_no_answer=False, lifetime=lifetime)
+    except dns.resolver.NXDOMAIN:
+        return (), None, "nxdomain", ""
+    except dns.resolver.NoNameservers as exc:
+        return (), None, "servfail", str(exc).split(";")[0][:200]
+    except dns.exception.Timeout:
+        return (), None, "timeout", f"none within {lifetime:g}s"
+    except (dns.exception.DNSException, OSError) as exc:  # malformed answer, no route...
+        return (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+    if answer.rrset is None:
+        return (), None, None, ""
+    return tuple(r.address for r in answer.rrset), float(answer.rrset.ttl), None, ""
+
+
+def combine(a: tuple, aaaa: tuple) -> tuple[tuple[str, ...], float | None, str | None, str]:
+    """One lookup's result from its A and AAAA queries: the addresses of either (A first)
+    with the smaller TTL; else NXDOMAIN if either said so (the name does not exist), else
+    the A query's failure, the AAAA query's, or ``no_address``."""
+    addresses = a[0] + aaaa[0]
+    if addresses:
+        ttls = [q[1] for q in (a, aaaa) if q[0] and q[1] is not None]
+        return addresses, min(ttls) if ttls else None, None, ""
+    for query in (a, aaaa):
+        if query[2] == "nxdomain":
+            return query
+    for query in (a, aaaa):
+        if query[2] is not None:
+            return query
+    return (), None, "no_address", ""
 
 
 class Resolver:
@@ -176,7 +177,8 @@ class Resolver:
         self.fc = fc
         self.stats = stats
         self.answers: dict[str, Answer] = {}
-        self.pending: dict[str, concurrent.futures.Future] = {}
+        self.pending: dict[str, dict] = {}
+        """Names being looked up -> their queries' results so far."""
         self._done: list[tuple[str, Answer]] = []
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -208,13 +210,20 @@ class Resolver:
         return None
 
     def submit(self, host: str) -> None:
-        """Look ``host`` up in the pool (once: a lookup under way is not asked again)."""
+        """Look ``host`` up in the pool (once: a lookup under way is not asked again). Its A
+        and AAAA queries go out together, as getaddrinfo sends them: a lookup takes one
+        round trip to the name server, not two."""
         if host in self.pending:
             return
         if self._pool is None and not self._start_pool():
             return
         self.stats["dns/lookups"] += 1
-        self.pending[host] = self._pool.submit(self._run, host, self.answers.get(host))
+        before = self.answers.get(host)
+        started = time.monotonic()
+        parts: dict[str, tuple] = {}
+        self.pending[host] = parts
+        for rdtype in ("A", "AAAA"):
+            self._pool.submit(self._run, host, rdtype, parts, before, started)
 
     def completed(self) -> list[tuple[str, Answer]]:
         """Lookups finished since the last call (their answers are now in the cache)."""
@@ -262,12 +271,16 @@ class Resolver:
         self._pool = concurrent.futures.ThreadPoolExecutor(self.fc.dns_threads, thread_name_prefix="dns")
         return True
 
-    def _run(self, host: str, before: Answer | None) -> None:
-        started_mono = time.monotonic()
+    def _run(self, host: str, rdtype: str, parts: dict, before: Answer | None, started: float) -> None:
         try:
-            addresses, ttl, error, detail = _lookup(self._resolver, host, self._lifetime)
+            result = _query(self._resolver, host, rdtype, self._lifetime)
         except Exception as exc:  # a resolver bug costs the host a back-off, never the worker
-            addresses, ttl, error, detail = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+            result = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
+        with self._lock:
+            parts[rdtype] = result
+            if len(parts) < 2:
+                return  # the other query's thread finishes the lookup
+        addresses, ttl, error, detail = combine(parts["A"], parts["AAAA"])
         now = time.time()  # a TTL, and a back-off, count from the answer (or the give-up)
         if error is None:
             keep = min(max(ttl or 0.0, self.fc.dns_min_ttl_s), self.fc.dns_cache_s)
@@ -275,6 +288,6 @@ class Resolver:
         else:
             failures = (before.failures if before is not None and before.error else 0) + 1
             answer = Answer((), error, now, now + backoff_s(failures, self.fc), failures, detail)
-        answer.seconds = time.monotonic() - started_mono
+        answer.seconds = time.monotonic() - started
         with self._lock:
             self._done.append((host, answer))
