@@ -91,9 +91,9 @@ def dns_figures(real: RealWeb, t0: float, t1: float) -> dict:
 
 
 def figures(real: RealWeb, name: str, requests: list[dict], t0: float, t1: float, pages: int, cpu_s: float,
-            faults: int) -> dict:
+            faults: int, server_cpu_s: float = float("nan")) -> dict:
     seconds = t1 - t0
-    return {"name": name, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
+    return {"name": name, "server_cpu_s": server_cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
             "cpu_ms_per_page": 1000 * cpu_s / pages if pages else float("nan"),
             "in_flight": in_flight(requests, t0, t1), "requests": len(requests),
             "dns": dns_figures(real, t0, t1), "bad_tls": real.completed_to_bad_tls(requests), "faults": faults}
@@ -114,7 +114,8 @@ def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> Non
         ("DNS: A queries, SERVFAIL name", lambda r: str(r["dns"]["failing"].get("servfail", 0))),
         ("DNS: A queries, silent name", lambda r: str(r["dns"]["failing"].get("timeout", 0))),
         ("requests completed to bad-cert hosts", lambda r: str(r["bad_tls"])),
-        ("politeness faults", lambda r: str(r["faults"])),
+        ("politeness faults (end->start < 1 s)", lambda r: str(r["faults"])),
+        ("test web server CPU-s (shares the cores)", lambda r: f"{r['server_cpu_s']:.1f}"),
     ]
     width = max(len(label) for label, _ in rows)
     names = [r["name"] for r in results]
@@ -175,7 +176,8 @@ def run_fetch(args) -> int:
 
 
 def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) -> dict:
-    from bench_fetch import apply_override, politeness, prepare_store, run_measured, segment_counters, write_toml
+    from bench_fetch import (apply_override, politeness, prepare_store, proc_cpu_s, run_measured, segment_counters,
+                             write_toml)
 
     config = real.crawl_config()
     config.fetch.max_duration_s = args.seconds
@@ -188,6 +190,7 @@ def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) ->
     write_toml(config, config_path)
     print(f"[ours] inject + generate {prep_s:.1f}s; crawl fetch {segment} in the namespace ...", flush=True)
     skip = len(real.web.requests())
+    server0 = proc_cpu_s(real.web.process.pid)
     t0 = time.time()
     m = run_measured(real.prefix + [sys.executable, "-m", "cycles", "--data", str(store.root), "--config",
                                     str(config_path), "fetch", segment],
@@ -201,13 +204,13 @@ def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) ->
     requests = real.web.requests()[skip:]
     pol = politeness(requests)
     result = figures(real, "ours (crawl fetch)", requests, t0, t1, counters.get("fetch/outcome/ok", 0), m["cpu_s"],
-                     len(pol["overlaps"]) + len(pol["gaps"]))
+                     len(pol["overlaps"]) + len(pol["gaps"]), proc_cpu_s(real.web.process.pid) - server0)
     result["counters"] = counters
     return result
 
 
 def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
-    from bench_fetch import politeness, run_measured, zip_longest_all
+    from bench_fetch import politeness, proc_cpu_s, run_measured, zip_longest_all
 
     by_host: dict[str, list[str]] = collections.defaultdict(list)
     for url in seeds:
@@ -217,6 +220,7 @@ def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
     out = work / "scrapy-stats.json"
     print(f"[scrapy] {args.scrapy_seconds:g}s in the namespace ...", flush=True)
     skip = len(real.web.requests())
+    server0 = proc_cpu_s(real.web.process.pid)
     t0 = time.time()
     m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "scrapy_peer.py"), "--urls", str(urls_file),
                                     "--out", str(out), "--seconds", str(args.scrapy_seconds), "--concurrency",
@@ -231,7 +235,7 @@ def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
     requests = real.web.requests()[skip:]
     pol = politeness(requests)
     return figures(real, f"scrapy {summary['scrapy_version']}", requests, t0, t1, summary["pages"], m["cpu_s"],
-                   len(pol["overlaps"]) + len(pol["gaps"]))
+                   len(pol["overlaps"]) + len(pol["gaps"]), proc_cpu_s(real.web.process.pid) - server0)
 
 
 # --- bench_crawl --real-web -------------------------------------------------------------------
@@ -241,6 +245,7 @@ def run_crawl(args) -> int:
     import tempfile
 
     from bench_crawl import host_rules, judge, seed_urls
+    from bench_fetch import proc_cpu_s
 
     work = Path(tempfile.mkdtemp(prefix="bench-crawl-realweb-"))
     loads = [f"start: {uptime()}"]
@@ -260,12 +265,15 @@ def run_crawl(args) -> int:
                     continue
                 (work / name).mkdir()
                 run = _crawl_ours if name == "ours" else _crawl_scrapy
+                server0 = proc_cpu_s(web.process.pid)
                 t0, label, cpu_s = run(real, seeds, args, work / name)
+                server_cpu_s = proc_cpu_s(web.process.pid) - server0
                 time.sleep(0.5)
                 requests = [r for r in web.requests() if t0 <= r["t_start"] < t0 + args.seconds]
                 judged = judge(web, requests, t0, args.seconds, rules, good, 0)
                 faults = sum(judged["faults"].values())
-                result = figures(real, label, requests, t0, t0 + args.seconds, judged["good_pages"], cpu_s, faults)
+                result = figures(real, label, requests, t0, t0 + args.seconds, judged["good_pages"], cpu_s, faults,
+                                 server_cpu_s)
                 print(f"[{name}] {judged['good_pages']} good pages; faults {judged['faults']}", flush=True)
                 results.append(result)
         loads.append(f"end:   {uptime()}")

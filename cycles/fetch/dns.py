@@ -23,7 +23,8 @@ records, which give the TTLs getaddrinfo hides. ``/etc/hosts`` names, IP literal
 ``fetch.resolve`` entries are not looked up here (libcurl handles them as before).
 
 Counted in the partition's stats: ``dns/lookups``, ``dns/failures/<kind>``, ``dns/seconds``
-(time spent in lookups, summed over the threads), ``dns/cached`` (a host whose answer or
+(time the name servers took, the slower of a lookup's two queries, summed over lookups),
+``dns/wait_seconds`` (time lookups waited for a free resolver thread), ``dns/cached`` (a host whose answer or
 back-off came from the host DB or an earlier slot, so no lookup was made).
 """
 
@@ -69,7 +70,9 @@ class Answer:
     """Failed lookups in a row."""
     detail: str = ""
     seconds: float = 0.0
-    """How long the lookup took (0 for one read from the host DB)."""
+    """How long the name server took to answer (0 for an answer read from the host DB)."""
+    waited: float = 0.0
+    """How long the lookup waited for a free resolver thread."""
 
     def fresh(self, now_wall: float) -> bool:
         return now_wall < self.expires
@@ -234,6 +237,7 @@ class Resolver:
             self.answers[host] = answer
             self._unused.add(host)
             self.stats["dns/seconds"] = round(self.stats["dns/seconds"] + answer.seconds, 6)
+            self.stats["dns/wait_seconds"] = round(self.stats["dns/wait_seconds"] + answer.waited, 6)
             if answer.error is not None:
                 self.stats[f"dns/failures/{answer.error}"] += 1
         return done
@@ -272,13 +276,15 @@ class Resolver:
         return True
 
     def _run(self, host: str, rdtype: str, parts: dict, before: Answer | None, started: float) -> None:
+        asked = time.monotonic()
         try:
             result = _query(self._resolver, host, rdtype, self._lifetime)
         except Exception as exc:  # a resolver bug costs the host a back-off, never the worker
             result = (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
         with self._lock:
             parts[rdtype] = result
-            if len(parts) < 2:
+            parts[rdtype + "_s"] = time.monotonic() - asked
+            if len(parts) < 4:
                 return  # the other query's thread finishes the lookup
         addresses, ttl, error, detail = combine(parts["A"], parts["AAAA"])
         now = time.time()  # a TTL, and a back-off, count from the answer (or the give-up)
@@ -288,6 +294,8 @@ class Resolver:
         else:
             failures = (before.failures if before is not None and before.error else 0) + 1
             answer = Answer((), error, now, now + backoff_s(failures, self.fc), failures, detail)
-        answer.seconds = time.monotonic() - started
+        # The name server's time (the slower query), not the wait for a free thread before it.
+        answer.seconds = max(parts["A_s"], parts["AAAA_s"])
+        answer.waited = max(0.0, time.monotonic() - started - answer.seconds)
         with self._lock:
             self._done.append((host, answer))
