@@ -476,7 +476,13 @@ class FetchConfig:
     later cycle."""
 
     max_in_flight: Annotated[int, Int(1, 100_000)] = 256
-    """Transfers in flight in one fetch worker (each to a different host)."""
+    """Transfers in flight in one fetch worker (each to a different host). Sized for the
+    real web: a page takes a round trip or two (100-300 ms; a TLS handshake two more on a
+    new connection), and a host is asked once a second at most, so 1,000 pages/s need
+    about 1,000 x 0.25 s = 250 transfers in flight over the workers (Little's law), from
+    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Measured
+    on the named-host HTTPS test web (scripts/bench_fetch.py --real-web, 2 shared cores):
+    at most ~100 hosts were in flight there, the limit being CPU, not this (docs/real-web-testing.md)."""
 
     processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
