@@ -81,7 +81,7 @@ class Answer:
         """The one-line error of the host's deferred rows, for an operator."""
         until = dt.datetime.fromtimestamp(self.expires, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return (f"dns {self.error}: {_DESCRIBE.get(self.error, self.error)}{': ' + self.detail if self.detail else ''}; "
-                f"lookup {self.failures} in a row failed, next lookup after {until}")
+                f"{self.failures} failed lookup{'s' if self.failures != 1 else ''} in a row, next lookup after {until}")
 
     def host_columns(self) -> dict:
         wall = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc)  # noqa: E731
