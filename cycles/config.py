@@ -523,7 +523,13 @@ class FetchConfig:
     later cycle."""
 
     max_in_flight: Annotated[int, Int(1, 100_000)] = 256
-    """Transfers in flight in one fetch worker (each to a different host)."""
+    """Transfers in flight in one fetch worker (each to a different host). Sized for the
+    real web: a page takes a round trip or two (100-300 ms; a TLS handshake two more on a
+    new connection), and a host is asked once a second at most, so 1,000 pages/s need
+    about 1,000 x 0.25 s = 250 transfers in flight over the workers (Little's law), from
+    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Measured
+    on the named-host HTTPS test web (scripts/bench_fetch.py --real-web, 2 shared cores):
+    at most ~100 hosts were in flight there, the limit being CPU, not this (docs/real-web-testing.md)."""
 
     processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
@@ -696,9 +702,38 @@ class FetchConfig:
     cut to this, so that a host is not lost for good and the time stays a valid timestamp."""
 
     dns_cache_s: Annotated[int, Int(0, DAY_S)] = 3600
-    """How long (seconds) a worker reuses a host name's resolved address (curl's DNS cache;
-    0 resolves before every request). The SSRF guard checks the address actually connected
-    to, so a stale entry cannot reach a blocked network."""
+    """Longest (seconds) a host name's looked-up addresses are used, whatever their TTL says
+    (cycles/fetch/dns.py): the answer is kept in the host DB (``dns_expires_at``), so every
+    partition, segment and ``crawl run`` process reuses it. 0 looks a name up before every request. The SSRF guard checks the address actually connected to, so a stale answer
+    cannot reach a blocked network."""
+
+    dns_min_ttl_s: Annotated[int, Int(0, DAY_S)] = 60
+    """Shortest (seconds) an answer is used, for names with a TTL of a few seconds (load
+    balancers): a host asked every second would otherwise be looked up nearly as often."""
+
+    dns_threads: Annotated[int, Int(2, 1024)] = 128
+    """Resolver threads of one fetch worker (each waits on one query; a lookup's A and AAAA
+    queries run in two at once). Lookups run beside the transfer loop, never in it; a host
+    waits for its own lookup only. At the real web's 10-200 ms a query, 128 threads resolve
+    ~600 names a second, so the 3,000 new hosts of a fetch list are resolved within ~5 s of
+    its start (32 threads, one query after the other, took 25 s of a 40 s fetch:
+    scripts/bench_fetch.py --real-web); a name that never answers holds two threads
+    ``dns_timeout_s``. Idle threads cost nothing but their stacks' address space."""
+
+    dns_timeout_s: Annotated[float, Float(above=0, max=600)] = 5.0
+    """Time allowed for one lookup (its A and AAAA queries, with the resolver's own retries
+    inside it: ``options timeout:`` of /etc/resolv.conf). A name with no answer by then fails
+    with kind ``timeout``."""
+
+    dns_retry_s: Annotated[float, Float(0, DAY_S)] = 600.0
+    """After a failed lookup (NXDOMAIN, SERVFAIL, timeout, no address) the name is not looked
+    up again for this long, doubled with each failure in a row up to ``dns_retry_max_s``:
+    a failing name costs one lookup per back-off period, not one per URL or retry. The
+    host's URLs are deferred meanwhile (error ``dns <kind>: ...``), and the back-off is kept
+    in the host DB across segments (``dns_expires_at``, ``dns_failures``)."""
+
+    dns_retry_max_s: Annotated[float, Float(0, 30 * DAY_S)] = 86400.0
+    """Longest back-off between lookups of a failing name (see ``dns_retry_s``)."""
 
     simhash_main_content: Annotated[bool, Flag()] = True
     """Take a page's near-duplicate fingerprint (cycles.fingerprint.minhash64, the crawl DB's

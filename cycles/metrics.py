@@ -73,6 +73,13 @@ def fetch_errors(counters: Mapping[str, float]) -> dict[str, int]:
     return kinds
 
 
+def dns_failures(counters: Mapping[str, float]) -> dict[str, int]:
+    """Failed lookups by kind; every kind present (0 when none), so a dashboard's series exist."""
+    from cycles.fetch.dns import KINDS
+
+    return {kind: int(counters.get(f"dns/failures/{kind}", 0)) for kind in KINDS}
+
+
 def allowed_requests(delays_s: Iterable[float], elapsed_s: float) -> float:
     """Requests the per-host delays allowed over ``elapsed_s``: ``1 + elapsed / delay`` a host
     (the first request may start at once). A zero delay counts as one millisecond."""
@@ -100,6 +107,10 @@ def fetch_summary(counters: Mapping[str, float], seconds: float) -> dict[str, fl
         "fetch/errors": sum(v for k, v in errors.items() if k != "timeout"),
         **{f"fetch/errors/{k}": v for k, v in errors.items()},
         "fetch/robots_denied": int(counters.get("robots/denied", 0)),
+        # Host name lookups (cycles/fetch/dns.py): made, failed (by kind), time spent in them.
+        "fetch/dns_lookups": int(counters.get("dns/lookups", 0)),
+        "fetch/dns_failures": int(sum(v for k, v in counters.items() if k.startswith("dns/failures/"))),
+        "fetch/dns_seconds": round(float(counters.get("dns/seconds", 0.0)), 3),
         **tls_summary(counters),
     }
     ratio = utilisation(requests, counters.get("fetch/allowed_requests", 0))
@@ -232,6 +243,13 @@ def fetch_families(counters: Mapping[str, float], seconds: float, segment: str |
                                       labels=["code"]), "code", codes),
         _labelled(CounterMetricFamily("crawl_fetch_errors", "Failed fetches by kind (timeout: network errors "
                                       "that were timeouts)", labels=["kind"]), "kind", fetch_errors(counters)),
+        _counter("crawl_fetch_dns_lookups", "Host name lookups made (cycles/fetch/dns.py: one per name per TTL "
+                 "or back-off)", summary["fetch/dns_lookups"]),
+        _labelled(CounterMetricFamily("crawl_fetch_dns_failures", "Host name lookups that failed, by kind "
+                                      "(nxdomain, servfail, timeout, no_address)", labels=["kind"]), "kind",
+                  dns_failures(counters)),
+        _counter("crawl_fetch_dns_seconds", "Seconds spent in host name lookups (summed over the resolver threads)",
+                 summary["fetch/dns_seconds"]),
         _labelled(CounterMetricFamily("crawl_fetch_tls_failures", "Failed TLS handshakes by reason "
                                       "(cycles/fetch/tls.py: expired, name_mismatch, untrusted_issuer, "
                                       "protocol_too_old, handshake_timeout, other)", labels=["reason"]),

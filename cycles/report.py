@@ -171,6 +171,8 @@ def cycle_rows(stats: list[dict], fetched: dict, changes: dict[str, int]) -> lis
                      "seconds": f.get("fetch/seconds"), "pages_per_s": f.get("fetch/pages_per_s"),
                      "requests": f.get("fetch/requests"), "allowed": f.get("fetch/allowed_requests"),
                      "utilisation": f.get("fetch/politeness_utilisation"),
+                     "dns_lookups": f.get("dns/lookups", 0), "dns_seconds": f.get("dns/seconds", 0),
+                     "dns_failures": sum(v for k, v in f.items() if k.startswith("dns/failures/")),
                      "refetches": fetched["refetches"].get(s["segment"], 0),
                      "tls_failures": f.get("fetch/tls_failures", 0), "tls_seconds": f.get("fetch/tls_seconds", 0.0),
                      "tls_handshakes": f.get("fetch/tls_handshakes", 0),
@@ -198,6 +200,9 @@ def summarize(db: dict, fetched: dict, cycles: list[dict], buckets: list[tuple[i
         "tls_failures": sum(c["tls_failures"] for c in cycles),
         "tls_ms_per_handshake": _per_handshake_ms(cycles),
         "db_bytes": sum(b[2] for b in buckets),
+        "dns_lookups": sum(c.get("dns_lookups", 0) for c in cycles),
+        "dns_failures": sum(c.get("dns_failures", 0) for c in cycles),
+        "dns_seconds": round(sum(c.get("dns_seconds", 0) for c in cycles), 3),
     }
 
 
@@ -216,6 +221,8 @@ SUMMARY_LABELS = {
     "tls_failures": "Failed TLS handshakes, all cycles (stats/fetch.json tls/failures/<reason>)",
     "tls_ms_per_handshake": "TLS handshake time, all cycles (ms per new connection)",
     "db_bytes": "Crawl DB size (bytes)",
+    "dns_lookups": "Host name lookups, all cycles", "dns_failures": "Failed host name lookups, all cycles",
+    "dns_seconds": "Time in host name lookups, all cycles (s)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Command line of the test web: ``python -m testweb serve|bench``.
+"""Command line of the test web: ``python -m testweb serve|dns|bench``.
 
 Serve 50 hosts of 20 pages on a free port for ten minutes::
 
@@ -10,6 +10,10 @@ second::
 
     python -m testweb serve --hosts 10 --traps --neardups --changing --clock-rate 3600 \\
         --log /tmp/web.jsonl --ready-file /tmp/web.json
+
+Answer the test web's names over DNS (port 53 of a free 127.53.x.y; testweb/dns.py)::
+
+    python -m testweb dns --zone zone.json --log dns.jsonl --ready-file dns.json
 
 Measure throughput with 30 KB pages::
 
@@ -91,7 +95,43 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--https", type=float, default=0.0, help="share of the hosts on HTTPS (default 0)")
     bench.add_argument("--h2", type=float, default=0.0, help="share of the HTTPS hosts offering HTTP/2 (default 0)")
 
+    dns = sub.add_parser("dns", help="answer the test web's names over DNS (testweb/dns.py)",
+                         description="DNS server on UDP and TCP port 53 of 127.53.x.y (needs root). Example: "
+                         "dns --zone zone.json --log dns.jsonl --ready-file dns.json")
+    dns.add_argument("--zone", required=True, help="zone JSON (testweb.dns.zone_for)")
+    dns.add_argument("--log", required=True, help="query log, one JSON line per query")
+    dns.add_argument("--ready-file", help="JSON written once both sockets listen: address, port, pid")
+    dns.add_argument("--address", help="listen address (default: a free 127.53.x.y)")
+    dns.add_argument("--max-seconds", type=float, default=600.0, help="exit after this long (default 600)")
+
+    real = sub.add_parser("realweb", help="the named-host HTTPS web and a command run inside its namespace",
+                          description="Start the test web (HTTPS, bad-TLS hosts, round trips), its DNS server and "
+                          "a mount namespace whose resolv.conf and CA bundle are the test web's, then run COMMAND "
+                          "there (needs root). Example: realweb --hosts 300 --seeds-file seeds.txt -- "
+                          "crawl --set 'fetch.allowed_networks=[\"127.0.0.0/8\"]' run --seconds 60")
+    real.add_argument("--hosts", type=int, default=300, help="regular hosts (default 300)")
+    real.add_argument("--pages", type=int, default=50, help="pages of the biggest host (long tail; default 50)")
+    real.add_argument("--https", type=float, default=0.9, help="share of HTTPS hosts (default 0.9)")
+    real.add_argument("--rtt-ms", default="20-300", help="round trip range per host, ms (default 20-300)")
+    real.add_argument("--dns-ms", default="10-200", help="DNS answer delay range per name, ms (default 10-200)")
+    real.add_argument("--seeds-file", help="write every host's home page (and the failing names') here")
+    real.add_argument("--max-seconds", type=float, default=3600.0, help="stop the web after this long (default 3600)")
+    real.add_argument("--workdir", help="keep the logs here (requests, DNS queries, TLS handshakes)")
+    real.add_argument("run", nargs=argparse.REMAINDER, metavar="COMMAND", help="command run in the namespace (default: a shell)")
+
     args = parser.parse_args(argv)
+    if args.command == "realweb":
+        return _realweb(args)
+    if args.command == "dns":
+        from testweb.dns import serve_dns
+
+        try:
+            reason = serve_dns(args.zone, args.log, args.ready_file, args.address, max_seconds=args.max_seconds)
+        except (OSError, ValueError) as exc:
+            print(f"testweb dns: {exc}", file=sys.stderr)
+            return 2
+        print(f"testweb dns: stopped: {reason}", file=sys.stderr)
+        return 0
     if args.command == "serve":
         from testweb.server import serve as run
         from testweb.tls import parse_rtt
@@ -119,6 +159,29 @@ def main(argv: list[str] | None = None) -> int:
                        loop=args.loop, https=args.https, h2=args.h2)
     print(json.dumps(result))
     return 0
+
+
+def _realweb(args) -> int:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from testweb.realweb import RealWeb
+    from testweb.tls import parse_rtt
+
+    command = [c for c in args.run if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
+    try:
+        web = RealWeb(args.hosts, https=args.https, rtt_ms=parse_rtt(args.rtt_ms), dns_latency_ms=parse_rtt(args.dns_ms),
+                      workdir=args.workdir, max_seconds=args.max_seconds, pages=args.pages, special=True, tail=True)
+        with web as real:
+            if args.seeds_file:
+                Path(args.seeds_file).write_text("\n".join(real.web.seeds() + real.failing_urls(1)) + "\n")
+            print(f"testweb realweb: {len(real.web.resolve_map())} hosts, DNS {real.dns.address}, logs in "
+                  f"{real.workdir}; running {' '.join(command)} in the namespace", file=sys.stderr)
+            return subprocess.run(real.prefix + command).returncode
+    except (OSError, RuntimeError) as exc:
+        print(f"testweb realweb: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

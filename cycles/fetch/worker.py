@@ -72,6 +72,7 @@ from cycles.fetch.archive import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.discovery import Discovery
+from cycles.fetch.dns import Resolver
 from cycles.fetch.inline import InlineFetches
 from cycles.fetch.newhosts import NewHosts
 from cycles.fetch.redirects import Redirects
@@ -87,6 +88,9 @@ from cycles.store import Store
 from cycles.urls import resolve_location, url_authority, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
+
+DNS_POLL_S = 0.005
+"""While lookups are under way, the loop looks for finished ones this often (seconds)."""
 
 
 def _wall(ts: float) -> dt.datetime:
@@ -180,6 +184,8 @@ class PartitionFetcher:
         self.redirects = Redirects(store, config, self.inline, self.stats)
         self.discovery = Discovery(store, config, self.seg_dir, partition, self.inline, self.stats)
         self.new_hosts = NewHosts(store, self.seg_dir, segment, partition, self.stats)
+        self.dns = Resolver(self.fc, self.stats)
+        """Host name lookups: once per TTL, failures backed off, off the loop (cycles/fetch/dns.py)."""
         self.multi = pycurl.CurlMulti()
         # One DNS cache and TLS session cache for every transfer of this worker. Connections
         # stay in the multi handle's pool (sized by M_MAXCONNECTS below), where libcurl
@@ -294,6 +300,7 @@ class PartitionFetcher:
                    now_wall: float, resumed: bool) -> None:
         """A new slot from the host DB's row: delay, robots.txt copy, spacing and window."""
         slot.delay_s = self.floor_s
+        self.dns.known(slot.host, state)
         self.tls.load(slot.host, state)
         if state is not None:
             if state["crawl_delay_s"]:
@@ -303,6 +310,48 @@ class PartitionFetcher:
         politeness.restore_spacing(slot, state, now_mono, now_wall, resumed, self.fc)
         if slot.robots.rules is None:
             slot.robots.url = robots_url(first_url)
+
+    # --- DNS --------------------------------------------------------------------------
+    def _dns_ready(self, slot: HostSlot, now_wall: float) -> bool:
+        """May the slot's next request start? Yes for a name whose answer stands (or that
+        libcurl resolves: cycles/fetch/dns.py). A name whose failure stands sets the host
+        aside at once (no lookup: its back-off holds); any other name is looked up, and the
+        slot waits off the heap until :meth:`_dns_answered`."""
+        host = slot.host
+        if not self.dns.applies(host):
+            return True
+        answer = self.dns.answer(host, now_wall)
+        if answer is None:
+            self.dns.submit(host)
+            return not self.dns.applies(host)  # the resolver could not start: libcurl resolves
+        if answer.error is None:
+            return True
+        if answer.seconds == 0.0:
+            self.stats["dns/cached_failure"] += 1
+        self._dns_failed(slot, answer)
+        return False
+
+    def _dns_answered(self) -> None:
+        """Lookups that ended: their hosts go back on the heap (or aside, when they failed)."""
+        for host, answer in self.dns.completed():
+            slot = self.frontier.slots.get(host)
+            if slot is None:
+                continue
+            if answer.error is not None:
+                self._dns_failed(slot, answer)
+            else:
+                self.frontier.schedule(slot)
+
+    def _dns_failed(self, slot: HostSlot, answer) -> None:
+        """The name did not resolve: the host's URLs are deferred with the failure's kind
+        (``dns nxdomain: ...``) and robots.txt is not asked; the back-off is the answer's expiry."""
+        slot.robots.url = None
+        if slot.set_aside is None:
+            self._set_aside(slot, answer.reason())
+
+    def _dns_columns(self, host: str) -> dict:
+        answer = self.dns.answers.get(host)
+        return answer.host_columns() if answer is not None else {}
 
     # --- robots -----------------------------------------------------------------------
     def _settle_robots(self, slot: HostSlot, now_wall: float | None = None) -> None:
@@ -604,7 +653,8 @@ class PartitionFetcher:
                      "sitemap": self.fc.sitemap_max_bytes}.get(request.kind, self.fc.max_page_bytes)
         transfer = Transfer(request, self.fc, max_bytes)
         transfer.tls_unverified = self.tls.unverified_for(slot.host)
-        configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
+        configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve)
+                  or self.dns.curl_entries(request.url, url_host(request.url)))
         # A host's address is looked up once a cycle, not every minute (libcurl's default).
         curl.setopt(pycurl.DNS_CACHE_TIMEOUT, self.fc.dns_cache_s)
         self.frontier.started(slot)
@@ -736,18 +786,25 @@ class PartitionFetcher:
             if handed_back and not self.active:
                 self._hand_back()  # what the last responses queued (redirects, discoveries)
                 break
+            self._dns_answered()
             while stopping_at is None and not handed_back and len(self.active) < self.fc.max_in_flight:
                 slot = self.frontier.pop_ready(now)
                 if slot is None:
                     break
+                if not self._dns_ready(slot, time.time()):
+                    continue  # back on the heap when its lookup answers
                 request = self._next_request(slot)
                 if request is not None:
                     self._start(slot, request)
             self._drain()
             wait = self.frontier.seconds_to_next(time.monotonic())
-            if not self.active and wait is None:
+            if not self.active and wait is None and not self.dns.pending:
                 break
             timeout = min(1.0, wait if wait is not None else 1.0)
+            if self.dns.pending:
+                # A lookup's end does not wake select(2): look again soon (a lookup takes
+                # 10-200 ms on the real web; 5 ms of extra wait is within its noise).
+                timeout = min(timeout, DNS_POLL_S)
             if self.active:
                 try:
                     self.multi.select(max(timeout, 0.001))
@@ -798,9 +855,11 @@ class PartitionFetcher:
         rows = [{"host": s.host,
                  "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
                  "not_before": politeness.not_before_wall(s, now_mono, now_wall, self.fc),
-                 "crawl_delay_s": s.delay_s, **s.robots.host_row(), **self.tls.host_row(s.host)}
+                 "crawl_delay_s": s.delay_s, **s.robots.host_row(), **self._dns_columns(s.host),
+                 **self.tls.host_row(s.host)}
                 for s in self.frontier.slots.values()
-                if s.last_request_end_wall is not None or s.robots.fetched_at is not None]
+                if s.last_request_end_wall is not None or s.robots.fetched_at is not None
+                or s.host in self.dns.answers]
         import pyarrow as pa
         table = pa.Table.from_pylist(rows, schema=schema.HOSTS)
         if self.carried_hosts is not None:  # a host's rows are merged by their readers (hostdb.MERGE_SQL)
@@ -808,6 +867,7 @@ class PartitionFetcher:
         self.store.write_table(seg.hosts_file(self.seg_dir, self.partition), table, schema.HOSTS)
 
     def close(self) -> None:
+        self.dns.close()
         for curl in list(self.active):
             self.multi.remove_handle(curl)
         self.output.close()
