@@ -653,6 +653,8 @@ class PartitionFetcher:
                      "sitemap": self.fc.sitemap_max_bytes}.get(request.kind, self.fc.max_page_bytes)
         transfer = Transfer(request, self.fc, max_bytes)
         transfer.tls_unverified = self.tls.unverified_for(slot.host)
+        if transfer.tls_unverified is not None:
+            self.stats["tls/unverified"] += 1  # fetch.tls_archive_anyway: asked without verifying
         configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve)
                   or self.dns.curl_entries(request.url, url_host(request.url)))
         # A host's address is looked up once a cycle, not every minute (libcurl's default).

@@ -124,6 +124,7 @@ def test_archive_anyway_fetches_unverified_and_records_the_failure(web, tmp_path
         assert {r["path"] for r in requests if r["host"] == host and r["scheme"] == "https"} == \
             {"/robots.txt", "/", "/p/0.html"}
     assert result.counters["tls/failures/expired"] == result.counters["tls/failures/protocol_too_old"] == 1
+    assert result.counters["tls/unverified"] == 6  # robots.txt and two pages a host
     records = warc_records(store, segment)
     # The failed handshake is on record, then each exchange fetched unverified says so.
     failed, retried = metadata_of(records, urls[0] + "robots.txt")
