@@ -69,6 +69,11 @@ _NAME = ("no alternative certificate subject name", "subject name does not match
 _ISSUER = ("self-signed certificate", "self signed certificate", "unable to get local issuer",
            "unable to verify the first certificate", "unable to get issuer certificate", "unknown ca",
            "certificate chain", "untrusted", "issuer")
+_TRANSPORT = ("connection reset", "broken pipe", "send failure", "recv failure", "unexpected eof",
+              "connection refused", "network is unreachable")
+"""A 35 whose message names the transport, not TLS: the connection broke during the
+handshake. A network error (retried, then the host set aside after fetch.max_host_failures),
+not a day's TLS back-off for what may be a blip."""
 _OLD = ("unsupported protocol", "alert protocol version", "wrong version number", "no protocols available",
         "version too low", "unknown protocol", "inappropriate fallback")
 
@@ -104,6 +109,8 @@ def classify(errno: int, message: str, https: bool, connect_s: float, appconnect
     if errno == CURLE_SSL_ISSUER_ERROR:
         return UNTRUSTED_ISSUER
     if errno == CURLE_SSL_CONNECT_ERROR:
+        if any(p in text for p in _TRANSPORT):
+            return None
         if any(p in text for p in _OLD):
             return PROTOCOL_TOO_OLD
         if any(p in text for p in _EXPIRED):

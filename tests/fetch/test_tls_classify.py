@@ -25,7 +25,7 @@ CASES = [
      tls.PROTOCOL_TOO_OLD),
     (35, "error:0A000102:SSL routines::unsupported protocol", 0.001, 0, tls.PROTOCOL_TOO_OLD),
     (35, "error:0A00010B:SSL routines::wrong version number", 0.001, 0, tls.PROTOCOL_TOO_OLD),
-    (35, "TLS connect error: error:0A000126:SSL routines::unexpected eof while reading", 0.001, 0, tls.OTHER),
+    (35, "TLS connect error: error:0A000410:SSL routines::sslv3 alert handshake failure", 0.001, 0, tls.OTHER),
     (28, "Connection timed out after 2001 milliseconds", 0.001, 0, tls.HANDSHAKE_TIMEOUT),
     (59, "failed setting cipher list", 0, 0, tls.OTHER),
     (77, "error setting certificate file: /nope.pem", 0, 0, tls.OTHER),
@@ -44,6 +44,12 @@ def test_not_tls_failures():
     assert tls.classify(28, "Operation timed out", True, 0.001, 0.002) is None
     assert tls.classify(7, "Failed to connect", True, 0, 0) is None
     assert tls.classify(6, "Could not resolve host: a.test", True, 0, 0) is None
+    # The connection broke during the handshake: a network error, not a TLS verdict.
+    assert tls.classify(35, "TLS connect error: error:0A000126:SSL routines::unexpected eof while reading",
+                        True, 0.001, 0) is None
+    assert tls.classify(35, "Send failure: Broken pipe", True, 0.001, 0) is None
+    assert tls.classify(35, "OpenSSL SSL_connect: Connection reset by peer in connection to a:443", True,
+                        0.001, 0) is None
     # Plain http has no TLS to fail.
     assert tls.classify(60, "certificate has expired", False, 0.001, 0) is None
 
