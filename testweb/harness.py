@@ -75,7 +75,8 @@ class TestWeb:
     - ``workdir``: where the log, ready file and server stderr go; default a temporary
       folder removed on stop (the log is read into memory first, so :meth:`requests`
       still answers after the ``with`` block);
-    - ``ready_timeout_s``: how long to wait for every socket to listen;
+    - ``ready_timeout_s``: how long to wait for every socket to listen (an HTTPS web makes
+      its hosts' TLS contexts first: ~10 s for 3,000 hosts on a loaded 2-core machine);
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
       to Python code per request, not to the loop;
@@ -95,7 +96,7 @@ class TestWeb:
 
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 0, max_seconds: float = 300.0,
-                 workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
+                 workdir: str | Path | None = None, ready_timeout_s: float = 60.0,
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,

@@ -549,6 +549,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
         ca = tls_web.TestCA.load_or_create(tls_dir or Path(log_path).parent / "tls")
         server.tls = tls_web.TlsFront(web, ca)
         server.tls.server = server
+        server.tls.warm()
         tls_info = {"tls_port": actual_tls_port, "ca_file": str(ca.ca_file.resolve())}
 
     async def main() -> None:
