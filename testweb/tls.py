@@ -368,6 +368,8 @@ class TlsFront:
                 self._context(profile.name, GOOD)
             elif profile.tls:
                 self.context_for(profile)
+        if any(p.h2 for p in self.web.profiles.values()):
+            import testweb.http2  # noqa: F401  (its import took 40 ms of the first h2 request)
 
     def _pick_by_sni(self, sslobj, server_name: str | None, _ctx) -> None:
         """SNI (RFC 6066 §3): the certificate of the host named, if it is a good HTTPS host
