@@ -495,10 +495,12 @@ class FetchConfig:
     (``tls_failure_backoff_s``). Never a fallback to plain http either way (docs/tls.md)."""
 
     tls_failure_backoff_s: Annotated[float, Float(0, 365 * DAY_S)] = 86400.0
-    """How long a host whose TLS handshake failed is left alone (its ``not_before`` in the host
-    DB), doubling with each consecutive TLS failure across cycles, up to
-    ``max_not_before_s``. A day: certificates are renewed on a human time scale, and asking
-    again every cycle would only repeat the handshake."""
+    """How long a host whose certificate or protocol failed (expired, name_mismatch,
+    untrusted_issuer, protocol_too_old) is left alone (its ``not_before`` in the host DB),
+    doubling with each consecutive TLS failure across cycles, up to ``max_not_before_s``. A
+    day: certificates are renewed on a human time scale, and asking again every cycle would only
+    repeat the handshake. A stalled handshake or an unclassified failure, which may pass, starts
+    at 1/24 of it (cycles/fetch/tls.py)."""
 
     timeout_s: Annotated[float, Float(above=0, max=DAY_S)] = 30.0
     """Total time allowed for one transfer, headers and body."""

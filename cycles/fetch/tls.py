@@ -8,7 +8,9 @@
 - The host is backed off as a whole, not URL by URL: the URL requested and every URL queued
   for the host get outcome ``tls_failed`` with the reason, the host is set aside, and its
   ``not_before`` (host DB) moves ``fetch.tls_failure_backoff_s`` ahead, doubling with each
-  consecutive TLS failure across cycles (capped by ``fetch.max_not_before_s``). The host DB
+  consecutive TLS failure across cycles (capped by ``fetch.max_not_before_s``); a
+  ``handshake_timeout`` or ``other`` failure starts at an hour (:data:`TRANSIENT_BACKOFF_FRACTION`),
+  as it may be a passing overload. The host DB
   keeps ``tls_failures`` and ``tls_error`` (``"expired: <libcurl's message>"``) for operators.
 - Each failed exchange gets a WARC ``metadata`` record (``tls-verify: failed``,
   ``tls-failure: <reason>``, the libcurl error) — cycles/fetch/archive.py.
@@ -46,6 +48,15 @@ REASONS = (EXPIRED, NAME_MISMATCH, UNTRUSTED_ISSUER, PROTOCOL_TOO_OLD, HANDSHAKE
 
 ARCHIVABLE = frozenset({EXPIRED, NAME_MISMATCH, UNTRUSTED_ISSUER, PROTOCOL_TOO_OLD})
 """Failures ``fetch.tls_archive_anyway`` fetches through (the others got no server to talk to)."""
+
+VERDICTS = ARCHIVABLE
+"""Failures that say what the server is (its certificate, its protocol): they stay until its
+operator acts, so the host is left alone ``fetch.tls_failure_backoff_s``."""
+
+TRANSIENT_BACKOFF_FRACTION = 1 / 24
+"""A stalled handshake or an unclassified failure may be a passing overload (seen on the test
+web at load 12 with a 2 s connect timeout: 53 good hosts timed out): its back-off starts at
+this fraction of ``fetch.tls_failure_backoff_s`` (an hour of the default day), doubling alike."""
 
 # libcurl error numbers (curl/curl.h).
 CURLE_SSL_CONNECT_ERROR = 35
@@ -206,7 +217,8 @@ class TlsSteps:
         if self.fc.tls_archive_anyway and reason in ARCHIVABLE and record.unverified_for is None:
             record.unverified_for = reason
             return 0.0, True
-        wait = self.fc.tls_failure_backoff_s * 2 ** min(record.failures - 1, 20)
+        base = self.fc.tls_failure_backoff_s * (1.0 if reason in VERDICTS else TRANSIENT_BACKOFF_FRACTION)
+        wait = base * 2 ** min(record.failures - 1, 20)
         return min(wait, self.fc.max_not_before_s), False
 
     def host_row(self, host: str) -> dict:

@@ -91,6 +91,11 @@ def test_backoff_doubles_per_consecutive_failure_and_success_clears():
     config.fetch.tls_archive_anyway = True
     assert tls.TlsSteps(config.fetch, Counter()).failed("c.test", tls.NAME_MISMATCH, "m", now) == (0.0, True)
     assert tls.TlsSteps(config.fetch, Counter()).failed("c.test", tls.HANDSHAKE_TIMEOUT, "m", now)[1] is False
+    # A stalled handshake may be a passing overload: an hour, not a day, doubling likewise.
+    config.fetch.tls_archive_anyway = False
+    steps = tls.TlsSteps(config.fetch, Counter())
+    assert steps.failed("d.test", tls.HANDSHAKE_TIMEOUT, "m", now)[0] == 3600.0
+    assert steps.failed("d.test", tls.HANDSHAKE_TIMEOUT, "m", now)[0] == 7200.0
 
 
 def test_tls_counters_in_fetch_json_and_prometheus(tmp_path):
