@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import ipaddress
 import math
+import os
 import re
 import tomllib
 import typing
@@ -243,6 +244,23 @@ class HostAddresses:
 
 
 @dataclass(frozen=True)
+class OptionalFile:
+    """A path to an existing file, or "" for none."""
+
+    what: str = "a file"
+
+    def allowed(self) -> str:
+        return f'the path of {self.what}, or "" for none'
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or _CONTROL.search(value):
+            raise Invalid(self.allowed())
+        if value and not os.path.isfile(value):
+            raise Invalid(f"{self.allowed()}; {value!r} is not a file")
+        return value
+
+
+@dataclass(frozen=True)
 class Networks:
     """A list of IP networks in CIDR notation ("10.0.0.0/8", "fd00::/8"; a bare address is a /32 or /128)."""
 
@@ -275,7 +293,8 @@ class Choice:
         return value
 
 
-Rule = Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | HostAddresses | Networks | Choice
+Rule = (Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | HostAddresses | Networks | Choice
+        | OptionalFile)
 
 DAY_S = 86400
 MEMORY = Memory()
@@ -451,7 +470,37 @@ class FetchConfig:
     (counted as ``robots/crawl_delay_too_long``) rather than crawl it slower than useful."""
 
     connect_timeout_s: Annotated[float, Float(above=0, max=3600)] = 10.0
-    """TCP (and TLS) connect timeout."""
+    """TCP (and TLS) connect timeout. A TLS handshake still unanswered at this point is the
+    TLS failure ``handshake_timeout`` (cycles/fetch/tls.py)."""
+
+    ca_bundle: Annotated[str, OptionalFile("a PEM file of trusted CA certificates")] = ""
+    """PEM file of the certificate authorities https servers are verified against (libcurl's
+    CAINFO), instead of the system store. Empty (the default): the system store, the bundle
+    libcurl was built with (``/etc/ssl/certs/ca-certificates.crt`` for the pycurl wheel on
+    Debian; it ignores ``SSL_CERT_FILE`` and ``CURL_CA_BUNDLE``). For a private CA or a test
+    web (docs/tls.md). Certificates are always verified (``tls_archive_anyway`` aside)."""
+
+    min_tls_version: Annotated[str, Choice(("1.0", "1.1", "1.2", "1.3"))] = "1.2"
+    """Oldest TLS version offered. 1.2: TLS 1.0 and 1.1 are deprecated (RFC 8996) and
+    OpenSSL 3 refuses them at its default security level anyway; a server that speaks nothing
+    newer fails with ``protocol_too_old``."""
+
+    tls_archive_anyway: Annotated[bool, Flag()] = False
+    """Archive hosts whose certificate does not verify, as archival crawlers do (Heritrix,
+    ``wget --no-check-certificate``): after a failure ``expired``, ``name_mismatch``,
+    ``untrusted_issuer`` or ``protocol_too_old`` the host is fetched without verification
+    (down to TLS 1.0 for the last), and every such exchange's WARC metadata record says
+    ``tls-verify: failed``, the reason, and ``tls-verification: skipped``. Off (the default): a
+    certificate we could not verify never gets a request; the host is backed off
+    (``tls_failure_backoff_s``). Never a fallback to plain http either way (docs/tls.md)."""
+
+    tls_failure_backoff_s: Annotated[float, Float(0, 365 * DAY_S)] = 86400.0
+    """How long a host whose certificate or protocol failed (expired, name_mismatch,
+    untrusted_issuer, protocol_too_old) is left alone (its ``not_before`` in the host DB),
+    doubling with each consecutive TLS failure across cycles, up to ``max_not_before_s``. A
+    day: certificates are renewed on a human time scale, and asking again every cycle would only
+    repeat the handshake. A stalled handshake or an unclassified failure, which may pass, starts
+    at 1/24 of it (cycles/fetch/tls.py)."""
 
     timeout_s: Annotated[float, Float(above=0, max=DAY_S)] = 30.0
     """Total time allowed for one transfer, headers and body."""

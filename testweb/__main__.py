@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                        "until moved through the control address)")
     serve.add_argument("--https", type=float, default=0.0,
                        help="fraction of the regular hosts served over HTTPS (default 0; testweb/tls.py)")
+    serve.add_argument("--h2", type=float, default=0.0,
+                       help="fraction of the HTTPS regular hosts that offer HTTP/2 (ALPN h2; default 0)")
     serve.add_argument("--tls", action="store_true",
                        help="add the TLS hosts: good, expired, wrong-name, self-signed, stall, tls10")
     serve.add_argument("--rtt-ms", default="0",
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--pages", type=int, default=200,
                        help="pages per host; more than fit the 64 MB render cache measure rendering too (default 200)")
     bench.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio")
+    bench.add_argument("--https", type=float, default=0.0, help="share of the hosts on HTTPS (default 0)")
+    bench.add_argument("--h2", type=float, default=0.0, help="share of the HTTPS hosts offering HTTP/2 (default 0)")
 
     dns = sub.add_parser("dns", help="answer the test web's names over DNS (testweb/dns.py)",
                          description="DNS server on UDP and TCP port 53 of 127.53.x.y (needs root). Example: "
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                          clock_start=args.clock_start, clock_rate=args.clock_rate,
                          hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps,
                          tail=args.tail, https=args.https, tls=args.tls,
-                         rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir)
+                         rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir,
+                         h2=args.h2)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = run_bench(page_bytes=args.page_bytes, seconds=args.seconds,
                        connections=args.connections, hosts=args.hosts, pages=args.pages,
-                       loop=args.loop)
+                       loop=args.loop, https=args.https, h2=args.h2)
     print(json.dumps(result))
     return 0
 

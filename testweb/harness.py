@@ -75,14 +75,15 @@ class TestWeb:
     - ``workdir``: where the log, ready file and server stderr go; default a temporary
       folder removed on stop (the log is read into memory first, so :meth:`requests`
       still answers after the ``with`` block);
-    - ``ready_timeout_s``: how long to wait for every socket to listen;
+    - ``ready_timeout_s``: how long to wait for every socket to listen (an HTTPS web makes
+      its hosts' TLS contexts first: ~10 s for 3,000 hosts on a loaded 2-core machine);
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
       to Python code per request, not to the loop;
     - ``traps``, ``neardups``, ``changing``, ``hostile``, ``sitemaps``: add those kinds of hosts (all off by
       default); ``internal_port``: the port of the hostile hosts' internal service
       (:class:`~testweb.hostile.InternalService`);
-    - ``https``, ``tls``, ``rtt_ms``, ``tls_port``, ``tls_dir``: HTTPS hosts, the bad-TLS
+    - ``https``, ``tls``, ``h2``, ``rtt_ms``, ``tls_port``, ``tls_dir``: HTTPS hosts, the bad-TLS
       hosts, per-host round trips, the TLS port (0: a free one) and the test CA's folder
       (default: the workdir's ``tls/``) — :mod:`testweb.tls`; :meth:`ca_file` is the CA to
       trust, :meth:`handshakes` the server's handshake log;
@@ -95,17 +96,17 @@ class TestWeb:
 
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 0, max_seconds: float = 300.0,
-                 workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
+                 workdir: str | Path | None = None, ready_timeout_s: float = 60.0,
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
                  sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
                  rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
-                 tls_dir: str | Path | None = None):
+                 tls_dir: str | Path | None = None, h2: float = 0.0):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
                            hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail,
-                           https=https, tls=tls, rtt_ms=tuple(rtt_ms))
+                           https=https, tls=tls, rtt_ms=tuple(rtt_ms), h2=h2)
         self.requested_tls_port = tls_port
         self.tls_dir = tls_dir
         self.clock_start = clock_start
@@ -157,6 +158,8 @@ class TestWeb:
             cmd += ["--https", repr(float(p["https"]))]
         if p["tls"]:
             cmd.append("--tls")
+        if p["h2"]:
+            cmd += ["--h2", repr(float(p["h2"]))]
         if any(p["rtt_ms"]):
             cmd += ["--rtt-ms", "{:g}-{:g}".format(*p["rtt_ms"])]
         if p["https"] or p["tls"]:
@@ -399,18 +402,19 @@ class TestWeb:
 
 
 def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,
-          pages: int = 200, loop: str = "asyncio") -> dict:
+          pages: int = 200, loop: str = "asyncio", https: float = 0.0, h2: float = 0.0) -> dict:
     """Measure how many pages per second the server answers over keep-alive connections.
 
     A pycurl multi loop keeps ``connections`` transfers in flight, each handle walking the
     pages of one host so its connection is reused. Returns requests/s (wall clock), the
     server's CPU seconds over the run (from /proc) and pages per server CPU second, the
-    figure that says what one core of server gives.
+    figure that says what one core of server gives. ``https``/``h2``: that share of the hosts
+    over TLS (each connection one handshake, then keep-alive) / HTTP/2 (testweb/tls.py).
     """
     import pycurl
 
     with TestWeb(hosts=hosts, pages=pages, page_bytes=page_bytes, special=False,
-                 max_seconds=seconds + 120, loop=loop) as web:
+                 max_seconds=seconds + 120, loop=loop, https=https, h2=h2) as web:
         resolve = web.curl_resolve()
         received = [0]
 
@@ -424,6 +428,8 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             h.setopt(pycurl.RESOLVE, resolve)
             h.setopt(pycurl.WRITEFUNCTION, sink)
             h.setopt(pycurl.USERAGENT, "testweb-bench")
+            if web.ca_file():
+                h.setopt(pycurl.CAINFO, web.ca_file())
             h.host = f"h{c % hosts}.web.test"
             h.k = 0
             handles.append(h)
@@ -468,7 +474,7 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             "requests": done, "errors": errors, "body_bytes": received[0],
             "pages_per_s": round(done / elapsed), "server_cpu_s": round(cpu, 2),
             "pages_per_server_cpu_s": round(done / cpu) if cpu else None,
-            "loop": web.ready.get("loop"),
+            "loop": web.ready.get("loop"), "https": https, "h2": h2,
         }
 
 

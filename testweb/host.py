@@ -35,6 +35,12 @@ class HostProfile:
     rtt_s: float = 0.0
     """Round trip the server waits before each response's first byte (and the TLS handshake)."""
 
+    h2: bool = False
+    """The host offers HTTP/2 (ALPN ``h2``) on its TLS address (testweb/http2.py)."""
+
+    keep_alive: bool = True
+    """False: the server closes the connection after every response (testweb/tls.py)."""
+
     def __init__(self, web: Web, name: str, ip: str):
         self.web = web
         self.name = name

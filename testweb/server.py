@@ -27,7 +27,8 @@ produced it (a test may read it while the server runs):
 - ``clock_t``: the virtual time (``web.VirtualClock``) when the request arrived: the changing
   host served ``Web.version_at(url, clock_t)``;
 - ``scheme``: ``"https"`` on a host's TLS address, else ``"http"`` (``testweb.tls`` doc:
-  HTTPS hosts, their handshake log, round-trip delays).
+  HTTPS hosts, their handshake log, round-trip delays); ``http_version``: ``"1.1"``,
+  ``"1.0"``, or ``"2"`` (testweb/http2.py).
 
 Control address
 ---------------
@@ -267,8 +268,8 @@ class HttpProtocol(asyncio.Protocol):
             self._dispatch(self.pending.popleft())
 
     def _answer(self, request: _Request) -> None:
-        keep = request.keep_alive()
         profile = self.profile
+        keep = request.keep_alive() and (profile is None or profile.keep_alive)
         try:
             if profile is not None and profile.tls and self.scheme == "http":
                 response = tls_web.redirect_response(profile, canonical_target(request.target))
@@ -371,6 +372,7 @@ class HttpProtocol(asyncio.Protocol):
             "client_closed": client_closed,
             "clock_t": request.clock_t,
             "scheme": self.scheme,
+            "http_version": request.version[5:],
         })
 
 
@@ -432,7 +434,7 @@ class TestWebServer:
             self._servers.append(await loop.create_server(
                 lambda: HttpProtocol(self), sock=sock, backlog=LISTEN_BACKLOG))
         if tls_sockets:
-            self.tls.open_log(tls_web.handshake_log_path(self.log_path), loop)
+            self.tls.log = RequestLog(tls_web.handshake_log_path(self.log_path), loop)
             accept = self.tls.acceptor(lambda: HttpProtocol(self))
             for sock in tls_sockets:
                 self._servers.append(await loop.create_server(accept, sock=sock, backlog=LISTEN_BACKLOG))
@@ -514,7 +516,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
           clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
           sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
           rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
-          tls_dir: str | Path | None = None) -> str:
+          tls_dir: str | Path | None = None, h2: float = 0.0) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
@@ -528,7 +530,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
     params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
                   traps=traps, neardups=neardups, changing=changing, hostile=hostile,
                   internal_port=internal_port, sitemaps=sitemaps, tail=tail, https=https, tls=tls,
-                  rtt_ms=tuple(rtt_ms))
+                  rtt_ms=tuple(rtt_ms), h2=h2)
     layout = Web(**params, port=80)
     actual_port, sockets = bind_all(layout.ips() + [CONTROL_IP], port)
     tls_sockets: list[socket.socket] = []
@@ -546,6 +548,8 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
     if tls_sockets:
         ca = tls_web.TestCA.load_or_create(tls_dir or Path(log_path).parent / "tls")
         server.tls = tls_web.TlsFront(web, ca)
+        server.tls.server = server
+        server.tls.warm()
         tls_info = {"tls_port": actual_tls_port, "ca_file": str(ca.ca_file.resolve())}
 
     async def main() -> None:

@@ -5,9 +5,9 @@ Everything TLS lives here; ``server.py``, ``host.py`` and ``web.py`` carry small
 
 API (for tests, the demo, the benchmarks and the namespace runner)
 ------------------------------------------------------------------
-- ``Web(..., https=0.9, tls=True, rtt_ms=(20, 300), tls_port=443)``, ``serve(...)`` and
-  ``TestWeb(...)`` take the same three parameters (``serve --https 0.9 --tls --rtt-ms 20-300
-  --tls-port 0 --tls-dir DIR``):
+- ``Web(..., https=0.9, tls=True, h2=0.5, rtt_ms=(20, 300), tls_port=443)``, ``serve(...)``
+  and ``TestWeb(...)`` take the same parameters (``serve --https 0.9 --tls --h2 0.5
+  --rtt-ms 20-300 --tls-port 0 --tls-dir DIR``):
 
   * ``https``: fraction of the **regular** hosts served over HTTPS (chosen by a hash of the
     name and the seed, so the server and the oracle agree). Special and other optional
@@ -15,7 +15,10 @@ API (for tests, the demo, the benchmarks and the namespace runner)
   * ``tls``: adds the kind ``"tls"`` (address block ``127.0.62.x``), one host per
     :data:`MODES` entry, named ``tls-{mode}.web.test`` with ``_`` written ``-``
     (``tls-good``, ``tls-expired``, ``tls-wrong-name``, ``tls-self-signed``, ``tls-stall``,
-    ``tls-tls10``). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
+    ``tls-tls10``), and ``tls-close`` (good, but ``Connection: close`` after every response:
+    :data:`CLOSING`). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
+  * ``h2``: fraction of the good HTTPS regular hosts that offer HTTP/2 (ALPN ``h2``;
+    testweb/http2.py); the others answer ALPN with ``http/1.1``.
   * ``rtt_ms=(lo, hi)``: each host gets a round trip drawn log-uniformly in ``[lo, hi]``
     ms from its name (:func:`rtt_s`). The server sleeps that long before the first byte of
     every response and, on HTTPS, before answering the ClientHello (there is no netem).
@@ -37,7 +40,7 @@ API (for tests, the demo, the benchmarks and the namespace runner)
   speaking too old a protocol shows as ``UNSUPPORTED_PROTOCOL``; with TLS 1.3 the server's
   side ends before the client checks the certificate, so a refused certificate shows as
   ``ok`` with no request on that ``conn_id``), ``version``,
-  ``session_reused``, ``conn_id`` (the request log's, for a connection that got through;
+  ``session_reused``, ``alpn`` (``"h2"``, ``"http/1.1"`` or null), ``conn_id`` (the request log's, for a connection that got through;
   ``null`` otherwise). A stalled host logs ``{"ok": false, "error": "stalled"}`` at accept:
   the TCP connection was made and is never answered.
 - The request log gains ``scheme`` (``"http"`` or ``"https"``): "no request reached a
@@ -227,29 +230,39 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 # --- the model: which host is HTTPS, and its round trip ------------------------------------
 
+CLOSING = f"tls-close.{DOMAIN}"
+"""A good HTTPS host that closes the connection after every response (``Connection: close``,
+as many old servers do): each request needs a new connection, which resumes the TLS
+session of the last one if the client kept it (``session_reused`` in the handshake log)."""
+
+
 class TlsHost(SmallHost):
     """A host of the ``tls`` kind: three small pages behind a handshake of its mode."""
 
     kind = KIND
 
-    def __init__(self, web: Web, mode: str, ip: str):
-        super().__init__(web, host_name(mode), ip)
+    def __init__(self, web: Web, mode: str, ip: str, name: str | None = None, keep_alive: bool = True):
+        super().__init__(web, name or host_name(mode), ip)
         self.mode = mode
+        self.keep_alive = keep_alive
 
     def build(self):
         return self.tree(3, [])
 
 
 def tls_hosts(web: Web, prefix: str = IP_PREFIX) -> list[TlsHost]:
-    """One host per mode, ``{prefix}{1 + j}`` (the kind's ``{kind}_hosts`` function)."""
-    return [TlsHost(web, mode, f"{prefix}{1 + j}") for j, mode in enumerate(MODES)]
+    """One host per mode, ``{prefix}{1 + j}``, then :data:`CLOSING` (the kind's
+    ``{kind}_hosts`` function)."""
+    hosts = [TlsHost(web, mode, f"{prefix}{1 + j}") for j, mode in enumerate(MODES)]
+    return hosts + [TlsHost(web, GOOD, f"{prefix}{1 + len(MODES)}", CLOSING, keep_alive=False)]
 
 
-def assign(web: Web, https: float, rtt_ms: tuple[float, float]) -> None:
-    """Set each profile's ``tls`` mode (None: plain HTTP) and ``rtt_s``, before any page is
-    built (links read them through :meth:`Web.origin`)."""
-    if not 0.0 <= https <= 1.0:
-        raise ValueError(f"https must be a fraction between 0 and 1, got {https}")
+def assign(web: Web, https: float, rtt_ms: tuple[float, float], h2: float = 0.0) -> None:
+    """Set each profile's ``tls`` mode (None: plain HTTP), ``h2`` and ``rtt_s``, before any
+    page is built (links read them through :meth:`Web.origin`)."""
+    for name, value in (("https", https), ("h2", h2)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a fraction between 0 and 1, got {value}")
     lo, hi = rtt_ms
     if lo < 0 or hi < lo:
         raise ValueError(f"rtt_ms must be 0 <= lo <= hi, got {rtt_ms}")
@@ -258,6 +271,7 @@ def assign(web: Web, https: float, rtt_ms: tuple[float, float]) -> None:
             profile.tls = profile.mode
         elif profile.kind == "regular" and https > 0 and _unit(web.seed, profile.name, 443) < https:
             profile.tls = GOOD
+            profile.h2 = h2 > 0 and _unit(web.seed, profile.name, 2) < h2
         profile.rtt_s = rtt_s(web.seed, profile.name, lo, hi)
 
 
@@ -315,6 +329,12 @@ class TlsFront:
         self.sni_context = self._context(NO_SNI_NAME, GOOD)
         self.sni_context.sni_callback = self._pick_by_sni
         self.log = None
+        self.server = None
+        """The TestWebServer (set by it): HTTP/2 connections log and count through it."""
+        self.stalled: set = set()
+        """Transports of stalled handshakes. A paused transport is referenced by nothing else:
+        garbage-collected, it would close its socket and the client would see a reset (curl
+        35 "Broken pipe") instead of a handshake that never ends."""
 
     def _context(self, name: str, mode: str) -> ssl.SSLContext:
         """A server context presenting the certificate ``mode`` gives ``name`` (cached)."""
@@ -333,8 +353,23 @@ class TlsFront:
             ctx.maximum_version = ssl.TLSVersion.TLSv1
             ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
         ctx.load_cert_chain(path)
+        profile = self.web.profiles.get(name)
+        # ALPN (RFC 7301): a host that offers HTTP/2 lists it first; the others say http/1.1.
+        ctx.set_alpn_protocols(["h2", "http/1.1"] if profile is not None and profile.h2 else ["http/1.1"])
         self._contexts[key] = ctx
         return ctx
+
+    def warm(self) -> None:
+        """Make every HTTPS host's context now, before the server says it is ready: one costs
+        3-5 ms (OpenSSL's load_cert_chain), which made lazily on the first handshake of each of
+        3,000 hosts would hold the event loop for seconds inside a benchmark's window."""
+        for profile in self.web.profiles.values():
+            if profile.tls == GOOD:
+                self._context(profile.name, GOOD)
+            elif profile.tls:
+                self.context_for(profile)
+        if any(p.h2 for p in self.web.profiles.values()):
+            import testweb.http2  # noqa: F401  (its import took 40 ms of the first h2 request)
 
     def _pick_by_sni(self, sslobj, server_name: str | None, _ctx) -> None:
         """SNI (RFC 6066 §3): the certificate of the host named, if it is a good HTTPS host
@@ -357,11 +392,6 @@ class TlsFront:
             ctx.sni_callback = _record_sni
         return ctx
 
-    def open_log(self, path: Path, loop) -> None:
-        from testweb.server import RequestLog
-
-        self.log = RequestLog(path, loop)
-
     def write(self, record: dict) -> None:
         if self.log is not None:
             self.log.write(record)
@@ -372,6 +402,8 @@ class TlsFront:
         return lambda: _Acceptor(self, make_http)
 
     def close(self) -> None:
+        for transport in list(self.stalled):
+            transport.abort()
         if self.log is not None:
             self.log.close()
 
@@ -390,6 +422,32 @@ class _AlertingTLS(sslproto.SSLProtocol):
             except Exception:  # the alert is a courtesy; the failure is reported anyway
                 pass
         super()._on_handshake_complete(handshake_exc)
+
+
+class _ByAlpn(asyncio.Protocol):
+    """The application protocol the handshake chose (ALPN): HTTP/2 (testweb/http2.py) for
+    ``h2``, else the server's HTTP/1.1. Decided in connection_made, which asyncio calls once
+    the handshake is done and before any application data is delivered."""
+
+    def __init__(self, server, make_http: Callable[[], asyncio.Protocol]):
+        self.server = server
+        self.make_http = make_http
+        self.inner: asyncio.Protocol | None = None
+
+    def connection_made(self, transport) -> None:
+        sslobj = transport.get_extra_info("ssl_object")
+        if sslobj is not None and sslobj.selected_alpn_protocol() == "h2":
+            from testweb.http2 import H2Protocol
+
+            self.inner = H2Protocol(self.server)
+        else:
+            self.inner = self.make_http()
+            self.inner.scheme = "https"
+        transport.set_protocol(self.inner)
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc) -> None:  # only if the connection ends before connection_made
+        pass
 
 
 def _record_sni(sslobj, server_name, _ctx) -> None:
@@ -412,15 +470,18 @@ class _Acceptor(asyncio.Protocol):
         profile = self.front.web.by_ip.get(ip)
         record = {"t": time.time(), "ip": ip, "host": profile.name if profile else None,
                   "mode": profile.tls if profile else None, "sni": None, "ok": False, "error": None,
-                  "version": None, "session_reused": None, "conn_id": None}
+                  "version": None, "session_reused": None, "alpn": None, "conn_id": None}
         ctx = self.front.context_for(profile) if profile is not None and profile.tls else None
         if ctx is None:
             record["error"] = "stalled"  # TCP accepted; no ServerHello, ever
             self.front.write(record)
+            self.transport = transport
+            self.front.stalled.add(transport)
             return
         self.task = asyncio.ensure_future(self._handshake(transport, profile, ctx, record))
 
     def connection_lost(self, exc) -> None:
+        self.front.stalled.discard(getattr(self, "transport", None))
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -431,9 +492,8 @@ class _Acceptor(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
-        http = self.make_http()
-        http.scheme = "https"
-        tls = _AlertingTLS(loop, http, ctx, waiter, server_side=True,
+        app = _ByAlpn(self.front.server, self.make_http)
+        tls = _AlertingTLS(loop, app, ctx, waiter, server_side=True,
                                    call_connection_made=True,
                                    ssl_handshake_timeout=SERVER_HANDSHAKE_TIMEOUT_S)
         transport.set_protocol(tls)
@@ -447,8 +507,9 @@ class _Acceptor(asyncio.Protocol):
             record["error"] = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             self.front.write(record)
             return
-        sslobj = http.transport.get_extra_info("ssl_object") if http.transport else None
-        record.update(ok=True, conn_id=getattr(http, "conn_id", None),
+        http = app.inner
+        sslobj = http.transport.get_extra_info("ssl_object") if http is not None and http.transport else None
+        record.update(ok=True, conn_id=getattr(http, "conn_id", None), alpn=sslobj.selected_alpn_protocol() if sslobj else None,
                       sni=getattr(sslobj, "sni", None),
                       version=sslobj.version() if sslobj else None,
                       session_reused=sslobj.session_reused if sslobj else None)

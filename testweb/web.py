@@ -176,7 +176,7 @@ class Web:
                  neardups: bool = False, changing: bool = False, hostile: bool = False,
                  internal_port: int = 0, sitemaps: bool = False, tail: bool = False,
                  https: float = 0.0, tls: bool = False, rtt_ms: tuple[float, float] = (0.0, 0.0),
-                 tls_port: int = 443):
+                 tls_port: int = 443, h2: float = 0.0):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
@@ -201,7 +201,7 @@ class Web:
         self.profiles: dict[str, HostProfile] = {}
         self._kind_names: list[str] = []
         self._build_profiles()
-        tls_web.assign(self, https, tuple(rtt_ms))
+        tls_web.assign(self, https, tuple(rtt_ms), h2)
         self.by_ip = {p.ip: p for p in self.profiles.values()}
         self._by_netloc = {self.origin(name).split("://", 1)[1]: p for name, p in self.profiles.items()}
         self._memo: dict = {}  # oracle answers for the default seeds (links never change)

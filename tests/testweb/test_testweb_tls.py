@@ -142,3 +142,29 @@ def test_keep_alive_and_session_reuse_seen_by_the_server():
         conns = [r["conn_id"] for r in web.requests()]
         assert conns[0] == conns[1] != conns[2]
         assert [h["session_reused"] for h in web.handshakes()] == [False, True]
+
+
+def test_http2_where_the_host_offers_it():
+    model = Web(hosts=200, pages=2, page_bytes=100, special=False, https=0.9, h2=0.5, port=80)
+    https_hosts = [p for p in model.profiles.values() if p.tls]
+    share = sum(p.h2 for p in https_hosts) / len(https_hosts)
+    assert 0.35 < share < 0.65 and not any(p.h2 for p in model.profiles.values() if not p.tls)
+    with TestWeb(hosts=4, pages=3, page_bytes=100_000, special=False, https=1.0, h2=0.5, max_seconds=60) as web:
+        offers = {name: web.web.profiles[f"{name}.web.test"].h2 for name in ("h0", "h1", "h2", "h3")}
+        assert set(offers.values()) == {True, False}
+        for name in offers:
+            c = pycurl.Curl()
+            for target in ("/", "/p/1.html"):  # 100 KB bodies: past the 64 KB initial flow-control window
+                assert _get(web, web.url(name, target), curl=c)[0] == 200
+                assert c.getinfo(pycurl.INFO_HTTP_VERSION) == (pycurl.CURL_HTTP_VERSION_2_0 if offers[name]
+                                                               else pycurl.CURL_HTTP_VERSION_1_1)
+        _wait(lambda: len(web.requests()) >= 8)
+        for r in web.requests():
+            assert r["http_version"] == ("2" if offers[r["host"].split(".")[0]] else "1.1")
+            assert r["status"] == 200 and r["bytes_sent"] > 100_000 and not r["client_closed"]
+        by_host = {}
+        for r in web.requests():
+            by_host.setdefault(r["host"], set()).add(r["conn_id"])
+        assert all(len(ids) == 1 for ids in by_host.values())  # one connection a host, either way
+        assert {h["host"].split(".")[0]: h["alpn"] for h in web.handshakes()} == \
+            {name: "h2" if h2 else "http/1.1" for name, h2 in offers.items()}
