@@ -352,7 +352,7 @@ class TestDNS:
         import sys
         import tempfile
 
-        from testweb.harness import TestWebError, _server_env
+        from testweb.harness import REPO_ROOT, TestWebError
 
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="testdns-"))
@@ -368,7 +368,10 @@ class TestDNS:
         if self.requested_address:
             cmd += ["--address", self.requested_address]
         with open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=_server_env())
+            # testweb is not installed with the product: the repository root on PYTHONPATH.
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                                              os.environ.get("PYTHONPATH")]))}
+            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.ready_path.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -46,7 +46,13 @@ NSCD_SOCKET = Path("/var/run/nscd/socket")
 RESOLVER_OPTIONS = "options timeout:1 attempts:2"
 """resolv.conf options in the namespace: a query unanswered after 1 s is sent once more, so
 a name that never answers (``dns-timeout.web.test``) costs a resolver 2 s, not glibc's
-default 10 s, and tests stay short. dnspython and glibc both read these."""
+default 10 s, and tests stay short. dnspython and glibc both read these. Benchmarks use
+:data:`SYSTEM_RESOLVER_OPTIONS` instead (testweb/realweb.py)."""
+
+SYSTEM_RESOLVER_OPTIONS = "options timeout:5 attempts:2"
+"""glibc's defaults, written out: what a crawler meets on a machine whose resolv.conf sets
+none. On a loaded 2-core machine 1 s was too short for answers of the test web's own
+server (13 of 3,000 good names timed out in scripts/bench_fetch.py --real-web, load 8.6)."""
 
 _SCRIPT = """set -e
 mount --bind "$1" /etc/resolv.conf
@@ -100,8 +106,8 @@ def namespace_available() -> str | None:
     return None
 
 
-def resolv_conf_text(dns_address: str) -> str:
-    return f"# the test web's DNS server (testweb/dns.py)\nnameserver {dns_address}\n{RESOLVER_OPTIONS}\n"
+def resolv_conf_text(dns_address: str, options: str = RESOLVER_OPTIONS) -> str:
+    return f"# the test web's DNS server (testweb/dns.py)\nnameserver {dns_address}\n{options}\n"
 
 
 def ca_bundle_text(ca_pem: str | bytes | None) -> bytes:
@@ -115,7 +121,7 @@ def ca_bundle_text(ca_pem: str | bytes | None) -> bytes:
 
 @contextmanager
 def crawl_namespace(dns_address: str, ca_pem: str | bytes | None = None, names: Iterable[str] = (),
-                    workdir: str | Path | None = None) -> Iterator[list[str]]:
+                    workdir: str | Path | None = None, resolver_options: str = RESOLVER_OPTIONS) -> Iterator[list[str]]:
     """A command prefix that runs its command in a private mount namespace whose resolver
     asks ``dns_address`` and whose system CA bundle also trusts ``ca_pem`` (module doc).
     ``names`` are checked against ``/etc/hosts``. The files live in ``workdir`` (default: a
@@ -128,7 +134,7 @@ def crawl_namespace(dns_address: str, ca_pem: str | bytes | None = None, names: 
     folder = Path(tempfile.mkdtemp(prefix="crawlns-")) if own else Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)
     resolv = folder / "resolv.conf"
-    resolv.write_text(resolv_conf_text(dns_address))
+    resolv.write_text(resolv_conf_text(dns_address, resolver_options))
     bundle = ""
     if ca_pem:
         if not SYSTEM_CA_BUNDLE.exists():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from testweb.dns import FAILING_NAMES, TestDNS, zone_for
 from testweb.harness import TestWeb
-from testweb.namespace import crawl_namespace
+from testweb.namespace import SYSTEM_RESOLVER_OPTIONS, crawl_namespace
 
 
 class RealWeb:
@@ -44,13 +44,16 @@ class RealWeb:
 
     def __init__(self, hosts: int = 300, *, https: float = 0.9, tls: bool = True,
                  rtt_ms: tuple[float, float] = (20.0, 300.0), dns_latency_ms: tuple[float, float] = (10.0, 200.0),
-                 ttl_s: int = 300, workdir: str | Path | None = None, max_seconds: float = 900.0, **web_kw):
+                 ttl_s: int = 300, workdir: str | Path | None = None, max_seconds: float = 900.0,
+                 resolver_options: str = SYSTEM_RESOLVER_OPTIONS, **web_kw):
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="realweb-"))
         self.web = TestWeb(hosts=hosts, https=https, tls=tls, rtt_ms=rtt_ms, max_seconds=max_seconds,
                            workdir=self.workdir / "web", **web_kw)
         self.dns_latency_ms = dns_latency_ms
         self.ttl_s = ttl_s
+        self.resolver_options = resolver_options
+        """resolv.conf ``options`` in the namespace: glibc's defaults (testweb/namespace.py)."""
         self.max_seconds = max_seconds
         self.dns: TestDNS | None = None
         self.prefix: list[str] = []
@@ -66,7 +69,7 @@ class RealWeb:
             ca = self.web.ca_file()
             self.prefix = self._stack.enter_context(crawl_namespace(
                 self.dns.address, ca_pem=Path(ca).read_bytes() if ca else None, names=zone["names"],
-                workdir=self.workdir / "namespace"))
+                workdir=self.workdir / "namespace", resolver_options=self.resolver_options))
         except BaseException:
             self._stack.close()
             raise
