@@ -15,6 +15,13 @@ Answer the test web's names over DNS (port 53 of a free 127.53.x.y; testweb/dns.
 
     python -m testweb dns --zone zone.json --log dns.jsonl --ready-file dns.json
 
+HTTPS on 90 % of the regular hosts (a third of those offering HTTP/2), the bad-TLS hosts and
+round trips of 20-300 ms; the ready file names the TLS port and the test CA (``tls_port``,
+``ca_file``)::
+
+    python -m testweb serve --hosts 50 --https 0.9 --h2 0.3 --tls --rtt-ms 20-300 \\
+        --log /tmp/web.jsonl --ready-file /tmp/web.json
+
 Measure throughput with 30 KB pages::
 
     python -m testweb bench --page-bytes 30000 --seconds 5
