@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import ipaddress
 import math
+import os
 import re
 import tomllib
 import typing
@@ -243,6 +244,23 @@ class HostAddresses:
 
 
 @dataclass(frozen=True)
+class OptionalFile:
+    """A path to an existing file, or "" for none."""
+
+    what: str = "a file"
+
+    def allowed(self) -> str:
+        return f'the path of {self.what}, or "" for none'
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or _CONTROL.search(value):
+            raise Invalid(self.allowed())
+        if value and not os.path.isfile(value):
+            raise Invalid(f"{self.allowed()}; {value!r} is not a file")
+        return value
+
+
+@dataclass(frozen=True)
 class Networks:
     """A list of IP networks in CIDR notation ("10.0.0.0/8", "fd00::/8"; a bare address is a /32 or /128)."""
 
@@ -275,7 +293,8 @@ class Choice:
         return value
 
 
-Rule = Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | HostAddresses | Networks | Choice
+Rule = (Int | Float | Flag | Text | Memory | Strings | Regexes | HostRegexes | HostAddresses | Networks | Choice
+        | OptionalFile)
 
 DAY_S = 86400
 MEMORY = Memory()
@@ -451,7 +470,38 @@ class FetchConfig:
     (counted as ``robots/crawl_delay_too_long``) rather than crawl it slower than useful."""
 
     connect_timeout_s: Annotated[float, Float(above=0, max=3600)] = 10.0
-    """TCP (and TLS) connect timeout."""
+    """TCP (and TLS) connect timeout. A TLS handshake still unanswered at this point is the
+    TLS failure ``handshake_timeout`` (cycles/fetch/tls.py)."""
+
+    ca_bundle: Annotated[str, OptionalFile("a PEM file of trusted CA certificates")] = ""
+    """PEM file of the certificate authorities https servers are verified against (libcurl's
+    CAINFO), instead of the system store. Empty (the default): the system store, the bundle
+    libcurl was built with (``/etc/ssl/certs/ca-certificates.crt`` for the pycurl wheel on
+    Debian; it ignores ``SSL_CERT_FILE`` and ``CURL_CA_BUNDLE``). For a private CA or a test
+    web (docs/tls.md). Certificates are always verified (``tls_archive_anyway`` aside)."""
+
+    min_tls_version: Annotated[str, Choice(("1.0", "1.1", "1.2", "1.3"))] = "1.2"
+    """Oldest TLS version offered. 1.2: TLS 1.0 and 1.1 are deprecated (RFC 8996); a server
+    that speaks nothing newer fails with ``protocol_too_old``. "1.0" or "1.1" also lowers
+    OpenSSL's security level to 0 (``DEFAULT:@SECLEVEL=0``), without which OpenSSL 3 refuses
+    them anyway; certificates are still verified."""
+
+    tls_archive_anyway: Annotated[bool, Flag()] = False
+    """Archive hosts whose certificate does not verify, as archival crawlers do (Heritrix,
+    ``wget --no-check-certificate``): after a failure ``expired``, ``name_mismatch``,
+    ``untrusted_issuer`` or ``protocol_too_old`` the host is fetched without verification
+    (down to TLS 1.0 for the last), and every such exchange's WARC metadata record says
+    ``tls-verify: failed``, the reason, and ``tls-verification: skipped``. Off (the default): a
+    certificate we could not verify never gets a request; the host is backed off
+    (``tls_failure_backoff_s``). Never a fallback to plain http either way (docs/tls.md)."""
+
+    tls_failure_backoff_s: Annotated[float, Float(0, 365 * DAY_S)] = 86400.0
+    """How long a host whose certificate or protocol failed (expired, name_mismatch,
+    untrusted_issuer, protocol_too_old) is left alone (its ``not_before`` in the host DB),
+    doubling with each consecutive TLS failure across cycles, up to ``max_not_before_s``. A
+    day: certificates are renewed on a human time scale, and asking again every cycle would only
+    repeat the handshake. A stalled handshake or an unclassified failure, which may pass, starts
+    at 1/24 of it (cycles/fetch/tls.py)."""
 
     timeout_s: Annotated[float, Float(above=0, max=DAY_S)] = 30.0
     """Total time allowed for one transfer, headers and body."""
@@ -476,7 +526,13 @@ class FetchConfig:
     later cycle."""
 
     max_in_flight: Annotated[int, Int(1, 100_000)] = 256
-    """Transfers in flight in one fetch worker (each to a different host)."""
+    """Transfers in flight in one fetch worker (each to a different host). Sized for the
+    real web: a page takes a round trip or two (100-300 ms; a TLS handshake two more on a
+    new connection), and a host is asked once a second at most, so 1,000 pages/s need
+    about 1,000 x 0.25 s = 250 transfers in flight over the workers (Little's law), from
+    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Measured
+    on the named-host HTTPS test web (scripts/bench_fetch.py --real-web, 2 shared cores):
+    at most ~100 hosts were in flight there, the limit being CPU, not this (docs/real-web-testing.md)."""
 
     processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
@@ -649,9 +705,38 @@ class FetchConfig:
     cut to this, so that a host is not lost for good and the time stays a valid timestamp."""
 
     dns_cache_s: Annotated[int, Int(0, DAY_S)] = 3600
-    """How long (seconds) a worker reuses a host name's resolved address (curl's DNS cache;
-    0 resolves before every request). The SSRF guard checks the address actually connected
-    to, so a stale entry cannot reach a blocked network."""
+    """Longest (seconds) a host name's looked-up addresses are used, whatever their TTL says
+    (cycles/fetch/dns.py): the answer is kept in the host DB (``dns_expires_at``), so every
+    partition, segment and ``crawl run`` process reuses it. 0 looks a name up before every request. The SSRF guard checks the address actually connected to, so a stale answer
+    cannot reach a blocked network."""
+
+    dns_min_ttl_s: Annotated[int, Int(0, DAY_S)] = 60
+    """Shortest (seconds) an answer is used, for names with a TTL of a few seconds (load
+    balancers): a host asked every second would otherwise be looked up nearly as often."""
+
+    dns_threads: Annotated[int, Int(2, 1024)] = 128
+    """Resolver threads of one fetch worker (each waits on one query; a lookup's A and AAAA
+    queries run in two at once). Lookups run beside the transfer loop, never in it; a host
+    waits for its own lookup only. At the real web's 10-200 ms a query, 128 threads resolve
+    ~600 names a second, so the 3,000 new hosts of a fetch list are resolved within ~5 s of
+    its start (32 threads, one query after the other, took 25 s of a 40 s fetch:
+    scripts/bench_fetch.py --real-web); a name that never answers holds two threads
+    ``dns_timeout_s``. Idle threads cost nothing but their stacks' address space."""
+
+    dns_timeout_s: Annotated[float, Float(above=0, max=600)] = 5.0
+    """Time allowed for one lookup (its A and AAAA queries, with the resolver's own retries
+    inside it: ``options timeout:`` of /etc/resolv.conf). A name with no answer by then fails
+    with kind ``timeout``."""
+
+    dns_retry_s: Annotated[float, Float(0, DAY_S)] = 600.0
+    """After a failed lookup (NXDOMAIN, SERVFAIL, timeout, no address) the name is not looked
+    up again for this long, doubled with each failure in a row up to ``dns_retry_max_s``:
+    a failing name costs one lookup per back-off period, not one per URL or retry. The
+    host's URLs are deferred meanwhile (error ``dns <kind>: ...``), and the back-off is kept
+    in the host DB across segments (``dns_expires_at``, ``dns_failures``)."""
+
+    dns_retry_max_s: Annotated[float, Float(0, 30 * DAY_S)] = 86400.0
+    """Longest back-off between lookups of a failing name (see ``dns_retry_s``)."""
 
     simhash_main_content: Annotated[bool, Flag()] = True
     """Take a page's near-duplicate fingerprint (cycles.fingerprint.minhash64, the crawl DB's

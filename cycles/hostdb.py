@@ -116,6 +116,11 @@ HOSTS_COLUMNS = ", ".join(schema.HOSTS.names)
 #   robots_fetched_at
 #   robots_good_status,        all from the row with the newest robots_good_fetched_at
 #   _good_body, _good_fetched_at
+#   dns_checked_at, _expires_at, all from the row with the newest dns_checked_at (wall clock):
+#   _addresses, _error,        the latest lookup's answer or failure, with its expiry or back-off
+#   _failures                  (cycles/fetch/dns.py)
+#   tls_failures, tls_error,   all from the row with the newest tls_checked_at (wall clock;
+#   tls_checked_at             rows without it know nothing of TLS: cycles/fetch/tls.py)
 #
 # Ties (two rows with the same newest time) go to the greatest row, column by column in the
 # order of the struct below (a larger crawl_delay_s first; NULL counts as greatest): an
@@ -126,15 +131,22 @@ MERGE_SQL = """
            latest.robots_status, latest.robots_fetched_at, latest.robots_body, latest.robots_etag,
            latest.robots_last_modified, latest.crawl_delay_s,
            good.robots_good_status, good.robots_good_fetched_at, good.robots_good_body,
-           latest.robots_errors_since
+           latest.robots_errors_since,
+           dns.dns_checked_at, dns.dns_expires_at, dns.dns_addresses, dns.dns_error, dns.dns_failures,
+           tls.tls_failures, tls.tls_error, tls.tls_checked_at
     FROM (
         SELECT host, max(last_request_end) AS last_request_end, max(not_before) AS not_before,
+               max({{'dns_checked_at': dns_checked_at, 'dns_expires_at': dns_expires_at,
+                    'dns_addresses': dns_addresses, 'dns_error': dns_error,
+                    'dns_failures': dns_failures}}) FILTER (WHERE dns_checked_at IS NOT NULL) AS dns,
                max({{'robots_fetched_at': robots_fetched_at, 'crawl_delay_s': crawl_delay_s,
                     'robots_errors_since': robots_errors_since, 'robots_status': robots_status,
                     'robots_etag': robots_etag, 'robots_last_modified': robots_last_modified,
                     'robots_body': robots_body}}) FILTER (WHERE robots_fetched_at IS NOT NULL) AS latest,
                max({{'robots_good_fetched_at': robots_good_fetched_at, 'robots_good_status': robots_good_status,
-                    'robots_good_body': robots_good_body}}) FILTER (WHERE robots_good_fetched_at IS NOT NULL) AS good
+                    'robots_good_body': robots_good_body}}) FILTER (WHERE robots_good_fetched_at IS NOT NULL) AS good,
+               max({{'tls_checked_at': tls_checked_at, 'tls_failures': tls_failures,
+                    'tls_error': tls_error}}) FILTER (WHERE tls_checked_at IS NOT NULL) AS tls
         FROM ({source}) GROUP BY host)
     ORDER BY host"""
 """Host rows of ``source`` (a SQL table expression in schema.HOSTS) merged per host, in

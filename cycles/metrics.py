@@ -41,9 +41,11 @@ from cycles.store import Store
 
 log = logging.getLogger(__name__)
 
-UNANSWERED_OUTCOMES = (FetchOutcome.DEFERRED, FetchOutcome.ROBOTS_DENIED, FetchOutcome.BLOCKED)
+UNANSWERED_OUTCOMES = (FetchOutcome.DEFERRED, FetchOutcome.ROBOTS_DENIED, FetchOutcome.BLOCKED,
+                       FetchOutcome.TLS_FAILED)
 """Outcomes of URLs never requested: not pages (robots.txt or the SSRF guard stopped them, or
-they were left for the next cycle). A *page* is a fetch attempt with any other outcome."""
+they were left for the next cycle, or their host's TLS handshake failed: counted by reason in
+``tls/failures/<reason>``). A *page* is a fetch attempt with any other outcome."""
 
 ERROR_OUTCOMES = (FetchOutcome.SERVER_ERROR, FetchOutcome.NETWORK_ERROR, FetchOutcome.CLIENT_ERROR,
                   FetchOutcome.GONE, FetchOutcome.PARSE_ERROR)
@@ -69,6 +71,13 @@ def fetch_errors(counters: Mapping[str, float]) -> dict[str, int]:
     kinds = {o: int(counters.get(f"fetch/outcome/{o}", 0)) for o in ERROR_OUTCOMES}
     kinds["timeout"] = int(counters.get("fetch/timeout", 0))
     return kinds
+
+
+def dns_failures(counters: Mapping[str, float]) -> dict[str, int]:
+    """Failed lookups by kind; every kind present (0 when none), so a dashboard's series exist."""
+    from cycles.fetch.dns import KINDS
+
+    return {kind: int(counters.get(f"dns/failures/{kind}", 0)) for kind in KINDS}
 
 
 def allowed_requests(delays_s: Iterable[float], elapsed_s: float) -> float:
@@ -98,11 +107,32 @@ def fetch_summary(counters: Mapping[str, float], seconds: float) -> dict[str, fl
         "fetch/errors": sum(v for k, v in errors.items() if k != "timeout"),
         **{f"fetch/errors/{k}": v for k, v in errors.items()},
         "fetch/robots_denied": int(counters.get("robots/denied", 0)),
+        # Host name lookups (cycles/fetch/dns.py): made, failed (by kind), time spent in them.
+        "fetch/dns_lookups": int(counters.get("dns/lookups", 0)),
+        "fetch/dns_failures": int(sum(v for k, v in counters.items() if k.startswith("dns/failures/"))),
+        "fetch/dns_seconds": round(float(counters.get("dns/seconds", 0.0)), 3),
+        **tls_summary(counters),
     }
     ratio = utilisation(requests, counters.get("fetch/allowed_requests", 0))
     if ratio is not None:
         summary["fetch/politeness_utilisation"] = ratio
     return summary
+
+
+def tls_failures(counters: Mapping[str, float]) -> dict[str, int]:
+    """Failed TLS handshakes by reason (cycles/fetch/tls.py REASONS)."""
+    return {k.removeprefix("tls/failures/"): int(v) for k, v in counters.items() if k.startswith("tls/failures/")}
+
+
+def tls_summary(counters: Mapping[str, float]) -> dict[str, float]:
+    """``fetch/tls_failures`` (and by reason), new TLS connections and their handshake time."""
+    failures = tls_failures(counters)
+    handshakes = int(counters.get("tls/handshakes", 0))
+    seconds = float(counters.get("tls/seconds", 0.0))
+    return {"fetch/tls_failures": sum(failures.values()),
+            **{f"fetch/tls_failures/{k}": v for k, v in sorted(failures.items())},
+            "fetch/tls_handshakes": handshakes, "fetch/tls_seconds": round(seconds, 3),
+            "fetch/tls_ms_per_handshake": round(1000 * seconds / handshakes, 1) if handshakes else 0.0}
 
 
 def generate_summary(urls: int, hosts: int, partitions: int, seconds: float) -> dict[str, float]:
@@ -213,6 +243,21 @@ def fetch_families(counters: Mapping[str, float], seconds: float, segment: str |
                                       labels=["code"]), "code", codes),
         _labelled(CounterMetricFamily("crawl_fetch_errors", "Failed fetches by kind (timeout: network errors "
                                       "that were timeouts)", labels=["kind"]), "kind", fetch_errors(counters)),
+        _counter("crawl_fetch_dns_lookups", "Host name lookups made (cycles/fetch/dns.py: one per name per TTL "
+                 "or back-off)", summary["fetch/dns_lookups"]),
+        _labelled(CounterMetricFamily("crawl_fetch_dns_failures", "Host name lookups that failed, by kind "
+                                      "(nxdomain, servfail, timeout, no_address)", labels=["kind"]), "kind",
+                  dns_failures(counters)),
+        _counter("crawl_fetch_dns_seconds", "Seconds spent in host name lookups (summed over the resolver threads)",
+                 summary["fetch/dns_seconds"]),
+        _labelled(CounterMetricFamily("crawl_fetch_tls_failures", "Failed TLS handshakes by reason "
+                                      "(cycles/fetch/tls.py: expired, name_mismatch, untrusted_issuer, "
+                                      "protocol_too_old, handshake_timeout, other)", labels=["reason"]),
+                  "reason", tls_failures(counters)),
+        _counter("crawl_fetch_tls_seconds", "Seconds spent in TLS handshakes (APPCONNECT - CONNECT of each "
+                 "new connection)", float(counters.get("tls/seconds", 0.0))),
+        _counter("crawl_fetch_tls_handshakes", "New TLS connections (handshakes made)",
+                 counters.get("tls/handshakes", 0)),
         _gauge("crawl_fetch_pages_per_second", "Pages over the stage's wall time", summary["fetch/pages_per_s"]),
         _gauge("crawl_fetch_bytes_per_second", "Body bytes over the stage's wall time", summary["fetch/bytes_per_s"]),
         _gauge("crawl_fetch_allowed_requests", "Requests the per-host delays allowed over the wall time",

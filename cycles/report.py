@@ -171,7 +171,11 @@ def cycle_rows(stats: list[dict], fetched: dict, changes: dict[str, int]) -> lis
                      "seconds": f.get("fetch/seconds"), "pages_per_s": f.get("fetch/pages_per_s"),
                      "requests": f.get("fetch/requests"), "allowed": f.get("fetch/allowed_requests"),
                      "utilisation": f.get("fetch/politeness_utilisation"),
+                     "dns_lookups": f.get("dns/lookups", 0), "dns_seconds": f.get("dns/seconds", 0),
+                     "dns_failures": sum(v for k, v in f.items() if k.startswith("dns/failures/")),
                      "refetches": fetched["refetches"].get(s["segment"], 0),
+                     "tls_failures": f.get("fetch/tls_failures", 0), "tls_seconds": f.get("fetch/tls_seconds", 0.0),
+                     "tls_handshakes": f.get("fetch/tls_handshakes", 0),
                      "changes": changes.get(s["segment"], 0)})
     return rows
 
@@ -193,8 +197,18 @@ def summarize(db: dict, fetched: dict, cycles: list[dict], buckets: list[tuple[i
         "politeness_last": last.get("utilisation"),
         "politeness_all": round(sum(c["requests"] for c in measured) / allowed, 4) if allowed else None,
         "top_error_host": worst[0] if worst else None,
+        "tls_failures": sum(c["tls_failures"] for c in cycles),
+        "tls_ms_per_handshake": _per_handshake_ms(cycles),
         "db_bytes": sum(b[2] for b in buckets),
+        "dns_lookups": sum(c.get("dns_lookups", 0) for c in cycles),
+        "dns_failures": sum(c.get("dns_failures", 0) for c in cycles),
+        "dns_seconds": round(sum(c.get("dns_seconds", 0) for c in cycles), 3),
     }
+
+
+def _per_handshake_ms(cycles: list[dict]) -> float | None:
+    handshakes = sum(c["tls_handshakes"] for c in cycles)
+    return round(1000 * sum(c["tls_seconds"] for c in cycles) / handshakes, 1) if handshakes else None
 
 
 SUMMARY_LABELS = {
@@ -204,7 +218,11 @@ SUMMARY_LABELS = {
     "error_share": "Failed share of fetches", "rate_last": "Fetch rate, last cycle (pages/s)",
     "rate_all": "Fetch rate, all cycles (pages/s)", "politeness_last": "Politeness utilisation, last cycle",
     "politeness_all": "Politeness utilisation, all cycles", "top_error_host": "Host with the most failures",
+    "tls_failures": "Failed TLS handshakes, all cycles (stats/fetch.json tls/failures/<reason>)",
+    "tls_ms_per_handshake": "TLS handshake time, all cycles (ms per new connection)",
     "db_bytes": "Crawl DB size (bytes)",
+    "dns_lookups": "Host name lookups, all cycles", "dns_failures": "Failed host name lookups, all cycles",
+    "dns_seconds": "Time in host name lookups, all cycles (s)",
 }
 
 

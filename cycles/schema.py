@@ -89,9 +89,12 @@ class FetchOutcome:
                                      # unavailable, out of time); goes back unfetched
     BLOCKED = "blocked"              # not connected: the address is not public and not in
                                      # fetch.allowed_networks (SSRF guard); no packet sent
+    TLS_FAILED = "tls_failed"        # the host's TLS handshake failed (error: "<reason>: ...",
+                                     # cycles/fetch/tls.py); no HTTP request sent. Every
+                                     # queued URL of the host gets it; the host is backed off
 
     ALL = (OK, NOT_MODIFIED, REDIRECT, GONE, CLIENT_ERROR, SERVER_ERROR, NETWORK_ERROR,
-           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, PARSE_ERROR, DEFERRED, BLOCKED)
+           ROBOTS_DENIED, NOT_HTML, TOO_LARGE, PARSE_ERROR, DEFERRED, BLOCKED, TLS_FAILED)
 
 
 CRAWLDB = _schema("crawldb", [
@@ -241,6 +244,22 @@ HOSTS = _schema("hosts", [
     _field("robots_good_body", pa.binary(), "Body of that last good robots.txt (2xx only)"),
     _field("robots_errors_since", TS, "Start of the current unbroken run of robots.txt errors (5xx, 429, "
            "network error, redirect loop); null when the last answer was not an error"),
+    _field("dns_checked_at", TS, "Wall clock: when the host name was last looked up in DNS by the fetcher "
+           "(cycles/fetch/dns.py); null: never (an IP literal, a fetch.resolve name, or a host written before)"),
+    _field("dns_expires_at", TS, "Wall clock: the lookup's answer is used until then, by every partition and "
+           "segment: its TTL (within fetch.dns_min_ttl_s and fetch.dns_cache_s) or, after a failure, the "
+           "back-off before the name is looked up again"),
+    _field("dns_addresses", pa.string(), "Addresses of the last good answer, comma-separated (A, then AAAA)"),
+    _field("dns_error", pa.string(), "Why the last lookup failed: nxdomain, servfail, timeout or no_address; "
+           "null when it answered addresses"),
+    _field("dns_failures", pa.int16(), "Lookups failed in a row (the back-off doubles with each); 0 after an answer"),
+    _field("tls_failures", pa.int16(), "Consecutive failed TLS handshakes of the host, across cycles (0 once "
+           "one succeeds); each doubles its back-off (fetch.tls_failure_backoff_s, cycles/fetch/tls.py)"),
+    _field("tls_error", pa.string(), "Why the host's last TLS handshake failed, for operators: '<reason>: "
+           "<libcurl message>', reason one of expired, name_mismatch, untrusted_issuer, protocol_too_old, "
+           "handshake_timeout, other; null once a verified handshake succeeded"),
+    _field("tls_checked_at", TS, "Wall clock: when tls_failures and tls_error were set (null: no TLS "
+           "failure known)"),
 ])
 
 PAGES = _schema("pages", [

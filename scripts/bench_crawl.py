@@ -315,7 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("ours", "scrapy"), default=None, help="run one crawler only")
     ap.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a setting of ours")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    from bench_realweb import add_arguments as add_real_web_arguments
+
+    add_real_web_arguments(ap)
     args = ap.parse_args(argv)
+    if args.real_web:  # the named-host HTTPS web, both crawlers in its namespace (scripts/bench_realweb.py)
+        from bench_realweb import run_crawl
+
+        return run_crawl(args)
     if args.large:
         args.pages = max(args.pages, LARGE_PAGES)
 

@@ -745,7 +745,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=int, default=0, metavar="PAGES",
                     help="only the replay: CPU per page of the worker's per-page path, no network (module doc)")
     ap.add_argument("--replay-repeat", type=int, default=3, help="replay passes (default 3)")
+    from bench_realweb import add_arguments as add_real_web_arguments
+
+    add_real_web_arguments(ap)
     args = ap.parse_args(argv)
+    if args.real_web:
+        # The named-host HTTPS web (scripts/bench_realweb.py); its own defaults where none was given:
+        # 3,000 hosts of 13 pages (15 URLs each: ~45,000, the list of issue 28), 60 s each crawler.
+        from bench_realweb import run_fetch
+
+        for name, real_default in (("hosts", 3000), ("pages_per_host", 13), ("seconds", 60.0)):
+            if getattr(args, name) == ap.get_default(name):
+                setattr(args, name, real_default)
+        return run_fetch(args)
     if args.replay > 0:
         work = Path(tempfile.mkdtemp(prefix="bench-fetch-replay-"))
         try:

@@ -121,7 +121,8 @@ class PeerSpider(scrapy.Spider):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--urls", required=True, help="start URLs, one a line")
-    ap.add_argument("--resolve", required=True, help="JSON host name -> loopback IP")
+    ap.add_argument("--resolve", default=None, help="JSON host name -> loopback IP (default: none, Scrapy's own "
+                    "resolver and DNS cache, as in a namespace made by testweb/namespace.py)")
     ap.add_argument("--out", required=True, help="JSON summary written at the end")
     ap.add_argument("--seconds", type=float, default=60.0, help="CLOSESPIDER_TIMEOUT (default 60)")
     ap.add_argument("--pages", type=int, default=0, help="CLOSESPIDER_PAGECOUNT (responses; 0: none)")
@@ -148,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         "TELNETCONSOLE_ENABLED": False,
         "LOG_LEVEL": "INFO",
         "LOG_FILE": args.log,
-        "TWISTED_DNS_RESOLVER": MapResolver,
-        "PEER_RESOLVE": json.loads(Path(args.resolve).read_text()),
-        "DNSCACHE_ENABLED": False,
     }
+    if args.resolve:
+        settings.update({"TWISTED_DNS_RESOLVER": MapResolver, "PEER_RESOLVE": json.loads(Path(args.resolve).read_text()),
+                         "DNSCACHE_ENABLED": False})
     process = CrawlerProcess(settings, install_root_handler=args.log is None)
     crawler = process.create_crawler(PeerSpider)
     started = time.monotonic()

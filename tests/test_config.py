@@ -22,6 +22,7 @@ from cycles.config import (
     Flag,
     Float,
     HostAddresses,
+    OptionalFile,
     HostRegexes,
     Int,
     Memory,
@@ -71,6 +72,8 @@ def bad_values(rule) -> list:
         return ["10.0.0.0/8", ["10.0.0.0/33"], ["x"]]
     if isinstance(rule, Choice):
         return ["not one of them", None]
+    if isinstance(rule, OptionalFile):
+        return [5, None, "/no/such/file.pem", "/etc/\x00"]
     raise AssertionError(f"no bad values known for rule {rule!r}: add them to bad_values()")
 
 

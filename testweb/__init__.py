@@ -21,6 +21,9 @@ import it through pytest's ``pythonpath = ["."]``, scripts through the repositor
   Thai, Korean and Arabic.
 - :mod:`testweb.respond`: server glue (rendering a page, conditional requests, HTTP dates);
   :mod:`testweb.server`: the asyncio HTTP/1.1 server and its JSON-lines request log.
+- :mod:`testweb.tls`: HTTPS (a test CA made at run time, certificates by SNI, hosts with bad
+  TLS, http -> https redirects, per-host round trips; ``https=``, ``tls=True``, ``rtt_ms=``)
+  and :mod:`testweb.http2`: HTTP/2 where a host offers it (``h2=``).
 - :mod:`testweb.harness`: :class:`TestWeb`, which runs the server in a subprocess.
 - ``python -m testweb serve|bench``: the command line.
 

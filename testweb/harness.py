@@ -75,13 +75,18 @@ class TestWeb:
     - ``workdir``: where the log, ready file and server stderr go; default a temporary
       folder removed on stop (the log is read into memory first, so :meth:`requests`
       still answers after the ``with`` block);
-    - ``ready_timeout_s``: how long to wait for every socket to listen;
+    - ``ready_timeout_s``: how long to wait for every socket to listen (an HTTPS web makes
+      its hosts' TLS contexts first: ~10 s for 3,000 hosts on a loaded 2-core machine);
     - ``loop``: ``"asyncio"`` (default), ``"uvloop"`` (must be installed) or ``"auto"``
       (uvloop when installed). uvloop measured within noise of asyncio here: the time goes
       to Python code per request, not to the loop;
     - ``traps``, ``neardups``, ``changing``, ``hostile``, ``sitemaps``: add those kinds of hosts (all off by
       default); ``internal_port``: the port of the hostile hosts' internal service
       (:class:`~testweb.hostile.InternalService`);
+    - ``https``, ``tls``, ``h2``, ``rtt_ms``, ``tls_port``, ``tls_dir``: HTTPS hosts, the bad-TLS
+      hosts, per-host round trips, the TLS port (0: a free one) and the test CA's folder
+      (default: the workdir's ``tls/``) — :mod:`testweb.tls`; :meth:`ca_file` is the CA to
+      trust, :meth:`handshakes` the server's handshake log;
     - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
       2024-01-01) and its speed in virtual seconds per real second (default 0: it moves only
       through :meth:`set_clock`).
@@ -91,14 +96,19 @@ class TestWeb:
 
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 0, max_seconds: float = 300.0,
-                 workdir: str | Path | None = None, ready_timeout_s: float = 30.0,
+                 workdir: str | Path | None = None, ready_timeout_s: float = 60.0,
                  loop: str = "asyncio", traps: bool = False, neardups: bool = False,
                  changing: bool = False, clock_start: float | None = None,
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
-                 sitemaps: bool = False, tail: bool = False):
+                 sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
+                 rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
+                 tls_dir: str | Path | None = None, h2: float = 0.0):
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
-                           hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail)
+                           hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail,
+                           https=https, tls=tls, rtt_ms=tuple(rtt_ms), h2=h2)
+        self.requested_tls_port = tls_port
+        self.tls_dir = tls_dir
         self.clock_start = clock_start
         self.clock_rate = clock_rate
         # Validate here too, so a bad parameter fails in the caller, not in a subprocess.
@@ -111,9 +121,11 @@ class TestWeb:
         self.workdir = Path(workdir) if workdir is not None else None
         self.process: subprocess.Popen | None = None
         self.port = 0
+        self.tls_port = 0
         self.web: Web | None = None
         self.ready: dict = {}
         self._final: list[dict] | None = None
+        self._final_tls: list[dict] | None = None
         self._stderr_final = ""
 
     # Life cycle -------------------------------------------------------------------------
@@ -142,6 +154,18 @@ class TestWeb:
             cmd.append("--tail")
         if p["internal_port"]:
             cmd += ["--internal-port", str(p["internal_port"])]
+        if p["https"]:
+            cmd += ["--https", repr(float(p["https"]))]
+        if p["tls"]:
+            cmd.append("--tls")
+        if p["h2"]:
+            cmd += ["--h2", repr(float(p["h2"]))]
+        if any(p["rtt_ms"]):
+            cmd += ["--rtt-ms", "{:g}-{:g}".format(*p["rtt_ms"])]
+        if p["https"] or p["tls"]:
+            cmd += ["--tls-port", str(self.requested_tls_port)]
+            if self.tls_dir is not None:
+                cmd += ["--tls-dir", str(self.tls_dir)]
         if self.clock_start is not None:
             cmd += ["--clock-start", repr(float(self.clock_start))]
         if self.clock_rate:
@@ -164,7 +188,8 @@ class TestWeb:
             time.sleep(0.02)
         self.ready = json.loads(self.ready_path.read_text())
         self.port = self.ready["port"]
-        self.web = Web(**self.params, port=self.port)
+        self.tls_port = self.ready.get("tls_port", 443)
+        self.web = Web(**self.params, port=self.port, tls_port=self.tls_port)
         self.web.clock.set(t=self.ready["clock"]["t"], rate=self.ready["clock"]["rate"])
         return self
 
@@ -184,6 +209,9 @@ class TestWeb:
         if self._final is None and self.workdir is not None:
             self._stderr_final = self.stderr()
             self._final = self._read_log()
+            from testweb.tls import read_handshakes
+
+            self._final_tls = read_handshakes(self.log_path)
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         return code
@@ -237,11 +265,27 @@ class TestWeb:
         config.fetch.low_speed_time_s = 3
         config.generate.max_urls_per_host = 1000
         config.db.buckets = 4
+        if self.ca_file() is not None and hasattr(config.fetch, "ca_bundle"):
+            config.fetch.ca_bundle = self.ca_file()
         return config
 
+    def ca_file(self) -> str | None:
+        """The test CA's certificate (PEM) when the web has HTTPS hosts, else None."""
+        return self.ready.get("ca_file")
+
+    def handshakes(self) -> list[dict]:
+        """The server's TLS handshake log so far (fields: the :mod:`testweb.tls` doc)."""
+        from testweb.tls import read_handshakes
+
+        if self._final_tls is not None:
+            return list(self._final_tls)
+        return read_handshakes(self.log_path) if self.workdir is not None else []
+
     def curl_resolve(self) -> list[str]:
-        """The resolve map as ``CURLOPT_RESOLVE`` entries (``name:port:address``)."""
-        return [f"{name}:{self.port}:{ip}" for name, ip in self.resolve_map().items()]
+        """The resolve map as ``CURLOPT_RESOLVE`` entries (``name:port:address``), the TLS
+        port's too when the web has HTTPS hosts."""
+        ports = [self.port] + ([self.tls_port] if self.ca_file() else [])
+        return [f"{name}:{port}:{ip}" for name, ip in self.resolve_map().items() for port in ports]
 
     def url(self, host: str, target: str = "/") -> str:
         """Absolute URL of ``target`` on ``host`` (a full name or a short one: ``h3``, ``odd``)."""
@@ -279,7 +323,7 @@ class TestWeb:
             target = canonical_target(r["path"])
             if not robots and target.partition("?")[0] in ("/robots.txt", "/robots-real.txt"):
                 continue
-            out.add(web.url(r["host"], target))
+            out.add(web.origin(r["host"], r.get("scheme", "http")) + target)
         return out
 
     # The oracle -------------------------------------------------------------------------
@@ -358,18 +402,22 @@ class TestWeb:
 
 
 def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,
-          pages: int = 200, loop: str = "asyncio") -> dict:
+          pages: int = 200, loop: str = "asyncio", https: float = 0.0, h2: float = 0.0,
+          reuse: bool = True) -> dict:
     """Measure how many pages per second the server answers over keep-alive connections.
 
     A pycurl multi loop keeps ``connections`` transfers in flight, each handle walking the
     pages of one host so its connection is reused. Returns requests/s (wall clock), the
     server's CPU seconds over the run (from /proc) and pages per server CPU second, the
-    figure that says what one core of server gives.
+    figure that says what one core of server gives. ``https``/``h2``: that share of the hosts
+    over TLS (each connection one handshake, then keep-alive) / HTTP/2 (testweb/tls.py);
+    ``reuse=False``: a new connection (and a full TLS handshake, no session resumption) for
+    every request, which measures what a connection costs the server.
     """
     import pycurl
 
     with TestWeb(hosts=hosts, pages=pages, page_bytes=page_bytes, special=False,
-                 max_seconds=seconds + 120, loop=loop) as web:
+                 max_seconds=seconds + 120, loop=loop, https=https, h2=h2) as web:
         resolve = web.curl_resolve()
         received = [0]
 
@@ -383,6 +431,11 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             h.setopt(pycurl.RESOLVE, resolve)
             h.setopt(pycurl.WRITEFUNCTION, sink)
             h.setopt(pycurl.USERAGENT, "testweb-bench")
+            if web.ca_file():
+                h.setopt(pycurl.CAINFO, web.ca_file())
+            if not reuse:
+                h.setopt(pycurl.FORBID_REUSE, 1)
+                h.setopt(pycurl.SSL_SESSIONID_CACHE, 0)
             h.host = f"h{c % hosts}.web.test"
             h.k = 0
             handles.append(h)
@@ -427,7 +480,8 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             "requests": done, "errors": errors, "body_bytes": received[0],
             "pages_per_s": round(done / elapsed), "server_cpu_s": round(cpu, 2),
             "pages_per_server_cpu_s": round(done / cpu) if cpu else None,
-            "loop": web.ready.get("loop"),
+            "loop": web.ready.get("loop"), "https": https, "h2": h2, "reuse": reuse,
+            "server_cpu_ms_per_request": round(1000 * cpu / done, 3) if done else None,
         }
 
 

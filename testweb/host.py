@@ -29,6 +29,18 @@ class HostProfile:
     has_traps = False
     """Whether :meth:`is_trap` can say yes (lets the oracle skip the call on other hosts)."""
 
+    tls: str | None = None
+    """HTTPS mode (``testweb.tls.MODES``), None for plain HTTP; set by ``testweb.tls.assign``."""
+
+    rtt_s: float = 0.0
+    """Round trip the server waits before each response's first byte (and the TLS handshake)."""
+
+    h2: bool = False
+    """The host offers HTTP/2 (ALPN ``h2``) on its TLS address (testweb/http2.py)."""
+
+    keep_alive: bool = True
+    """False: the server closes the connection after every response (testweb/tls.py)."""
+
     def __init__(self, web: Web, name: str, ip: str):
         self.web = web
         self.name = name

@@ -29,7 +29,7 @@ LAST_MODIFIED_BASE = 1_704_067_200
 validators are the same in every run (a recrawl test can replay them)."""
 
 KIND_IP_PREFIX = {"traps": "127.0.101.", "neardups": "127.0.102.", "changing": "127.0.103.",
-                  "hostile": "127.0.60.", "sitemaps": "127.0.61."}
+                  "hostile": "127.0.60.", "sitemaps": "127.0.61.", "tls": "127.0.62."}
 """Address block of each optional kind of host; host ``j`` of a kind is ``{prefix}{1 + j}``.
 Separate blocks keep a host's address the same whichever other kinds are switched on."""
 

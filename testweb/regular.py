@@ -100,7 +100,7 @@ class RegularHost(HostProfile):
                 name = regular_name(j)
                 origin = web.origin(name)
                 target = f"/p/{m}.html"
-                if r == 1:
+                if r == 1 and origin.split("://", 1)[0] == self.origin.split("://", 1)[0]:
                     href = "//" + origin.split("://", 1)[1] + target  # scheme-relative
                 elif r == 2 and (hr >> 50) % 3 == 0:
                     href = origin.replace(name, name.upper()) + target + "#comments"

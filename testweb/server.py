@@ -25,7 +25,10 @@ produced it (a test may read it while the server runs):
 - ``conn_id``: connection number (same id = the connection was reused);
 - ``client_closed``: the client went away before the response was complete;
 - ``clock_t``: the virtual time (``web.VirtualClock``) when the request arrived: the changing
-  host served ``Web.version_at(url, clock_t)``.
+  host served ``Web.version_at(url, clock_t)``;
+- ``scheme``: ``"https"`` on a host's TLS address, else ``"http"`` (``testweb.tls`` doc:
+  HTTPS hosts, their handshake log, round-trip delays); ``http_version``: ``"1.1"``,
+  ``"1.0"``, or ``"2"`` (testweb/http2.py).
 
 Control address
 ---------------
@@ -52,9 +55,10 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 from testweb.host import HostProfile
-from testweb.model import CONTROL_IP
+from testweb.model import CONTROL_IP, canonical_target
 from testweb.respond import Response, http_date
 from testweb.web import Web
+from testweb import tls as tls_web
 
 MAX_HEAD_BYTES = 64 * 1024
 """A request head longer than this gets 431 and the connection is closed."""
@@ -119,6 +123,9 @@ class _Request:
 
 class HttpProtocol(asyncio.Protocol):
     """One client connection: parse requests, answer them in order, log each."""
+
+    scheme = "http"
+    """``"https"`` once testweb/tls.py handed us a decrypted connection."""
 
     def __init__(self, server: TestWebServer):
         self.server = server
@@ -195,7 +202,7 @@ class HttpProtocol(asyncio.Protocol):
             if self.stream_task is not None or self.pending:
                 self.pending.append(request)
             else:
-                self._answer(request)
+                self._dispatch(request)
 
     # parsing and answering ----------------------------------------------------------
     @staticmethod
@@ -237,11 +244,36 @@ class HttpProtocol(asyncio.Protocol):
         parts.append("\r\n")
         return "".join(parts).encode("latin-1")
 
-    def _answer(self, request: _Request) -> None:
-        keep = request.keep_alive()
-        profile = self.profile
+    def _dispatch(self, request: _Request) -> None:
+        """Answer now, or after the host's round trip (``rtt_s``: no netem here, so the
+        server holds the response's first byte; later requests queue behind it)."""
+        if self.profile is not None and self.profile.rtt_s:
+            self.stream_task = asyncio.ensure_future(self._after_rtt(request))
+        else:
+            self._answer(request)
+
+    async def _after_rtt(self, request: _Request) -> None:
         try:
-            if profile is None and self.ip == CONTROL_IP:
+            await asyncio.sleep(self.profile.rtt_s)
+        except asyncio.CancelledError:
+            return
+        self.stream_task = None
+        if self.closed:
+            return
+        self._answer(request)
+        self._answer_pending()
+
+    def _answer_pending(self) -> None:
+        while self.pending and self.stream_task is None and not self.closing:
+            self._dispatch(self.pending.popleft())
+
+    def _answer(self, request: _Request) -> None:
+        profile = self.profile
+        keep = request.keep_alive() and (profile is None or profile.keep_alive)
+        try:
+            if profile is not None and profile.tls and self.scheme == "http":
+                response = tls_web.redirect_response(profile, canonical_target(request.target))
+            elif profile is None and self.ip == CONTROL_IP:
                 response = self.server.control(request.target)
             elif profile is None:
                 response = Response(421, [("Content-Type", "text/plain")], b"No host here\n")
@@ -318,8 +350,7 @@ class HttpProtocol(asyncio.Protocol):
             self.closing = True
             transport.close()
             return
-        while self.pending and self.stream_task is None and not self.closing:
-            self._answer(self.pending.popleft())
+        self._answer_pending()
 
     def _log(self, request: _Request, status: int, nbytes: int, t_end: float,
              client_closed: bool) -> None:
@@ -340,6 +371,8 @@ class HttpProtocol(asyncio.Protocol):
             "conn_id": self.conn_id,
             "client_closed": client_closed,
             "clock_t": request.clock_t,
+            "scheme": self.scheme,
+            "http_version": request.version[5:],
         })
 
 
@@ -359,6 +392,8 @@ class TestWebServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._stopped: asyncio.Event | None = None
         self.stop_reason = ""
+        self.tls: tls_web.TlsFront | None = None
+        """HTTPS (testweb/tls.py), when the web has HTTPS hosts."""
 
     def new_connection(self, protocol: HttpProtocol) -> int:
         self.connections.add(protocol)
@@ -391,13 +426,18 @@ class TestWebServer:
             self._date = http_date(now)
         return self._date
 
-    async def start(self, sockets: list[socket.socket]) -> None:
+    async def start(self, sockets: list[socket.socket], tls_sockets: list[socket.socket] = ()) -> None:
         loop = asyncio.get_running_loop()
         self.log = RequestLog(self.log_path, loop)
         self._stopped = asyncio.Event()
         for sock in sockets:
             self._servers.append(await loop.create_server(
                 lambda: HttpProtocol(self), sock=sock, backlog=LISTEN_BACKLOG))
+        if tls_sockets:
+            self.tls.log = RequestLog(tls_web.handshake_log_path(self.log_path), loop)
+            accept = self.tls.acceptor(lambda: HttpProtocol(self))
+            for sock in tls_sockets:
+                self._servers.append(await loop.create_server(accept, sock=sock, backlog=LISTEN_BACKLOG))
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
@@ -424,6 +464,8 @@ class TestWebServer:
         # Let cancelled streams write their log lines before the log closes.
         await asyncio.sleep(0.05)
         self.log.close()
+        if self.tls is not None:
+            self.tls.close()
 
 
 def bind_all(ips: list[str], port: int) -> tuple[int, list[socket.socket]]:
@@ -472,35 +514,52 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
           max_seconds: float = 600.0, loop: str = "asyncio", traps: bool = False,
           neardups: bool = False, changing: bool = False, clock_start: float | None = None,
           clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
-          sitemaps: bool = False, tail: bool = False) -> str:
+          sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
+          rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
+          tls_dir: str | Path | None = None, h2: float = 0.0) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
     address), the parameters and ``pid``) is written, atomically, only once every socket
     listens. ``clock_start`` and ``clock_rate`` set the virtual clock (:mod:`testweb.web` doc).
+    With HTTPS hosts (``https``, ``tls``: :mod:`testweb.tls`) it also has ``tls_port`` and
+    ``ca_file`` (the test CA, made in ``tls_dir``, default ``tls/`` beside the log).
     """
     if max_seconds <= 0:
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")
     params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
                   traps=traps, neardups=neardups, changing=changing, hostile=hostile,
-                  internal_port=internal_port, sitemaps=sitemaps, tail=tail)
+                  internal_port=internal_port, sitemaps=sitemaps, tail=tail, https=https, tls=tls,
+                  rtt_ms=tuple(rtt_ms), h2=h2)
     layout = Web(**params, port=80)
     actual_port, sockets = bind_all(layout.ips() + [CONTROL_IP], port)
-    web = Web(**params, port=actual_port)
+    tls_sockets: list[socket.socket] = []
+    actual_tls_port = tls_port or 443
+    if layout.https_ips():
+        actual_tls_port, tls_sockets = bind_all(layout.https_ips(), tls_port)
+    web = Web(**params, port=actual_port, tls_port=actual_tls_port)
     web.clock.set(t=clock_start, rate=clock_rate)
     web.warm()
     loop_name = use_fast_loop() if loop in ("auto", "uvloop") else "asyncio"
     if loop == "uvloop" and loop_name != "uvloop":
         raise RuntimeError("--loop uvloop asked for, but uvloop is not installed (pip install uvloop)")
     server = TestWebServer(web, log_path, max_seconds)
+    tls_info = {}
+    if tls_sockets:
+        ca = tls_web.TestCA.load_or_create(tls_dir or Path(log_path).parent / "tls")
+        server.tls = tls_web.TlsFront(web, ca)
+        server.tls.server = server
+        server.tls.warm()
+        tls_info = {"tls_port": actual_tls_port, "ca_file": str(ca.ca_file.resolve())}
 
     async def main() -> None:
-        await server.start(sockets)
+        await server.start(sockets, tls_sockets)
         if ready_file is not None:
             _write_atomic(Path(ready_file), json.dumps({
                 "port": actual_port, "resolve": web.resolve_map(), "seeds": web.seeds(),
                 "control": f"{CONTROL_IP}:{actual_port}", **params,
                 "clock": web.clock.state(), "pid": os.getpid(), "loop": loop_name,
+                **tls_info,
             }))
         await server.wait_stopped()
 

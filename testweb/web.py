@@ -67,6 +67,9 @@ Shape of the web
   * **Sitemaps** (``sitemaps.py``, ``127.0.61.x``, ``sitemaps=True``): robots.txt ``Sitemap:``
     lines, a sitemap index, gzip and text sitemaps with lastmod, and hostile ones (a gzip
     bomb, 10 million entries made lazily, cross-host URLs, malformed XML, an index loop).
+  * **HTTPS** (``tls.py``, ``https=0.9``, ``tls=True``, ``rtt_ms=(20, 300)``): a fraction of
+    the regular hosts on HTTPS at ``tls_port``, hosts with bad certificates and handshakes
+    (``127.0.62.x``), http -> https redirects and per-host round trips: the ``testweb.tls`` doc.
   * **Hostile** (``hostile.py``, ``127.0.60.x``, ``hostile=True, internal_port=P``): robots.txt
     files that must not grant access (oversized, UTF-16 mark on 8-bit text, gzip that is
     not), a 429 host, an endless chunked body, header floods, a drip, and links and a
@@ -117,6 +120,7 @@ from testweb.regular import RegularHost
 from testweb.respond import PageCache
 from testweb.special import special_hosts
 from testweb.traps import trap_hosts
+from testweb import tls as tls_web
 
 
 class VirtualClock:
@@ -170,7 +174,9 @@ class Web:
     def __init__(self, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000,
                  special: bool = True, seed: int = 0, port: int = 80, traps: bool = False,
                  neardups: bool = False, changing: bool = False, hostile: bool = False,
-                 internal_port: int = 0, sitemaps: bool = False, tail: bool = False):
+                 internal_port: int = 0, sitemaps: bool = False, tail: bool = False,
+                 https: float = 0.0, tls: bool = False, rtt_ms: tuple[float, float] = (0.0, 0.0),
+                 tls_port: int = 443, h2: float = 0.0):
         if hosts < 0 or pages < 1 or page_bytes < 0:
             raise ValueError(f"need hosts >= 0, pages >= 1, page_bytes >= 0; got hosts={hosts}, "
                              f"pages={pages}, page_bytes={page_bytes}")
@@ -184,7 +190,9 @@ class Web:
         self.special = special
         self.seed = seed
         self.port = port
-        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing, hostile, sitemaps)) if on)
+        self.kinds = frozenset(k for k, on in zip(KINDS, (traps, neardups, changing, hostile, sitemaps, tls)) if on)
+        self.tls_port = tls_port
+        """Port of every HTTPS host's TLS address (testweb/tls.py)."""
         self.internal_port = internal_port
         """Port of the hostile hosts' internal service on 127.0.0.1 (hostile.py)."""
         self._extra_resolve: dict[str, str] = {}
@@ -193,8 +201,9 @@ class Web:
         self.profiles: dict[str, HostProfile] = {}
         self._kind_names: list[str] = []
         self._build_profiles()
+        tls_web.assign(self, https, tuple(rtt_ms), h2)
         self.by_ip = {p.ip: p for p in self.profiles.values()}
-        self._by_netloc = {self.origin(name)[7:]: p for name, p in self.profiles.items()}
+        self._by_netloc = {self.origin(name).split("://", 1)[1]: p for name, p in self.profiles.items()}
         self._memo: dict = {}  # oracle answers for the default seeds (links never change)
 
     def _build_profiles(self) -> None:
@@ -215,6 +224,8 @@ class Web:
             self._extra_resolve.update(extra_resolve())
         if "sitemaps" in self.kinds:
             self._add_kind(sitemap_hosts(self, KIND_IP_PREFIX["sitemaps"]))
+        if "tls" in self.kinds:
+            self._add_kind(tls_web.tls_hosts(self, KIND_IP_PREFIX["tls"]))
 
     def _add_kind(self, profiles: list[HostProfile]) -> None:
         for p in profiles:
@@ -237,7 +248,14 @@ class Web:
         return max(2, min(self.pages, round(self.pages / (1 + index) ** 0.8)))
 
     # Addresses -------------------------------------------------------------------------
-    def origin(self, name: str) -> str:
+    def origin(self, name: str, scheme: str | None = None) -> str:
+        """``http://name[:port]``, or ``https://name[:tls_port]`` for an HTTPS host (or
+        the scheme asked for: an HTTPS host's plain address redirects to https)."""
+        profile = self.profiles.get(name)
+        if scheme is None:
+            scheme = "https" if profile is not None and profile.tls else "http"
+        if scheme == "https":
+            return tls_web.https_origin(name, self.tls_port)
         return f"http://{name}" if self.port == 80 else f"http://{name}:{self.port}"
 
     def url(self, name: str, target: str = "/") -> str:
@@ -266,23 +284,34 @@ class Web:
     def ips(self) -> list[str]:
         return [p.ip for p in self.profiles.values()]
 
+    def https_ips(self) -> list[str]:
+        """Addresses of the HTTPS hosts: they listen on ``tls_port`` too."""
+        return [p.ip for p in self.profiles.values() if p.tls]
+
     # Answers ---------------------------------------------------------------------------
     def split(self, url: str) -> tuple[HostProfile | None, str]:
         """(profile, canonical target) of an absolute URL; the profile is None off the web."""
-        if url.startswith("http://"):
+        https = url.startswith("https://")
+        if https or url.startswith("http://"):
             # Fast path for the model's own URLs, already canonical (the oracle walks
             # hundreds of thousands of them).
-            rest = url[7:]
+            rest = url[8:] if https else url[7:]
             slash = rest.find("/")
             if slash > 0:
                 profile = self._by_netloc.get(rest[:slash])
                 target = rest[slash:]
-                if profile is not None and target.isascii() and "%" not in target and "#" not in target:
+                if (profile is not None and bool(profile.tls) == https and target.isascii()
+                        and "%" not in target and "#" not in target):
                     return profile, target
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
-        port = parts.port or 80
-        profile = self.profiles.get(host) if port == self.port and parts.scheme == "http" else None
+        profile = self.profiles.get(host)
+        if profile is not None and profile.tls:
+            # An HTTPS host's plain-HTTP URL is a redirect, not one of its pages.
+            served = parts.scheme == "https" and (parts.port or 443) == self.tls_port
+        else:
+            served = parts.scheme == "http" and (parts.port or 80) == self.port
+        profile = profile if served else None
         target = canonical_target((parts.path or "/") + ("?" + parts.query if parts.query else ""))
         return profile, target
 

@@ -16,6 +16,11 @@ not HTML, too large           ``response`` with what was read (often headers onl
                               ``WARC-Truncated`` (``length``; ``unspecified`` for not-HTML)
 cut by a network error        ``response`` with ``WARC-Truncated: time`` / ``disconnect``
 no answer (network error)     ``metadata`` only
+failed TLS handshake          ``metadata`` only, with ``tls-verify: failed``, ``tls-failure``
+                              (the reason) and ``tls-error`` (libcurl's): cycles/fetch/tls.py
+fetched unverified            as above, and the metadata record (written even with
+  (fetch.tls_archive_anyway)  ``warc.archive = "html"``) says ``tls-verify: failed``, the
+                              reason and ``tls-verification: skipped``
 ============================  ==================================================================
 
 The ``metadata`` record (``application/warc-fields``, ``warc.metadata_records``) names the
@@ -44,6 +49,7 @@ from importlib import metadata as _metadata
 from cycles.config import Config, WarcConfig
 from cycles.fetch.output import (PartitionOutput, _http_record, _make_warc_id, payload_label, request_head,
                                  response_head, sha1_label)
+from cycles.fetch.tls import metadata_fields
 from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, Transfer
 
 PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -149,7 +155,7 @@ class Archive:
         request = _http_record("request", _make_warc_id(), url, common + [("WARC-Concurrent-To", record_id)],
                                request_head(request_line, request_headers), b"")
         records = [(record_type, record), ("request", request)]
-        if self.wc.metadata_records and self.all:
+        if self.wc.metadata_records and (self.all or transfer.tls_unverified is not None):
             records.append(("metadata", self._metadata(url, date, record_id, outcome, error, status, transfer)))
         (offset, length), *_ = self._write(*records)
         return self._location(offset, length)
@@ -205,6 +211,10 @@ class Archive:
                                   for name, value in transfer.headers_list())
         if error:
             fields += "error: " + error.replace("\r", " ").replace("\n", " ") + "\r\n"
+        if transfer.tls_failure is not None:
+            fields += metadata_fields("failed", *transfer.tls_failure, skipped=False)
+        elif transfer.tls_unverified is not None:
+            fields += metadata_fields("failed", *transfer.tls_unverified, skipped=True)
         block = fields.encode("utf-8")
         concurrent = f"WARC-Concurrent-To: {concurrent_to}\r\n" if concurrent_to else ""
         head = (f"WARC/1.1\r\nWARC-Type: metadata\r\nWARC-Record-ID: {_make_warc_id()}\r\n"

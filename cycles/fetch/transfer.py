@@ -29,6 +29,7 @@ import pycurl
 from cycles.config import FetchConfig
 from cycles.fetch.addresses import is_allowed, parse_networks
 from cycles.fetch.parse import sniff_html
+from cycles.fetch import tls
 
 # Why a transfer was aborted by us (libcurl then reports CURLE_WRITE_ERROR).
 ABORT_TOO_LARGE = "too_large"
@@ -76,6 +77,11 @@ class Transfer:
         """The address connected to (libcurl's PRIMARY_IP), set when the transfer ends."""
         self.error: int | None = None
         """libcurl's error number when the transfer failed, set when it ends."""
+        self.tls_failure: tuple[str, str] | None = None
+        """(reason, libcurl error) when the TLS handshake failed (cycles/fetch/tls.py)."""
+        self.tls_unverified: tuple[str, str] | None = None
+        """(reason, error) of the verification failure this archive-anyway transfer goes
+        through unverified (``fetch.tls_archive_anyway``); None: verified as always."""
         self._checked_type = False
         self._by_name: dict[bytes, bytes] | None = None
         """Lower-case name -> value of the last header line with that name, built on the
@@ -256,6 +262,8 @@ def configure(curl: pycurl.Curl, transfer: Transfer, config: FetchConfig, resolv
     curl.setopt(pycurl.LOW_SPEED_LIMIT, int(config.low_speed_bytes_per_s))
     curl.setopt(pycurl.LOW_SPEED_TIME, int(config.low_speed_time_s))
     curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    # Verify certificates, fetch.min_tls_version at least (cycles/fetch/tls.py).
+    tls.configure(curl, config, transfer.tls_unverified[0] if transfer.tls_unverified else None)
     # The SSRF guard: every connection's address is checked before it is made.
     curl.setopt(pycurl.OPENSOCKETFUNCTION, transfer.on_open_socket)
     curl.setopt(pycurl.HEADERFUNCTION, transfer.on_header)

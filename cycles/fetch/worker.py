@@ -13,6 +13,8 @@ partition's stats:
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
 - cycles/fetch/discovery.py: which new links are fetched in the same cycle;
 - cycles/fetch/transfer.py: one request's libcurl options, limits and body;
+- cycles/fetch/tls.py: certificate verification, TLS failures (classified, the host backed
+  off, recorded in the host DB and the WARC), archive-anyway;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
 - cycles/fetch/archive.py: which WARC records each exchange gets (every one by default);
 - cycles/fetch/partition.py: the runner around this loop (lock, resume, stats, stop signals).
@@ -70,6 +72,7 @@ from cycles.fetch.archive import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.discovery import Discovery
+from cycles.fetch.dns import Resolver
 from cycles.fetch.inline import InlineFetches
 from cycles.fetch.newhosts import NewHosts
 from cycles.fetch.redirects import Redirects
@@ -77,6 +80,7 @@ from cycles.fetch.resumed_hosts import carried_host_rows
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
 from cycles.fetch.sitemaps import SitemapSteps
+from cycles.fetch.tls import TlsSteps, describe as describe_tls
 from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, FIXED_HEADERS, Request, Transfer, configure,
                                    decoded_body, resolve_entries)
 from cycles.schema import FetchOutcome as O
@@ -84,6 +88,9 @@ from cycles.store import Store
 from cycles.urls import resolve_location, url_authority, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
+
+DNS_POLL_S = 0.005
+"""While lookups are under way, the loop looks for finished ones this often (seconds)."""
 
 
 def _wall(ts: float) -> dt.datetime:
@@ -168,6 +175,7 @@ class PartitionFetcher:
         self.stats: Counter = Counter()
         self.robots = RobotsSteps(self.fc, self.stats, clock.offset_s(), self.floor_s)
         self.sitemaps = SitemapSteps(self.fc, self.stats)
+        self.tls = TlsSteps(self.fc, self.stats)
         # Hosts sharing a server share its spacing when generate.partition_by says so.
         self.frontier = Frontier(None if config.generate.partition_by == "host"
                                  else functools.partial(slot_key, config=config))
@@ -176,6 +184,8 @@ class PartitionFetcher:
         self.redirects = Redirects(store, config, self.inline, self.stats)
         self.discovery = Discovery(store, config, self.seg_dir, partition, self.inline, self.stats)
         self.new_hosts = NewHosts(store, self.seg_dir, segment, partition, self.stats)
+        self.dns = Resolver(self.fc, self.stats)
+        """Host name lookups: once per TTL, failures backed off, off the loop (cycles/fetch/dns.py)."""
         self.multi = pycurl.CurlMulti()
         # One DNS cache and TLS session cache for every transfer of this worker. Connections
         # stay in the multi handle's pool (sized by M_MAXCONNECTS below), where libcurl
@@ -290,6 +300,8 @@ class PartitionFetcher:
                    now_wall: float, resumed: bool) -> None:
         """A new slot from the host DB's row: delay, robots.txt copy, spacing and window."""
         slot.delay_s = self.floor_s
+        self.dns.known(slot.host, state)
+        self.tls.load(slot.host, state)
         if state is not None:
             if state["crawl_delay_s"]:
                 slot.delay_s = max(self.floor_s, float(state["crawl_delay_s"]))
@@ -299,17 +311,97 @@ class PartitionFetcher:
         if slot.robots.rules is None:
             slot.robots.url = robots_url(first_url)
 
+    # --- DNS --------------------------------------------------------------------------
+    def _dns_ready(self, slot: HostSlot, now_wall: float) -> bool:
+        """May the slot's next request start? Yes for a name whose answer stands (or that
+        libcurl resolves: cycles/fetch/dns.py). A name whose failure stands sets the host
+        aside at once (no lookup: its back-off holds); any other name is looked up, and the
+        slot waits off the heap until :meth:`_dns_answered`."""
+        host = slot.host
+        if not self.dns.applies(host):
+            return True
+        answer = self.dns.answer(host, now_wall)
+        if answer is None:
+            self.dns.submit(host)
+            return not self.dns.applies(host)  # the resolver could not start: libcurl resolves
+        if answer.error is None:
+            return True
+        if answer.seconds == 0.0:
+            self.stats["dns/cached_failure"] += 1
+        self._dns_failed(slot, answer)
+        return False
+
+    def _dns_answered(self) -> None:
+        """Lookups that ended: their hosts go back on the heap (or aside, when they failed)."""
+        for host, answer in self.dns.completed():
+            slot = self.frontier.slots.get(host)
+            if slot is None:
+                continue
+            if answer.error is not None:
+                self._dns_failed(slot, answer)
+            else:
+                self.frontier.schedule(slot)
+
+    def _dns_failed(self, slot: HostSlot, answer) -> None:
+        """The name did not resolve: the host's URLs are deferred with the failure's kind
+        (``dns nxdomain: ...``) and robots.txt is not asked; the back-off is the answer's expiry."""
+        slot.robots.url = None
+        if slot.set_aside is None:
+            self._set_aside(slot, answer.reason())
+
+    def _dns_columns(self, host: str) -> dict:
+        answer = self.dns.answers.get(host)
+        return answer.host_columns() if answer is not None else {}
+
     # --- robots -----------------------------------------------------------------------
     def _settle_robots(self, slot: HostSlot, now_wall: float | None = None) -> None:
         reason = self.robots.settle(slot, now_wall)
         if reason is not None:
             self._set_aside(slot, reason)
 
+    def _finish_tls_failure(self, slot: HostSlot, transfer: Transfer, reason: str, error: tuple[int, str]) -> None:
+        """The TLS handshake failed (cycles/fetch/tls.py): the exchange's WARC metadata record,
+        then either the host fetched unverified (``fetch.tls_archive_anyway``; the request is
+        asked again) or the whole host backed off: the URL asked and every queued one get
+        ``tls_failed``, the host is set aside and its ``not_before`` moves ahead. Never a
+        retry over plain http."""
+        message = f"curl {error[0]}: {error[1]}"
+        transfer.tls_failure = (reason, message)
+        wait, unverified = self.tls.failed(slot.host, reason, message, _wall(time.time()))
+        text = "TLS " + describe_tls(reason, message)
+        request, item = transfer.request, transfer.request.item
+        started = started_iso(transfer)
+        if request.kind == "robots":
+            self.archive.robots(transfer, transfer.ip, self._request_line(transfer),
+                                self._request_headers(transfer), started, text)
+        elif request.kind == "sitemap":
+            self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer),
+                                 self._request_headers(transfer), started, text)
+        elif unverified:  # the page is asked again; its failed exchange is archived all the same
+            self.archive.page(transfer, transfer.ip, self._request_line(transfer),
+                              self._request_headers(transfer), started, O.TLS_FAILED, text)
+        if unverified:
+            # Archive anyway: robots.txt stays pending (asked again), a page goes back first.
+            if request.kind == "page":
+                slot.queue.appendleft(item)
+            return
+        if request.kind == "page":
+            common = dict(fetched_at=_wall(transfer.started_wall + clock.offset_s()),
+                          duration_ms=int(transfer.duration_s * 1000), body_bytes=0)
+            self._fetched(transfer, O.TLS_FAILED, [], error=text, **common)
+        slot.next_allowed = max(slot.next_allowed, transfer.ended + wait)
+        slot.robots.url = None
+        reason_text = f"{text}; host backed off {wait:.0f} s"
+        slot.set_aside = reason_text
+        self.stats["fetch/hosts_set_aside"] += 1
+        while slot.queue:
+            self.output.add(self._row(slot.queue.popleft(), O.TLS_FAILED, error=reason_text), [])
+
     def _finish_robots(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
         if error is not None and transfer.blocked_address:
             self._robots_blocked(slot, transfer)
             return
-        self.archive.robots(transfer, transfer.ip, self._request_line(transfer.request.url),
+        self.archive.robots(transfer, transfer.ip, self._request_line(transfer),
                             self._request_headers(transfer), started_iso(transfer),
                             f"curl {error[0]}: {error[1]}" if error is not None else None)
         if self.robots.read_response(slot.robots, transfer, error):
@@ -328,7 +420,7 @@ class PartitionFetcher:
             self.stats["fetch/blocked_address"] += 1
             return
         message = f"curl {error[0]}: {error[1]}" if error is not None else None
-        self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer.request.url),
+        self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer),
                              self._request_headers(transfer), started_iso(transfer), message)
         status = transfer.status_code()
         if error is not None and transfer.abort != ABORT_TRUNCATED:  # truncated at the cap: read its start
@@ -410,7 +502,7 @@ class PartitionFetcher:
     def _fetched(self, transfer: Transfer, outcome: str, links: list[dict], **values) -> None:
         """The row of a page that was requested, its exchange archived first (its WARC location
         goes into the row; cycles/fetch/archive.py)."""
-        location = self.archive.page(transfer, transfer.ip, self._request_line(transfer.request.url),
+        location = self.archive.page(transfer, transfer.ip, self._request_line(transfer),
                                      self._request_headers(transfer), started_iso(transfer), outcome,
                                      values.get("error"))
         self.output.add(self._row(transfer.request.item, outcome, **values, **location), links)
@@ -534,9 +626,12 @@ class PartitionFetcher:
         self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,
                       simhash=page.simhash, canonical=page.canonical, noindex=page.noindex, **common)
 
-    def _request_line(self, url: str) -> str:
-        parts = urlsplit(url)
-        return f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1"
+    def _request_line(self, transfer: Transfer) -> str:
+        """The WARC request record's request line, in the HTTP version the answer came in
+        (libcurl negotiates HTTP/2 by ALPN where a server offers it)."""
+        parts = urlsplit(transfer.request.url)
+        version = "HTTP/2" if transfer.status_line.startswith(b"HTTP/2") else "HTTP/1.1"
+        return f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} {version}"
 
     def _request_headers(self, transfer: Transfer) -> list[tuple[str, str]]:
         headers = [("Host", urlsplit(transfer.request.url).netloc), ("User-Agent", self.fc.user_agent),
@@ -557,7 +652,11 @@ class PartitionFetcher:
         max_bytes = {"robots": self.fc.max_robots_bytes,
                      "sitemap": self.fc.sitemap_max_bytes}.get(request.kind, self.fc.max_page_bytes)
         transfer = Transfer(request, self.fc, max_bytes)
-        configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve))
+        transfer.tls_unverified = self.tls.unverified_for(slot.host)
+        if transfer.tls_unverified is not None:
+            self.stats["tls/unverified"] += 1  # fetch.tls_archive_anyway: asked without verifying
+        configure(curl, transfer, self.fc, resolve_entries(request.url, self.fc.resolve)
+                  or self.dns.curl_entries(request.url, url_host(request.url)))
         # A host's address is looked up once a cycle, not every minute (libcurl's default).
         curl.setopt(pycurl.DNS_CACHE_TIMEOUT, self.fc.dns_cache_s)
         self.frontier.started(slot)
@@ -576,7 +675,12 @@ class PartitionFetcher:
         transfer.error = error[0] if error is not None else None
         slot.in_flight = False
         slot.last_request_end_wall = ended_wall
-        if transfer.request.kind == "robots":
+        tls_reason = self.tls.observe(curl, transfer.request.url, error)
+        if error is None and transfer.request.url[:6].lower() == "https:":
+            self.tls.succeeded(slot.host, transfer.tls_unverified is not None, _wall(ended_wall))
+        if tls_reason is not None and not transfer.blocked_address:
+            self._finish_tls_failure(slot, transfer, tls_reason, error)
+        elif transfer.request.kind == "robots":
             self._finish_robots(slot, transfer, error)
         elif transfer.request.kind == "sitemap":
             self._finish_sitemap(slot, transfer, error)
@@ -684,18 +788,25 @@ class PartitionFetcher:
             if handed_back and not self.active:
                 self._hand_back()  # what the last responses queued (redirects, discoveries)
                 break
+            self._dns_answered()
             while stopping_at is None and not handed_back and len(self.active) < self.fc.max_in_flight:
                 slot = self.frontier.pop_ready(now)
                 if slot is None:
                     break
+                if not self._dns_ready(slot, time.time()):
+                    continue  # back on the heap when its lookup answers
                 request = self._next_request(slot)
                 if request is not None:
                     self._start(slot, request)
             self._drain()
             wait = self.frontier.seconds_to_next(time.monotonic())
-            if not self.active and wait is None:
+            if not self.active and wait is None and not self.dns.pending:
                 break
             timeout = min(1.0, wait if wait is not None else 1.0)
+            if self.dns.pending:
+                # A lookup's end does not wake select(2): look again soon (a lookup takes
+                # 10-200 ms on the real web; 5 ms of extra wait is within its noise).
+                timeout = min(timeout, DNS_POLL_S)
             if self.active:
                 try:
                     self.multi.select(max(timeout, 0.001))
@@ -746,9 +857,11 @@ class PartitionFetcher:
         rows = [{"host": s.host,
                  "last_request_end": _wall(s.last_request_end_wall) if s.last_request_end_wall else None,
                  "not_before": politeness.not_before_wall(s, now_mono, now_wall, self.fc),
-                 "crawl_delay_s": s.delay_s, **s.robots.host_row()}
+                 "crawl_delay_s": s.delay_s, **s.robots.host_row(), **self._dns_columns(s.host),
+                 **self.tls.host_row(s.host)}
                 for s in self.frontier.slots.values()
-                if s.last_request_end_wall is not None or s.robots.fetched_at is not None]
+                if s.last_request_end_wall is not None or s.robots.fetched_at is not None
+                or s.host in self.dns.answers]
         import pyarrow as pa
         table = pa.Table.from_pylist(rows, schema=schema.HOSTS)
         if self.carried_hosts is not None:  # a host's rows are merged by their readers (hostdb.MERGE_SQL)
@@ -756,6 +869,7 @@ class PartitionFetcher:
         self.store.write_table(seg.hosts_file(self.seg_dir, self.partition), table, schema.HOSTS)
 
     def close(self) -> None:
+        self.dns.close()
         for curl in list(self.active):
             self.multi.remove_handle(curl)
         self.output.close()

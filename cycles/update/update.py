@@ -85,7 +85,7 @@ def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
       gone, client_error → gone, refetched after update.gone_interval_s
       robots_denied → robots_denied, looked at again after the default interval
       not_html, too_large → skipped, refetched after update.max_interval_s
-      server_error, network_error, parse_error → error with retries + 1, exponential
+      server_error, network_error, parse_error, tls_failed → error with retries + 1, exponential
                       retry; after update.max_retries in a row → dead (dead letter)
       blocked       → blocked (address not public: SSRF guard), looked at again after
                       update.gone_interval_s; not a failure (no retries, never dead)
@@ -94,7 +94,7 @@ def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
       a result older than the row's last_fetched → unchanged (counted as update/stale_result)
     """
     u, S = config.update, schema.DbStatus
-    fail = "f.outcome IN ('server_error', 'network_error', 'parse_error')"
+    fail = "f.outcome IN ('server_error', 'network_error', 'parse_error', 'tls_failed')"
     ok = "f.outcome = 'ok'"
     seen_ok, changed = SEEN_SQL, CHANGED_SQL
     interval = schedule_for(config, multiplier_s).interval_sql(seen_ok, changed)
