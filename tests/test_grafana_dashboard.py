@@ -89,9 +89,9 @@ def test_every_queried_metric_is_written_by_a_real_two_cycle_crawl(two_cycles):
     assert {p.name for p in folder.glob("*.prom")} >= {"crawl_generate.prom", "crawl_fetch.prom",
                                                        "crawl_update.prom", "crawl_crawldb.prom"}
     assert missing(panels(), samples) == {}
-    # Positive control: a panel querying a metric this branch does not write is caught.
-    other = {"title": "DNS failures", "targets": [{"expr": "sum by (kind) (rate(crawl_fetch_dns_failures_total[5m]))"}]}
-    assert missing([other], samples) == {"DNS failures": {"crawl_fetch_dns_failures_total"}}
+    # Positive control: a panel querying a metric the crawl does not write (a misspelt one) is caught.
+    other = {"title": "DNS failure", "targets": [{"expr": "sum by (kind) (rate(crawl_fetch_dns_failure_total[5m]))"}]}
+    assert missing([other], samples) == {"DNS failure": {"crawl_fetch_dns_failure_total"}}
 
 
 @pytest.mark.web

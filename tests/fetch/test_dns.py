@@ -26,7 +26,7 @@ from testweb.dns import FAILING_NAMES, TestDNS, idn_name, zone_for
 from testweb.harness import REPO_ROOT, TestWeb
 from testweb.hostile import InternalService
 from testweb.namespace import crawl_namespace, namespace_available
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.fetching import make_segment
 
 pytestmark = [pytest.mark.web,
               pytest.mark.skipif(namespace_available() is not None, reason=str(namespace_available()))]

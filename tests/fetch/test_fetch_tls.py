@@ -21,7 +21,7 @@ from cycles.hostdb import load_host_state
 from cycles.store import Store
 from testweb import tls as tls_web
 from testweb.harness import TestWeb
-from tests.fetch.test_fetch_support import assert_polite, fast_config, fetch, results
+from tests.support.fetching import assert_polite, fast_config, fetch, results
 
 pytestmark = pytest.mark.web
 
@@ -245,7 +245,7 @@ def test_the_tls_failure_survives_update_and_the_next_cycle_asks_nothing(web, tm
     state = load_host_state(store, {bad})[bad]
     assert state["tls_error"].startswith("untrusted_issuer: curl 60: ") and state["tls_failures"] == 1
     # Due again (as if its retry time had come): the host's not_before keeps it out.
-    from tests.fetch.test_fetch_support import make_all_due
+    from tests.support.fetching import make_all_due
 
     make_all_due(store)
     shakes_before = len(web.handshakes())

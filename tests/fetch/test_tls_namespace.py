@@ -19,7 +19,7 @@ from testweb import tls as tls_web
 from testweb.harness import REPO_ROOT
 from testweb.namespace import namespace_available
 from testweb.realweb import RealWeb
-from tests.fetch.test_fetch_support import make_segment
+from tests.support.fetching import make_segment
 
 pytestmark = [pytest.mark.web,
               pytest.mark.skipif(namespace_available() is not None, reason=str(namespace_available()))]
