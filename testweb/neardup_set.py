@@ -309,6 +309,7 @@ def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, st
             "content_hash": pa.array([content_hash(texts[u]) if fetched else None for u in urls], pa.string()),
             "simhash": pa.array([prints[u] if fetched else None for u in urls], pa.uint64()),
             "score": [score] * len(urls), "first_seen": pa.array([int(not fetched)] * len(urls), pa.timestamp("us")),
+            "first_fetched": pa.array([0 if fetched else None] * len(urls), pa.timestamp("us")),
             "status": [status] * len(urls), "duplicate_of": pa.array([None] * len(urls), pa.string())})
 
     random_rows = pa.table({
@@ -316,6 +317,7 @@ def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, st
         "content_hash": [f"{i:032x}" for i in range(stored)],
         "simhash": pa.array([rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
         "score": [1.0] * stored, "first_seen": pa.array([0] * stored, pa.timestamp("us")),
+        "first_fetched": pa.array([0] * stored, pa.timestamp("us")),
         "status": ["fetched"] * stored, "duplicate_of": pa.array([None] * stored, pa.string())})
     crawl_db = pa.concat_tables([rows(firsts, 1.0, "fetched", True), random_rows,
                                  rows(seconds, 0.5, "unfetched", False)])
