@@ -255,7 +255,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     con.register("exact_marks", exact)
     near = find_near_duplicates(con, sources, u)
     counters["dedup/near"] += near.num_rows
-    marks = pa.concat_tables([exact, near.cast(exact.schema)])
+    marks = flatten_marks(con, pa.concat_tables([exact, near.cast(exact.schema)]))
 
     con.register("marks", marks)
     per_host = con.sql(f"""
@@ -276,6 +276,27 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     con.unregister("known_mirrors")
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors,
                        per_host=per_host_counts(marks))
+
+
+def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int = 16) -> pa.Table:
+    """Marks whose canonical is itself marked point at that page's canonical instead, so
+    that every copy names the page kept (an exact group's canonical may be a near copy of
+    a page earlier in :data:`CANONICAL_ORDER`: its exact copies then name that page). The
+    kind stays ``duplicate`` only when every step was exact. Each mark points at a page
+    strictly earlier in one total order, so chains end; they are short (two steps here)."""
+    con.register("flat_in", marks)
+    con.execute("CREATE OR REPLACE TEMP TABLE flat AS SELECT * FROM flat_in")
+    con.unregister("flat_in")
+    for _ in range(rounds):
+        changed = con.execute(f"""UPDATE flat SET canonical = m2.canonical,
+                kind = CASE WHEN flat.kind = '{DbStatus.DUPLICATE}' AND m2.kind = '{DbStatus.DUPLICATE}'
+                            THEN '{DbStatus.DUPLICATE}' ELSE '{DbStatus.NEAR_DUPLICATE}' END
+            FROM (SELECT url, canonical, kind FROM flat) m2 WHERE flat.canonical = m2.url""").fetchall()[0][0]
+        if not changed:
+            break
+    out = con.sql("SELECT * FROM flat").to_arrow_table().cast(marks.schema)
+    con.execute("DROP TABLE flat")
+    return out
 
 
 def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of) -> dict[str, str]:
