@@ -373,6 +373,7 @@ def run_neardup_set(args) -> None:
           f"after {fp_after:.3f} ms (+ main-content blocks {main_ms:.3f} ms): "
           f"fingerprinting {fp_after + main_ms:.3f} CPU-ms a page on the fetch path")
     report_update_on_set(pairs, methods["after"], distinct_pages, config, args.stored)
+    report_tuning_and_held_back(config, args.stored)
     report_minhash_on_set(pairs, {id(p): (old_parse.parse_html(p.a, p.a_url).text, old_parse.parse_html(p.b, p.b_url).text)
                                   for p in pairs})
 
@@ -394,6 +395,36 @@ def report_update_on_set(pairs, prints: dict[str, int], pages, config: Config, s
           f"R {tp / max(1, tp + fn):.3f}; {1000 * run.cpu_s / run.segment_pages:.3f} CPU-ms, "
           f"{1000 * run.wall_s / run.segment_pages:.3f} wall-ms a segment page "
           f"({run.cpu_s:.2f} s CPU in all, every DuckDB thread counted)")
+
+
+def report_tuning_and_held_back(config: Config, stored: int) -> None:
+    """update's own search on the issue #26 sets (testweb.neardup_set.tuning_pairs, and
+    held_back_pairs, which no threshold was chosen on): precision, recall, and the kinds
+    it gets wrong; mirror pairs are both fetched in one segment."""
+    from collections import defaultdict
+
+    from cycles.fetch.parse import parse_html
+    from testweb.neardup_set import held_back_pairs, tuning_pairs, update_search
+
+    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
+    for name, pairs in (("tuning", tuning_pairs()), ("held back", held_back_pairs())):
+        prints, texts = {}, {}
+        for p in pairs:
+            for body, url in ((p.a, p.a_url), (p.b, p.b_url)):
+                if url not in prints:
+                    page = parse_html(body, url, block_min_bytes=block)
+                    prints[url], texts[url] = page.simhash, page.text
+        run = update_search(pairs, prints, texts, config, stored)
+        tp = sum(1 for p in pairs if p.label and run.found[id(p)])
+        fp = sum(1 for p in pairs if not p.label and run.found[id(p)])
+        fn = sum(1 for p in pairs if p.label and not run.found[id(p)])
+        wrong = defaultdict(int)
+        for p in pairs:
+            if p.label != run.found[id(p)]:
+                wrong[p.kind] += 1
+        print(f"  update on the {name} set ({len(pairs)} pairs, {len({p.kind for p in pairs})} kinds; "
+              f"{stored:,} random stored fingerprints): P {tp / max(1, tp + fp):.3f} R {tp / max(1, tp + fn):.3f} "
+              f"(tp {tp}, fp {fp}, fn {fn}); wrong by kind: {dict(sorted(wrong.items()))}")
 
 
 def report_minhash_on_set(pairs, texts) -> None:
