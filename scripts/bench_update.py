@@ -71,8 +71,8 @@ def segment_stats(store: Store, name: str) -> Counter:
     total = Counter()
     for segment in store.segments():
         path = store.segment_dir(segment) / "stats" / name
-        if path.exists():
-            total.update(store.read_json(path))
+        if path.exists():  # the numbers only (update.json also lists copies by host, mirrors)
+            total.update({k: v for k, v in store.read_json(path).items() if isinstance(v, (int, float))})
     return total
 
 

@@ -613,3 +613,28 @@ def variant_rows(urls: pa.Table, learned: pa.Table) -> pa.Table:
             out_url.append(url)
             out_base.append(strip_params(url, names))
     return pa.table({"url": pa.array(out_url, pa.string()), "base": pa.array(out_base, pa.string())})
+
+
+def dedup_summary(store: Store, con: duckdb.DuckDBPyConnection, top: int = 10) -> dict:
+    """What ``crawl status`` and ``crawl report`` show of dedup: the crawl DB's copies
+    (``duplicates``, ``near_duplicates``) in all and for the ``top`` hosts with the most,
+    the mirror hosts found (mirror → origin) and the variant parameters learned (host, param).
+    ``con`` has the ``crawldb`` view (cycles/views.py)."""
+    rows = con.execute(f"""SELECT host, count(*) FILTER (WHERE status = '{DbStatus.DUPLICATE}'),
+            count(*) FILTER (WHERE status = '{DbStatus.NEAR_DUPLICATE}')
+        FROM crawldb WHERE status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
+        GROUP BY host ORDER BY count(*) DESC, host""").fetchall()
+    state = read_state(store)
+    return {"duplicates": sum(r[1] for r in rows), "near_duplicates": sum(r[2] for r in rows),
+            "hosts": [list(r) for r in rows[:top]], "mirrors": dict(sorted(state["mirrors"].items())),
+            "variant_params": [[h, p] for h, p, _, _, learned in state["params"] if learned]}
+
+
+def format_dedup(summary: dict) -> list[str]:
+    """``crawl status`` lines for :func:`dedup_summary`."""
+    lines = [f"copies: {summary['duplicates']} duplicates, {summary['near_duplicates']} near-duplicates; "
+             f"mirror hosts {len(summary['mirrors'])}; variant parameters learned {len(summary['variant_params'])}"]
+    lines += [f"  {host:<40} {dups:>8} duplicates {near:>8} near" for host, dups, near in summary["hosts"]]
+    lines += [f"  mirror {mirror} of {origin}" for mirror, origin in summary["mirrors"].items()]
+    lines += [f"  variant ?{param}= on {host}: not fetched" for host, param in summary["variant_params"]]
+    return lines

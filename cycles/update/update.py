@@ -520,6 +520,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     # Duration and rate beside the counters (cycles/metrics.py); the result keeps the counters alone.
     stats = {**counters, **metrics.update_summary(counters, time.monotonic() - started)}
+    # Where the copies are, for the operator (not counters: the metrics take numbers only):
+    # this update's marks by host, the mirror hosts it found, the variant parameters learned.
+    stats |= {"dedup/per_host": dedup.per_host, "dedup/mirrors": dict(sorted(dedup.mirrors.items())),
+              "dedup/variant_params": [[h, p] for h, p in zip(learned["host"].to_pylist(), learned["param"].to_pylist())]}
     if multiplier is not None:  # the optimal schedule's plan, for the operator (not a counter)
         stats |= {"update/plan_cycle_s": config.update.cycle_interval_s, "update/plan_multiplier_s": round(multiplier, 1)}
     store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(stats.items())))

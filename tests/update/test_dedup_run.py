@@ -125,3 +125,24 @@ def test_a_print_parameter_proved_empty_is_not_fetched_again(crawled):
         url = web.url(NEWS, f"/article/{n}.html?print=1")
         assert rows[url]["status"] in ("duplicate", "near_duplicate")
         assert root(rows, url) == root(rows, web.url(NEWS, f"/article/{n}.html"))
+
+
+def test_copies_are_counted_where_operators_look(crawled):
+    from cycles.status import crawl_status, format_status
+
+    web, store = crawled["web"], crawled["store"]
+    (mirror, origin), = web.mirror_hosts().items()
+    first = crawled["first"]["segments"][0]
+    stats = store.read_json(seg.stats_file(seg.segment_dir(store, first), "update"))
+    # The ?print=1 and /index.html copies and the variants (near, or exact copies of a page
+    # that is a near copy of a shorter URL: dedup.flatten_marks).
+    assert sum(stats["dedup/per_host"][NEWS].values()) >= 40
+    assert stats["dedup/per_host"][mirror]["duplicate"] >= 3
+    assert stats["dedup/mirrors"] == {mirror: origin}
+    assert [NEWS, "print"] in stats["dedup/variant_params"]
+    report = crawl_status(store, web.crawl_config())
+    rows = crawled["rows"]
+    assert report["dedup"]["duplicates"] == sum(r["status"] == "duplicate" for r in rows.values())
+    assert report["dedup"]["mirrors"] == {mirror: origin}
+    text = format_status(report)
+    assert f"mirror {mirror} of {origin}" in text and f"variant ?print= on {NEWS}: not fetched" in text
