@@ -638,3 +638,13 @@ def format_dedup(summary: dict) -> list[str]:
     lines += [f"  mirror {mirror} of {origin}" for mirror, origin in summary["mirrors"].items()]
     lines += [f"  variant ?{param}= on {host}: not fetched" for host, param in summary["variant_params"]]
     return lines
+
+
+def learned_by_host(store: Store) -> dict[str, frozenset[str]]:
+    """host → the variant parameters learned on it (for discovery inside the fetch, which
+    must not fetch a new URL that update would set aside)."""
+    by_host: dict[str, set[str]] = {}
+    for host, param, _, _, learned in read_state(store)["params"]:
+        if learned:
+            by_host.setdefault(host, set()).add(param)
+    return {host: frozenset(params) for host, params in by_host.items()}
