@@ -3,11 +3,13 @@
 Run by update before the crawl DB is rewritten; returns the URLs to mark.
 
 **Exact duplicates** share a ``content_hash`` (the normalised text). Each group of URLs
-with the same hash, among the pages this segment fetched and the crawl DB's stored pages,
-has one canonical URL — highest score, then first seen, then shortest URL, then the URL —
+with the same hash, among *all* the pages this segment fetched (listed by generate, found
+by discovery inside the fetch, redirect targets: whichever bucket their rows are or will
+be in) and the crawl DB's stored pages, has one canonical URL by :data:`CANONICAL_ORDER`
+(not on a known mirror, not a stored copy, earliest first fetched, shortest URL, URL),
 and every other member becomes ``duplicate`` with ``duplicate_of`` pointing at it. Only
 groups touched by the segment are looked at, so the cost is one scan of two columns of
-the crawl DB, linear in its size.
+the crawl DB, linear in its size (docs/dedup.md says why that scan stays).
 
 **Near-duplicates** have near-duplicate fingerprints (the ``simhash`` column: a 1-bit
 MinHash since GitHub issue #13 section 3, cycles.fingerprint.minhash64; a SimHash before,
@@ -17,8 +19,15 @@ every pair is quadratic; instead (Manku et al., WWW 2007) the 64 bits are cut in
 blocks, so they agree exactly on some ``blocks - k`` of them. For every such combination
 of blocks we join the segment's pages with the stored pages on the masked fingerprint
 (a ~32-bit key for 6 blocks and k = 3), and check the distance of the candidates only.
-A page fetched now that is near another, better page becomes ``near_duplicate`` of it;
-stored pages are not demoted by a near match (a near match is weaker evidence).
+A page fetched now that is near another page earlier in the canonical order becomes
+``near_duplicate`` of it; stored pages are not demoted by a near match (a near match is
+weaker evidence). Marks whose canonical is itself marked are followed to the page kept
+(:func:`flatten_marks`).
+
+**Variant parameters** (issue #26): a query parameter whose variants prove copies of the
+URL without it on a host (``?print=1``, ``?view=N``) is learned for that host
+(:func:`learn_variants`, state beside the crawl DB: :data:`STATE_FILE`); update then sets
+its URLs aside and discovery inside the fetch leaves new ones alone.
 
 **Hosts**: a host whose pages in the segment are mostly duplicates is reported (its
 unfetched URLs lose priority in update), and a host most of whose pages are exact copies
