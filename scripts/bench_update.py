@@ -140,9 +140,20 @@ def report_neardups(store: Store, web) -> None:
     print(f"\nnear-duplicates (labelled pairs {tp + fp + fn + tn}, {skipped} not both fetched): "
           f"precision {precision:.3f}  recall {recall:.3f}  (tp {tp}, fp {fp}, fn {fn}, tn {tn})")
     groups = web.exact_duplicate_groups()
-    whole = sum(1 for g in groups if sum(1 for u in g if rows.get(u, {}).get("status") != "duplicate") == 1
-                and all(u in rows for u in g))
-    print(f"exact-duplicate groups collapsed to one canonical URL: {whole} of {len(groups)}")
+
+    def root(url: str) -> str:
+        return rows[url]["duplicate_of"] if rows[url]["status"] in dup_status else url
+
+    # A group is collapsed when its fetched members have one canonical (one of them, or the
+    # page one of them is a near copy of: dedup.flatten_marks); every byte-identical pair of
+    # fetched pages counts for the recall.
+    fetched = [[u for u in g if rows.get(u, {}).get("content_hash")] for g in groups]
+    whole = sum(1 for f in fetched if len(f) > 1 and len({root(u) for u in f}) == 1)
+    pairs = [(a, b) for f in fetched for i, a in enumerate(f) for b in f[i + 1:]]
+    joined = sum(1 for a, b in pairs if root(a) == root(b))
+    print(f"exact-duplicate groups collapsed to one canonical URL: {whole} of {sum(len(f) > 1 for f in fetched)} "
+          f"with two or more pages fetched ({len(groups)} labelled); byte-identical fetched pairs under one "
+          f"canonical: {joined} of {len(pairs)} (recall {joined / max(1, len(pairs)):.3f})")
     mirrors = {}
     for segment in store.segments():
         path = store.segment_dir(segment) / "stats" / "mirrors.json"
@@ -152,7 +163,7 @@ def report_neardups(store: Store, web) -> None:
     found = {frozenset(pair) for pair in mirrors.items()}
     print(f"mirror host pairs: labelled {len(labelled)}, detected {len(found & labelled)} of them, "
           f"{len(found - labelled)} wrong  (detected mirror -> original: {mirrors}; which side is the "
-          "'original' follows the canonical-URL rule: score, first seen, shortest URL)")
+          "'original' follows the canonical-URL rule: docs/dedup.md)")
 
 
 def compare_neardup_methods(store: Store, web, config: Config) -> None:
