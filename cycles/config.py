@@ -928,6 +928,20 @@ class UpdateConfig:
     """A mirror host's unfetched URLs get their score multiplied by this (see
     ``mirror_min_pages``): its pages are copies of another host's, fetched already."""
 
+    variant_min_pages: Annotated[int, Int(1)] = 3
+    """A query parameter (``?print=1``, ``?view=N``, ``?ref=``, ``?lang=``) is learned to
+    carry no content on a host once at least this many of its variants there proved copies
+    of the URL without it (docs/dedup.md); the host's URLs with it are then set aside as
+    duplicates of that URL and not fetched (counter ``dedup/variant_skipped``)."""
+
+    variant_ratio: Annotated[float, Float(0, 1)] = 0.9
+    """See ``variant_min_pages``: and at least this share of the variants judged were
+    copies (a host whose ``?print=1`` pages differ from the page without it never learns it)."""
+
+    variant_recheck_s: Annotated[int, Int(1)] = 180 * 86400
+    """A URL set aside for a learned variant parameter is due again only after this: a
+    parameter that starts to carry content is noticed eventually, at one fetch per URL."""
+
     redirect_target_score: Annotated[float, Float(0)] = 0.1
     """Score of a URL first met as a redirect target followed inline, when no outlink in the
     segment gives it one."""

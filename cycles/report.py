@@ -34,6 +34,7 @@ from cycles.metrics import ERROR_OUTCOMES, UNANSWERED_OUTCOMES
 from cycles.schema import DbStatus
 from cycles.status import open_views, require_crawldb
 from cycles.store import Store
+from cycles.update.dedup import dedup_summary
 
 TOP_HOSTS = 15
 """Hosts shown in the top-hosts charts and tables."""
@@ -440,6 +441,12 @@ def render_html(store: Store, summary: dict, cycles: list[dict], fetched: dict, 
         _table(["status", "URLs"], [[k, v] for k, v in db["by_status"].items()], "by-status"),
         f"<p>Freshness over the whole crawl DB: {db['changes']:,} changes found in {db['refetches']:,} refetches.</p>",
     ]
+    if db.get("dedup"):  # cycles/update/dedup.py dedup_summary
+        d = db["dedup"]
+        parts += ["<h2>Copies</h2>", f"<p>{d['duplicates']:,} duplicates, {d['near_duplicates']:,} near-duplicates; "
+                  f"mirror hosts: {html.escape(', '.join(f'{m} of {o}' for m, o in d['mirrors'].items()) or 'none')}; "
+                  f"variant parameters not fetched: {html.escape(', '.join(f'?{p}= on {h}' for h, p in d['variant_params']) or 'none')}.</p>",
+                  _table(["host", "duplicates", "near-duplicates"], d["hosts"], "copies-by-host") if d["hosts"] else ""]
     for name, title, png in charts:
         encoded = base64.b64encode(png).decode("ascii")
         parts += [f"<h2>{html.escape(title)}</h2>",
@@ -456,6 +463,7 @@ def build_report(store: Store, config: Config, out: str | os.PathLike) -> Report
     fetched = fetched_numbers(con)
     cycles = cycle_rows(segment_stats(store), fetched, feed_changes(con))
     dist = distributions(con)
+    db["dedup"] = dedup_summary(store, con)
     con.close()
     buckets = bucket_sizes(store)
     summary = summarize(db, fetched, cycles, buckets)

@@ -16,6 +16,7 @@ from cycles.errors import CrawlError, is_damaged_parquet
 from cycles.leases import leased_urls_sql, live_lease_files
 from cycles.pages import batches, consumers, feed_lag
 from cycles.store import Store
+from cycles.update.dedup import dedup_summary, format_dedup
 from cycles.views import open_views, require_crawldb
 
 __all__ = ["crawl_status", "format_status", "open_views", "require_crawldb", "run_sql", "sql_text"]
@@ -40,11 +41,12 @@ def crawl_status(store: Store, config: Config) -> dict:
     dead = dict(con.execute("""SELECT coalesce(error, '?'), count(*) FROM crawldb WHERE status = 'dead'
                                GROUP BY ALL ORDER BY 2 DESC LIMIT 10""").fetchall())
     consumer, lag = feed_lag(store)
+    dedup = dedup_summary(store, con)
     return {"store": store.uri, "crawldb_version": manifest.version, "buckets": manifest.buckets,
             "urls": total, "hosts": hosts, "due": due, "leased": leased, "by_status": by_status,
             "segments": segments, "dead_letters": dead, "feed_batches": len(batches(store)),
             "feed_consumers": consumers(store), "feed_lag": {"consumer": consumer, "batches": lag},
-            "last_fetch": last_fetch(store, segments)}
+            "last_fetch": last_fetch(store, segments), "dedup": dedup}
 
 
 def last_fetch(store: Store, segments: list[dict]) -> dict | None:
@@ -68,6 +70,8 @@ def format_status(report: dict) -> str:
     if report["dead_letters"]:
         lines.append("dead letters (retried rarely), by last error:")
         lines += [f"  {count:>8}  {error}" for error, count in report["dead_letters"].items()]
+    if "dedup" in report:
+        lines += format_dedup(report["dedup"])
     lines.append(f"pages feed: {report['feed_batches']} batches; consumers: "
                  + (", ".join(f"{k} (at {v or 'start'})" for k, v in report["feed_consumers"].items()) or "none"))
     states: dict[str, int] = {}

@@ -7,7 +7,10 @@
   ``/v/ad/{n}.html`` (another advertisement). Exact copies, byte for byte:
   ``/article/{n}.html?print=1`` and ``/article/{n}/index.html``.
 - ``dup-syndicate.web.test`` ("World Wire"): the same articles at ``/story/{n}.html`` in
-  another site's header, nav and footer (about twenty words of boilerplate differ).
+  another site's header, nav and footer (about twenty words of boilerplate differ). Its
+  ``/story/{n}.html?print=1`` is not a print view but the print edition's order page for
+  that story, another page each: the control for variant-parameter learning (a ``print``
+  parameter that carries content on this host, and none on dup-news).
 - ``mirror-of-h1.web.test``: every page of ``h1`` byte for byte (``h0`` in a one-host web;
   no mirror without regular hosts). Its relative links stay on the mirror; its absolute ones
   (and those of pages with ``<base href>``) point at ``h1``, as on a copied site.
@@ -240,10 +243,28 @@ class SyndicateHost(TemplateHost):
             return self.note("Contact", "Write to the desk of World Wire for partnerships.")
         if target == "/terms.html":
             return self.note("Terms of use", "Stories may be quoted with a link to the source.")
-        if target.startswith("/story/") and target.endswith(".html"):
-            n = _article_number(target[7:-5])
-            return self.article(n) if n is not None else None
+        path, _, query = target.partition("?")
+        if path.startswith("/story/") and path.endswith(".html") and query in ("", "print=1"):
+            n = _article_number(path[7:-5])
+            if n is None:
+                return None
+            return self.article(n) if not query else self.print_order(n)
         return None
+
+    def render(self, title: str, items: list) -> Page:
+        page = super().render(title, items)
+        if title in {headline(self.web.seed, n) for n in range(ARTICLES)}:  # a story: link its print order page
+            n = next(n for n in range(ARTICLES) if headline(self.web.seed, n) == title)
+            link = self.link(f"/story/{n}.html?print=1", text="Order the print edition")
+            body = page.body.replace(b"</main>", f'<p><a href="{html.escape(link.href)}">{link.text}</a></p>\n</main>'.encode())
+            page = replace(page, links=page.links + [link], body=body)
+        return page
+
+    def print_order(self, n: int) -> Page:
+        """Story ``n``'s print-edition order page: text of its own (not a copy of the story)."""
+        h = mix(self.web.seed, n, 3000)
+        words = " ".join(WORDS[mix(h, j) % len(WORDS)] for j in range(120))
+        return self.note(f"Print edition {n}", f"Order story {n} in print. {words}.")
 
 
 class MirrorHost(HostProfile):

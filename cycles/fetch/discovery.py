@@ -57,6 +57,12 @@ from cycles.fetch.inline import InlineFetches
 from cycles.store import Store, StorePath
 from cycles.urls import host_hash, url_host
 
+
+def query_params(url: str) -> list[str]:
+    """The names of ``url``'s query parameters (cycles/update/dedup.py ``query_params``)."""
+    query = url.split("#", 1)[0].partition("?")[2]
+    return [param.partition("=")[0] for param in query.split("&") if param] if query else []
+
 MAX_DEPTH_VALUE = 32767
 """Depth is an int16 column."""
 
@@ -102,6 +108,9 @@ class Discovery:
         """URLs per (host, pattern hash): the same."""
         self.taken: Counter = Counter()
         """URLs discovered per host this segment."""
+        self.variant_params: dict[str, frozenset[str]] = {}
+        """host → query parameters update learned carry no content there (cycles/update/dedup.py):
+        a new URL with one is a copy, not fetched (``discover/variant_param``)."""
 
     def load(self, expected_links: int, earlier_inline: list[tuple[str, str]]) -> None:
         """Read the seen-set; ``earlier_inline``: (url, host) of rows an earlier run of this
@@ -122,6 +131,8 @@ class Discovery:
             self.stats["discover/seen_set_unreadable"] = 1
             del exc
             return
+        from cycles.update.dedup import learned_by_host  # the fetch path imports update's module only here
+        self.variant_params = learned_by_host(self.store)
         counts = self.store.read_table(counts_path).to_pydict()
         for host, pattern, urls in zip(counts["host"], counts["pattern_hash"], counts["urls"]):
             self.host_known[host] += urls
@@ -210,6 +221,9 @@ class Discovery:
         for (link, url, host), in_db in zip(candidates, known):
             if in_db:
                 self.stats["discover/known"] += 1
+                continue
+            if host in self.variant_params and not self.variant_params[host].isdisjoint(query_params(url)):
+                self.stats["discover/variant_param"] += 1  # update sets its row aside as a copy
                 continue
             pattern = url_pattern_hash(url)
             slot = self._slot_if_allowed(url, host, pattern, slot_for)

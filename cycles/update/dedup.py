@@ -3,11 +3,13 @@
 Run by update before the crawl DB is rewritten; returns the URLs to mark.
 
 **Exact duplicates** share a ``content_hash`` (the normalised text). Each group of URLs
-with the same hash, among the pages this segment fetched and the crawl DB's stored pages,
-has one canonical URL — highest score, then first seen, then shortest URL, then the URL —
+with the same hash, among *all* the pages this segment fetched (listed by generate, found
+by discovery inside the fetch, redirect targets: whichever bucket their rows are or will
+be in) and the crawl DB's stored pages, has one canonical URL by :data:`CANONICAL_ORDER`
+(not on a known mirror, not a stored copy, earliest first fetched, shortest URL, URL),
 and every other member becomes ``duplicate`` with ``duplicate_of`` pointing at it. Only
 groups touched by the segment are looked at, so the cost is one scan of two columns of
-the crawl DB, linear in its size.
+the crawl DB, linear in its size (docs/dedup.md says why that scan stays).
 
 **Near-duplicates** have near-duplicate fingerprints (the ``simhash`` column: a 1-bit
 MinHash since GitHub issue #13 section 3, cycles.fingerprint.minhash64; a SimHash before,
@@ -17,8 +19,15 @@ every pair is quadratic; instead (Manku et al., WWW 2007) the 64 bits are cut in
 blocks, so they agree exactly on some ``blocks - k`` of them. For every such combination
 of blocks we join the segment's pages with the stored pages on the masked fingerprint
 (a ~32-bit key for 6 blocks and k = 3), and check the distance of the candidates only.
-A page fetched now that is near another, better page becomes ``near_duplicate`` of it;
-stored pages are not demoted by a near match (a near match is weaker evidence).
+A page fetched now that is near another page earlier in the canonical order becomes
+``near_duplicate`` of it; stored pages are not demoted by a near match (a near match is
+weaker evidence). Marks whose canonical is itself marked are followed to the page kept
+(:func:`flatten_marks`).
+
+**Variant parameters** (issue #26): a query parameter whose variants prove copies of the
+URL without it on a host (``?print=1``, ``?view=N``) is learned for that host
+(:func:`learn_variants`, state beside the crawl DB: :data:`STATE_FILE`); update then sets
+its URLs aside and discovery inside the fetch leaves new ones alone.
 
 **Hosts**: a host whose pages in the segment are mostly duplicates is reported (its
 unfetched URLs lose priority in update), and a host most of whose pages are exact copies
@@ -46,6 +55,7 @@ import pyarrow as pa
 from cycles.config import Config
 from cycles.crawldb import connect, upgraded_sql, verify_bucket_file
 from cycles.executor import Executor
+from cycles.fingerprint import content_hash
 from cycles.hostdb import host_buckets
 from cycles.schema import DbStatus
 from cycles.store import Store, StorePath
@@ -53,8 +63,15 @@ from cycles.store import Store, StorePath
 STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
 """SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
 
-CANONICAL_ORDER = "score DESC, first_seen ASC, length(url) ASC, url ASC"
-"""Which member of a duplicate group is the canonical one."""
+CANONICAL_ORDER = "mirror ASC, copy ASC, first_fetched ASC NULLS LAST, length(url) ASC, url ASC"
+"""Which member of a duplicate group is the canonical one (docs/dedup.md): a page on a host
+known to mirror another comes last; then a page the crawl DB holds as a copy (its row is
+``duplicate`` or ``near_duplicate``) after one it holds as an original, so that a stored
+canonical stays canonical; then the earliest first fetched (a page first fetched in this
+segment has none yet: all of them tie after every stored page, so the order in which one
+segment's fetchers happened to reach them never matters); then the shortest URL; then the
+URL. Score is left out: it moves with every cycle's link ranking and demotions, and a
+canonical that moved would re-mark the group each time."""
 
 
 @dataclass
@@ -64,9 +81,24 @@ class DedupResult:
     low_priority_hosts: list[str] = field(default_factory=list)
     mirrors: dict[str, str] = field(default_factory=dict)
     """mirror host -> the host it copies."""
+    per_host: dict[str, dict[str, int]] = field(default_factory=dict)
+    """host → {"duplicate": n, "near_duplicate": n}: the marks of this update, by the marked page's host."""
     known_hashes: pa.Table | None = None
     """(url, content_hash): the crawl DB's stored content hash of each page of the segment it
     holds, for the pages feed (set by :func:`find_segment_duplicates`; None: not gathered)."""
+
+
+EMPTY_HASH = content_hash("")
+"""The content hash of a page without text: never an exact copy of another such page (two
+image-only or script-only pages are not the same page because both have no text)."""
+
+
+def per_host_counts(marks: pa.Table) -> dict[str, dict[str, int]]:
+    """host → {kind: marks} of a marks table (url, host, canonical, kind)."""
+    counts: dict[str, Counter] = {}
+    for host, kind in zip(marks["host"].to_pylist(), marks["kind"].to_pylist()):
+        counts.setdefault(host, Counter())[kind] += 1
+    return {host: dict(sorted(c.items())) for host, c in sorted(counts.items())}
 
 
 def block_masks(blocks: int, distance: int) -> list[int]:
@@ -78,7 +110,7 @@ def block_masks(blocks: int, distance: int) -> list[int]:
 
 
 def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Table,
-                    config: Config, counters: Counter) -> DedupResult:
+                    config: Config, counters: Counter, known_mirrors: dict[str, str] | None = None) -> DedupResult:
     """``pages``: this segment's stored pages (url, host, content_hash, simhash, text_chars).
 
     ``db_source`` is the SQL source of the whole (old) crawl DB, scanned here in one
@@ -90,7 +122,7 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
     sources = {kind: f"(SELECT * FROM {table})" for kind, table in tables.items()}
     try:
         return merge_matches(con, "seg_pages", sources, config, counters,
-                             lambda hosts: stored_pages_per_host(con, db_source, hosts))
+                             lambda hosts: stored_pages_per_host(con, db_source, hosts), known_mirrors)
     finally:
         for table in tables.values():
             con.execute(f"DROP TABLE IF EXISTS {table}")
@@ -99,10 +131,12 @@ def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Ta
 MATCH_KINDS = ("seg", "exact", "near_pairs", "near_holders", "copies")
 """What a scan of crawl DB rows gives the segment's dedup (:func:`match_stored`), each a table:
 
-- ``seg``: the segment's pages the rows hold, with their crawl DB facts (score, first_seen,
-  the stored content hash ``db_content_hash``, which the pages feed compares);
+- ``seg``: the segment's pages the rows hold, with their crawl DB facts (``first_fetched``
+  for the canonical order, the stored content hash ``db_content_hash``, which the pages
+  feed compares);
 - ``exact``: stored pages (not of the segment) sharing a fingerprint and a content hash
-  with a page of the segment: exact-copy candidates;
+  with a page of the segment: exact-copy candidates, with ``first_fetched`` and ``copy``
+  (the row is a duplicate or near-duplicate already);
 - ``near_pairs``: (url, other_hash) — a page of the segment and a stored fingerprint
   within ``update.simhash_max_distance`` bits; ``near_holders``: the stored pages holding
   those fingerprints;
@@ -123,14 +157,14 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     hash join per block mask with the segment's fingerprints on the build side."""
     stored = stored_sql(db_source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_seg AS
-        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, db.score, db.first_seen,
-               db.content_hash AS db_content_hash
+        SELECT p.url, db.first_fetched, db.content_hash AS db_content_hash
         FROM {pages} p JOIN {db_source} db USING (url)""")
     # Exact copies have equal fingerprints too, so stored candidates are found by the
     # 64-bit SimHash and only then compared by content hash: probing 80 M 32-character
     # strings took a minute at 100 M URLs, the integers a few seconds.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_exact AS
-        SELECT url, host, content_hash, simhash, score, first_seen FROM {stored}
+        SELECT url, host, content_hash, simhash, first_fetched,
+               status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}') AS copy FROM {stored}
            AND simhash IN (SELECT simhash FROM {pages} WHERE simhash IS NOT NULL)
            AND content_hash IN (SELECT content_hash FROM {pages})
            AND url NOT IN (SELECT url FROM {pages})""")
@@ -153,7 +187,8 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
             WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
-        SELECT url, simhash, score, first_seen FROM {stored}
+        SELECT url, host, simhash, first_fetched FROM {stored}
+           AND status NOT IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
            AND simhash IN (SELECT other_hash FROM m_near_pairs)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_copies AS
         SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host, count(*) AS n
@@ -184,30 +219,42 @@ def stored_pages_per_host(con: duckdb.DuckDBPyConnection, db_source: str, hosts:
 
 
 def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str, str], config: Config,
-                  counters: Counter, stored_pages_of) -> DedupResult:
+                  counters: Counter, stored_pages_of, known_mirrors: dict[str, str] | None = None) -> DedupResult:
     """The segment's marks, low-priority hosts and mirrors from the scans' tables
     (``sources``: kind → SQL source, the union over the scanned buckets; see
-    :data:`MATCH_KINDS`). ``pages``: the segment's pages (table); ``stored_pages_of(hosts)``:
-    host → stored pages, asked only for the hosts of a possible mirror pair.
+    :data:`MATCH_KINDS`). ``pages``: the segment's pages (table), every one of them: those
+    the crawl DB does not hold yet (found by discovery inside the fetch, redirect targets)
+    too; ``stored_pages_of(hosts)``: host → stored pages, asked only for the hosts of a
+    possible mirror pair; ``known_mirrors``: mirror host → origin, found by earlier updates
+    (:func:`read_state`): their pages are never canonical over another copy.
 
     Memory and time are bounded by the segment (its pages and their matches) and, for the
     mirrors, by the host pairs that share earlier copies — not by the crawl DB."""
     u = config.update
+    known = sorted(known_mirrors or {})
+    con.register("known_mirrors", pa.table({"host": pa.array(known, pa.string())}))
+    # Every page of the segment, whichever bucket its row is (or will be) in, with the crawl
+    # DB's facts where it has a row: the exact and near searches below see the whole segment.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE seg AS
-        SELECT url, host, content_hash, simhash, text_chars, score, first_seen FROM {sources['seg']}""")
+        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, s.first_fetched, false AS copy,
+               p.host IN (SELECT host FROM known_mirrors) AS mirror
+        FROM {pages} p LEFT JOIN (SELECT url, min(first_fetched) AS first_fetched FROM {sources['seg']} GROUP BY url) s
+          USING (url)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
-        SELECT url, host, content_hash, score, first_seen FROM {sources['exact']}
+        SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
+        FROM {sources['exact']}
         WHERE simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
     exact = con.sql(f"""
         WITH stored_copies AS (
             SELECT * FROM exact_stored
             WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
         shared AS (
-            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL GROUP BY content_hash HAVING count(*) > 1
-            UNION SELECT content_hash FROM stored_copies),
+            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> '{EMPTY_HASH}'
+            GROUP BY content_hash HAVING count(*) > 1
+            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> '{EMPTY_HASH}'),
         members AS (
-            SELECT url, host, content_hash, score, first_seen FROM seg WHERE content_hash IN (SELECT * FROM shared)
-            UNION ALL SELECT * FROM stored_copies),
+            SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
+            UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
         groups AS (
             SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
             FROM members)
@@ -217,7 +264,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     con.register("exact_marks", exact)
     near = find_near_duplicates(con, sources, u)
     counters["dedup/near"] += near.num_rows
-    marks = pa.concat_tables([exact, near.cast(exact.schema)])
+    marks = flatten_marks(con, pa.concat_tables([exact, near.cast(exact.schema)]))
 
     con.register("marks", marks)
     per_host = con.sql(f"""
@@ -227,12 +274,38 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     low = sorted(host for host, _, _ in per_host)
     counters["dedup/low_priority_hosts"] += len(low)
     mirrors = find_mirrors(con, sources["copies"], u, stored_pages_of)
+    # A pair known from before keeps its direction: the canonical choice already put the
+    # mirror's pages last, so its copies count against it again.
+    mirrors = {m: o for m, o in mirrors.items() if known_mirrors is None or known_mirrors.get(o) != m}
     counters["dedup/mirror_hosts"] += len(mirrors)
     for table in ("seg", "exact_stored", "near_mine", "near_cand", "near_pairs"):
         con.execute(f"DROP TABLE IF EXISTS {table}")  # the memory goes to the next steps
     con.unregister("exact_marks")
     con.unregister("marks")
-    return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors)
+    con.unregister("known_mirrors")
+    return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors,
+                       per_host=per_host_counts(marks))
+
+
+def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int = 16) -> pa.Table:
+    """Marks whose canonical is itself marked point at that page's canonical instead, so
+    that every copy names the page kept (an exact group's canonical may be a near copy of
+    a page earlier in :data:`CANONICAL_ORDER`: its exact copies then name that page). The
+    kind stays ``duplicate`` only when every step was exact. Each mark points at a page
+    strictly earlier in one total order, so chains end; they are short (two steps here)."""
+    con.register("flat_in", marks)
+    con.execute("CREATE OR REPLACE TEMP TABLE flat AS SELECT * FROM flat_in")
+    con.unregister("flat_in")
+    for _ in range(rounds):
+        changed = con.execute(f"""UPDATE flat SET canonical = m2.canonical,
+                kind = CASE WHEN flat.kind = '{DbStatus.DUPLICATE}' AND m2.kind = '{DbStatus.DUPLICATE}'
+                            THEN '{DbStatus.DUPLICATE}' ELSE '{DbStatus.NEAR_DUPLICATE}' END
+            FROM (SELECT url, canonical, kind FROM flat) m2 WHERE flat.canonical = m2.url""").fetchall()[0][0]
+        if not changed:
+            break
+    out = con.sql("SELECT * FROM flat").to_arrow_table().cast(marks.schema)
+    con.execute("DROP TABLE flat")
+    return out
 
 
 def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of) -> dict[str, str]:
@@ -250,7 +323,15 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
                sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
         FROM directed GROUP BY ALL HAVING sum(n) >= {u.mirror_min_pages}""")
     hosts = [h for (h,) in con.execute("SELECT a FROM mirror_pairs UNION SELECT b FROM mirror_pairs").fetchall()]
-    sizes = stored_pages_of(hosts) if hosts else {}
+    sizes = Counter(stored_pages_of(hosts) if hosts else {})
+    # With the pages this segment fetched first (no stored row yet): a mirror found by
+    # discovery in the segment that also found its origin is known at once, not one
+    # update later, when its next pages would already have been fetched.
+    if hosts:
+        con.register("mirror_hosts_seg", pa.table({"host": pa.array(hosts, pa.string())}))
+        sizes.update(dict(con.execute("""SELECT host, count(*) FROM seg WHERE first_fetched IS NULL
+            AND host IN (SELECT host FROM mirror_hosts_seg) GROUP BY host""").fetchall()))
+        con.unregister("mirror_hosts_seg")
     con.register("mirror_sizes", pa.table({"host": pa.array(list(sizes), pa.string()),
                                            "pages": pa.array(list(sizes.values()), pa.int64())}))
     rows = con.sql(f"""
@@ -265,14 +346,15 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
 
 def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str], u) -> pa.Table:
     """(url, host, canonical, kind) for the segment's pages (table ``seg``) that are near
-    a better page; ``sources``: the scans' ``near_pairs`` and ``near_holders`` (the stored
-    side, :func:`match_stored`).
+    a better page by :data:`CANONICAL_ORDER`; ``sources``: the scans' ``near_pairs`` and
+    ``near_holders`` (the stored side, :func:`match_stored`).
 
     The segment's pages are paired with each other here (block-mask joins on the segment
-    alone), and with the stored fingerprints by the scans; then the pages holding the
-    paired fingerprints are compared to pick the best one. A stored row of a page of this
-    segment (its previous fingerprint) or of an exact copy may still have paired: such
-    holders are dropped.
+    alone: pages of one segment meet whatever their buckets), and with the stored
+    fingerprints by the scans; then the pages holding the paired fingerprints are compared
+    to pick the best one. A stored row of a page of this segment (its previous fingerprint)
+    or of an exact copy may still have paired: such holders are dropped; stored copies are
+    never holders (the scans leave them out), so a mark points at an original.
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
         SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
@@ -286,21 +368,24 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
             WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}
               AND b.url <> a.url""")
     con.execute("CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM near_cand")
+    order = CANONICAL_ORDER.replace("length(url)", "length(other)").replace("url ASC", "other ASC")
     return con.sql(f"""
         WITH holders AS (
-            SELECT url, simhash, score, first_seen FROM near_mine JOIN seg USING (url, simhash)
+            SELECT url, simhash, first_fetched, copy, mirror FROM near_mine JOIN seg USING (url, simhash)
             UNION ALL
-            SELECT url, simhash, score, first_seen FROM {sources['near_holders']}
+            SELECT url, simhash, first_fetched, false AS copy, host IN (SELECT host FROM known_mirrors) AS mirror
+            FROM {sources['near_holders']}
             WHERE url NOT IN (SELECT url FROM seg) AND url NOT IN (SELECT url FROM exact_marks)),
-        scored AS (
-            SELECT p.url, m.host, o.url AS other,
-                   row_number() OVER (PARTITION BY p.url ORDER BY o.score DESC, o.first_seen, length(o.url), o.url) AS r
-            FROM near_pairs p JOIN seg m ON m.url = p.url JOIN holders o ON o.simhash = p.other_hash AND o.url <> p.url
-            -- only the worse page of a pair is marked: the other is better by the canonical order
-            WHERE (o.score > m.score) OR (o.score = m.score AND o.first_seen < m.first_seen)
-               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) < length(m.url))
-               OR (o.score = m.score AND o.first_seen = m.first_seen AND length(o.url) = length(m.url) AND o.url < m.url))
-        SELECT url, host, other AS canonical, '{DbStatus.NEAR_DUPLICATE}' AS kind FROM scored WHERE r = 1""").to_arrow_table()
+        candidates AS (
+            SELECT p.url, o.url AS other, o.first_fetched, o.copy, o.mirror
+            FROM near_pairs p JOIN holders o ON o.simhash = p.other_hash AND o.url <> p.url
+            UNION ALL  -- the page itself: marked only when another page comes before it
+            SELECT url, url AS other, first_fetched, copy, mirror FROM seg WHERE url IN (SELECT url FROM near_pairs)),
+        best AS (
+            SELECT url, other FROM candidates
+            QUALIFY row_number() OVER (PARTITION BY url ORDER BY {order}) = 1)
+        SELECT b.url, m.host, b.other AS canonical, '{DbStatus.NEAR_DUPLICATE}' AS kind
+        FROM best b JOIN seg m USING (url) WHERE b.other <> b.url""").to_arrow_table()
 
 
 # --- as tasks: one scan per crawl DB bucket ---------------------------------------------------
@@ -402,7 +487,7 @@ def count_host_pages(task: HostPagesTask) -> dict[str, int]:
 
 def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyConnection, executor: Executor,
                             files: list[StorePath], schema_version: int, inputs: StorePath, pages: pa.Table,
-                            counters: Counter) -> DedupResult:
+                            counters: Counter, known_mirrors: dict[str, str] | None = None) -> DedupResult:
     """:func:`find_duplicates` for update, with the crawl DB scanned by :func:`dedup_scan`
     tasks on ``executor``, each over a group of buckets (:func:`scan_groups`): the
     coordinator holds the segment's pages and their matches, never the crawl DB's rows
@@ -430,8 +515,145 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
 
     con.register("seg_pages", pages)
     try:
-        result = merge_matches(con, "seg_pages", sources, config, counters, stored_pages_of)
+        result = merge_matches(con, "seg_pages", sources, config, counters, stored_pages_of, known_mirrors)
     finally:
         con.unregister("seg_pages")
     result.known_hashes = known
     return result
+
+
+# --- what dedup keeps between updates: known mirrors, variant parameters ------------------------
+STATE_FILE = ("dedup", "state.json")
+"""Beside the crawl DB: ``{"segment": the last segment counted, "mirrors": {mirror: origin},
+"params": [[host, param, same, differs, learned], ...]}``. Small: one entry per mirror host
+and per (host, query parameter) seen on a copy, never per page. Written by update under the
+crawl DB lock; ``segment`` makes a retried update count its evidence once."""
+
+
+def read_state(store: Store) -> dict:
+    path = store.path(*STATE_FILE)
+    state = store.read_json(path) if store.exists(path) else {}
+    return {"segment": state.get("segment"), "mirrors": dict(state.get("mirrors", {})),
+            "params": [list(p) for p in state.get("params", [])]}
+
+
+def write_state(store: Store, state: dict) -> None:
+    store.write_json(store.path(*STATE_FILE), state)
+
+
+def query_params(url: str) -> list[str]:
+    """The distinct names of ``url``'s query parameters, in order."""
+    query = url.split("#", 1)[0].partition("?")[2]
+    names = [param.partition("=")[0] for param in query.split("&") if param]
+    return list(dict.fromkeys(names))
+
+
+def strip_params(url: str, names) -> str:
+    """``url`` without its query parameters named in ``names`` (no ``?`` when none is left)."""
+    head, _, fragment = url.partition("#")
+    path, sep, query = head.partition("?")
+    if not sep:
+        return url
+    kept = [param for param in query.split("&") if param and param.partition("=")[0] not in names]
+    return path + ("?" + "&".join(kept) if kept else "") + ("#" + fragment if fragment else "")
+
+
+def variant_evidence(pages: pa.Table, marks: pa.Table) -> Counter:
+    """(host, param, 'same' | 'differs') → pages: for each page of the segment with a query
+    parameter, whether it is the same page as the URL without that parameter.
+
+    Same: the page and the URL without the parameter end under one canonical (the page is
+    a copy of it, of another value of the parameter, or their canonical). Differs: the URL
+    without the parameter was fetched in this segment too and is another page. Without the
+    other URL fetched, there is no evidence either way."""
+    canonical = dict(zip(marks["url"].to_pylist(), marks["canonical"].to_pylist()))
+    urls = pages["url"].to_pylist()
+    fetched = set(urls)
+    evidence: Counter = Counter()
+    for url, host in zip(urls, pages["host"].to_pylist()):
+        if "?" not in url:
+            continue
+        root = canonical.get(url, url)
+        for param in query_params(url):
+            base = strip_params(url, {param})
+            if root != url and strip_params(root, {param}) == base:
+                evidence[(host, param, "same")] += 1
+            elif base in fetched:
+                same = canonical.get(base, base) == root
+                evidence[(host, param, "same" if same else "differs")] += 1
+    return evidence
+
+
+def learn_variants(state: dict, evidence: Counter, u, counters: Counter) -> None:
+    """Fold a segment's :func:`variant_evidence` into ``state["params"]`` and learn the
+    parameters that carry no content on their host: at least ``update.variant_min_pages``
+    of its variants proved copies, and at least ``update.variant_ratio`` of those judged.
+    Once learned a parameter stays learned (its variants are no longer fetched, so no new
+    evidence comes); an operator removes it from the state file to unlearn it."""
+    table = {(h, p): [same, differs, learned] for h, p, same, differs, learned in state["params"]}
+    for (host, param, verdict), n in evidence.items():
+        entry = table.setdefault((host, param), [0, 0, False])
+        entry[0 if verdict == "same" else 1] += n
+    for (host, param), entry in table.items():
+        same, differs, learned = entry
+        if not learned and same >= u.variant_min_pages and same >= u.variant_ratio * (same + differs):
+            entry[2] = True
+            counters["dedup/variant_params_learned"] += 1
+    state["params"] = [[h, p, *entry] for (h, p), entry in sorted(table.items())]
+
+
+def learned_params(state: dict) -> pa.Table:
+    """(host, param) of the learned variant parameters (:func:`learn_variants`)."""
+    rows = [(h, p) for h, p, _, _, learned in state["params"] if learned]
+    return pa.table({"host": pa.array([h for h, _ in rows], pa.string()),
+                     "param": pa.array([p for _, p in rows], pa.string())})
+
+
+def variant_rows(urls: pa.Table, learned: pa.Table) -> pa.Table:
+    """(url, base) for the URLs (url, host) that carry a parameter learned on their host:
+    ``base`` is the URL without the learned parameters, the page they are copies of."""
+    by_host: dict[str, set[str]] = {}
+    for host, param in zip(learned["host"].to_pylist(), learned["param"].to_pylist()):
+        by_host.setdefault(host, set()).add(param)
+    out_url, out_base = [], []
+    for url, host in zip(urls["url"].to_pylist(), urls["host"].to_pylist()):
+        names = by_host.get(host)
+        if names and "?" in url and names.intersection(query_params(url)):
+            out_url.append(url)
+            out_base.append(strip_params(url, names))
+    return pa.table({"url": pa.array(out_url, pa.string()), "base": pa.array(out_base, pa.string())})
+
+
+def dedup_summary(store: Store, con: duckdb.DuckDBPyConnection, top: int = 10) -> dict:
+    """What ``crawl status`` and ``crawl report`` show of dedup: the crawl DB's copies
+    (``duplicates``, ``near_duplicates``) in all and for the ``top`` hosts with the most,
+    the mirror hosts found (mirror → origin) and the variant parameters learned (host, param).
+    ``con`` has the ``crawldb`` view (cycles/views.py)."""
+    rows = con.execute(f"""SELECT host, count(*) FILTER (WHERE status = '{DbStatus.DUPLICATE}'),
+            count(*) FILTER (WHERE status = '{DbStatus.NEAR_DUPLICATE}')
+        FROM crawldb WHERE status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
+        GROUP BY host ORDER BY count(*) DESC, host""").fetchall()
+    state = read_state(store)
+    return {"duplicates": sum(r[1] for r in rows), "near_duplicates": sum(r[2] for r in rows),
+            "hosts": [list(r) for r in rows[:top]], "mirrors": dict(sorted(state["mirrors"].items())),
+            "variant_params": [[h, p] for h, p, _, _, learned in state["params"] if learned]}
+
+
+def format_dedup(summary: dict) -> list[str]:
+    """``crawl status`` lines for :func:`dedup_summary`."""
+    lines = [f"copies: {summary['duplicates']} duplicates, {summary['near_duplicates']} near-duplicates; "
+             f"mirror hosts {len(summary['mirrors'])}; variant parameters learned {len(summary['variant_params'])}"]
+    lines += [f"  {host:<40} {dups:>8} duplicates {near:>8} near" for host, dups, near in summary["hosts"]]
+    lines += [f"  mirror {mirror} of {origin}" for mirror, origin in summary["mirrors"].items()]
+    lines += [f"  variant ?{param}= on {host}: not fetched" for host, param in summary["variant_params"]]
+    return lines
+
+
+def learned_by_host(store: Store) -> dict[str, frozenset[str]]:
+    """host → the variant parameters learned on it (for discovery inside the fetch, which
+    must not fetch a new URL that update would set aside)."""
+    by_host: dict[str, set[str]] = {}
+    for host, param, _, _, learned in read_state(store)["params"]:
+        if learned:
+            by_host.setdefault(host, set()).add(param)
+    return {host: frozenset(params) for host, params in by_host.items()}

@@ -39,7 +39,8 @@ from cycles.crawldb import (bucket_executor, connect, plain_connection, current_
 from cycles.executor import Executor
 from cycles.errors import StageError
 from cycles.store import Store, StorePath, new_id
-from cycles.update.dedup import find_segment_duplicates
+from cycles.update.dedup import (find_segment_duplicates, learn_variants, learned_params, read_state,
+                                 variant_evidence, variant_rows, write_state)
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
@@ -187,9 +188,14 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
                          "content_hash": pa.array([], pa.string()), "simhash": pa.array([], pa.uint64()),
                          "text_chars": pa.array([], pa.int64())})
     con = con or plain_connection()
+    # One row per URL, its newest result as the bucket merge applies it (a URL fetched twice
+    # in one segment, listed and inline, would otherwise be a "copy" of itself).
     return con.sql(f"""
-        SELECT url, host, content_hash, simhash, coalesce(length(text), 0)::BIGINT AS text_chars
-        FROM {store.duckdb_source(con, files)} WHERE outcome = 'ok'""").to_arrow_table()
+        SELECT url, host, content_hash, simhash, text_chars FROM (
+            SELECT url, host, content_hash, simhash, coalesce(length(text), 0)::BIGINT AS text_chars, outcome
+            FROM {store.duckdb_source(con, files)}
+            QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1)
+        WHERE outcome = 'ok'""").to_arrow_table()
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
+    sql, variants_skipped = with_variants_set_aside(con, store, inputs, sql, old, config)
     hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
     lastmod_due = 0
     if hint_files:  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
@@ -286,7 +293,50 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     con.close()
     return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
             "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due, "update/results": results,
-            "links": links_rows, "filter/max_depth": too_deep, "file": name}
+            "links": links_rows, "filter/max_depth": too_deep, "dedup/variant_skipped": variants_skipped,
+            "file": name}
+
+
+VARIANT_PARAMS = "variant_params.parquet"
+"""In the segment's update inputs: (host, param) of the variant parameters learned so far
+(cycles/update/dedup.py ``learn_variants``), written by the coordinator for the bucket tasks."""
+
+
+def with_variants_set_aside(con, store: Store, inputs: StorePath, sql: str, old: str, config: Config) -> tuple[str, int]:
+    """``sql`` (the bucket's new rows) with the URLs that carry a variant parameter learned
+    on their host set aside: an unfetched one becomes ``duplicate`` of the URL without the
+    parameter, and none of them is due before ``update.variant_recheck_s``, so generate does
+    not list them and discovery, whose seen-set holds them, does not fetch them. Returns
+    the SQL and how many unfetched URLs were set aside (``dedup/variant_skipped``)."""
+    path = inputs / VARIANT_PARAMS
+    if not store.exists(path):
+        return sql, 0
+    learned = store.read_table(path)
+    if learned.num_rows == 0:
+        return sql, 0
+    con.register("learned_params", learned)
+    # Only the URLs of hosts with a learned parameter go through Python (to strip them).
+    urls = con.sql(f"""SELECT url, host FROM (SELECT url, host FROM {old} UNION ALL SELECT url, host FROM fetched_new
+                       UNION ALL SELECT url, host FROM candidates WHERE NOT over_pattern AND NOT over_host)
+                   WHERE host IN (SELECT host FROM learned_params) AND url LIKE '%?%'""").to_arrow_table()
+    con.unregister("learned_params")
+    con.register("variant_rows", variant_rows(urls, learned))
+    con.execute("CREATE TEMP TABLE variant_urls AS SELECT * FROM variant_rows")
+    con.unregister("variant_rows")
+    S = schema.DbStatus
+    fresh = f"x.status = '{S.UNFETCHED}' AND v.url IS NOT NULL"
+    wrapped = f"""
+        SELECT x.* REPLACE (
+            CASE WHEN {fresh} THEN '{S.DUPLICATE}' ELSE x.status END AS status,
+            CASE WHEN {fresh} THEN v.base ELSE x.duplicate_of END AS duplicate_of,
+            CASE WHEN v.url IS NOT NULL AND x.status IN ('{S.UNFETCHED}', '{S.DUPLICATE}', '{S.NEAR_DUPLICATE}')
+                 THEN greatest(x.next_fetch, $now + to_seconds({int(config.update.variant_recheck_s)}))
+                 ELSE x.next_fetch END AS next_fetch)
+        FROM ({sql}) x LEFT JOIN variant_urls v ON x.url = v.url"""
+    skipped = con.execute(f"""SELECT count(*) FROM variant_urls v JOIN (SELECT url, status FROM {old}
+        UNION ALL SELECT url, '{S.UNFETCHED}' FROM candidates WHERE NOT over_pattern AND NOT over_host) o USING (url)
+        WHERE o.status = '{S.UNFETCHED}'""").fetchall()[0][0]
+    return wrapped, skipped
 
 
 def attempt_bucket_name(bucket: int) -> str:
@@ -381,8 +431,17 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         pages = stored_pages(seg_dir, store, con)
         # Each bucket scanned for the segment's pages by a task (cycles/update/dedup.py);
         # here only the segment's pages and their matches are joined.
+        # Mirrors found by earlier updates (their pages are never canonical) and the variant
+        # parameters learned so far, kept beside the crawl DB (dedup.STATE_FILE).
+        state = read_state(store)
         dedup = find_segment_duplicates(store, config, con, executor, files, manifest.schema_version,
-                                        inputs, pages, counters)
+                                        inputs, pages, counters, state["mirrors"])
+        if state["segment"] != segment:  # a retried update counts its evidence once
+            learn_variants(state, variant_evidence(pages, dedup.marks), config.update, counters)
+            state["mirrors"].update(dedup.mirrors)
+            state["segment"] = segment
+        learned = learned_params(state)
+        store.write_table(inputs / VARIANT_PARAMS, learned, learned.schema)
         known = dedup.known_hashes if dedup.known_hashes is not None else pa.table(
             {"url": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
         con.register("dedup_known", known)
@@ -450,6 +509,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         except BaseException:
             store.discard_version("crawldb", version)
             raise
+        write_state(store, state)
         install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment,
                         bucket_files=written)
         store.delete_dir(inputs)
@@ -460,6 +520,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     counters["outlinks/known"] += links_rows - counters["outlinks/new"] - added["trap/pattern_cap"] - added["trap/host_cap"]
     # Duration and rate beside the counters (cycles/metrics.py); the result keeps the counters alone.
     stats = {**counters, **metrics.update_summary(counters, time.monotonic() - started)}
+    # Where the copies are, for the operator (not counters: the metrics take numbers only):
+    # this update's marks by host, the mirror hosts it found, the variant parameters learned.
+    stats |= {"dedup/per_host": dedup.per_host, "dedup/mirrors": dict(sorted(dedup.mirrors.items())),
+              "dedup/variant_params": [[h, p] for h, p in zip(learned["host"].to_pylist(), learned["param"].to_pylist())]}
     if multiplier is not None:  # the optimal schedule's plan, for the operator (not a counter)
         stats |= {"update/plan_cycle_s": config.update.cycle_interval_s, "update/plan_multiplier_s": round(multiplier, 1)}
     store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(stats.items())))

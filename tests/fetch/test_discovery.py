@@ -27,6 +27,7 @@ from cycles.update.update import update_segment
 from cycles.urls import host_hash, url_host
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
+from tests.support.discovery import link, offer_setup
 from tests.support.fetching import assert_polite, crawldb_rows, fast_config, results
 
 HOSTS = 3
@@ -294,41 +295,6 @@ def test_an_assignment_of_an_older_generate_is_still_read(store, tmp_path):
     assert inline.owns("b.test") and not inline.owns("a.test")
     new = [h for h in (f"n{i}.test" for i in range(20))]
     assert [inline.owns(h) for h in new] == [host_hash(h) % 2 == 0 for h in new]
-
-
-def offer_setup(store, **fetch):
-    """A Discovery over one partition holding a.test, with a.test/known in the seen-set and
-    two /p/N URLs of a.test counted for the pattern cap."""
-    import pyarrow as pa
-
-    from cycles import schema
-    from cycles.fetch.discovery import Discovery
-    from cycles.fetch.frontier import HostSlot
-
-    config = Config()
-    for key, value in fetch.items():
-        setattr(config.fetch, key, value)
-    config.update.max_urls_per_pattern = 3
-    seg_dir = store.path("segments", "s1")
-    seen = BloomFilter(1000, 0.01)
-    seen.add_new(["http://a.test/known", "http://a.test/p/1", "http://a.test/p/2"])
-    store.write_bytes(seg.seen_bloom_file(seg_dir, 0), seen.to_bytes())
-    store.write_table(seg.seen_counts_file(seg_dir, 0), pa.table(
-        {"host": ["a.test", "a.test"], "pattern_hash": pa.array([url_pattern_hash("http://a.test/known"),
-                                                                  url_pattern_hash("http://a.test/p/1")], pa.uint64()),
-         "urls": pa.array([1, 2], pa.int64())}), schema.SEEN_COUNTS)
-    inline = InlineFetches(store, config, seg_dir, 0)
-    inline.own_hosts = {"a.test"}
-    inline.listed_urls = {"http://a.test/"}
-    stats = Counter()
-    discovery = Discovery(store, config, seg_dir, 0, inline, stats)
-    discovery.load(100, [])
-    slot = HostSlot("a.test")
-    return discovery, slot, stats
-
-
-def link(url, nofollow=False):
-    return {"from_url": "http://a.test/", "url": url, "anchor": "", "nofollow": nofollow, "depth": 1}
 
 
 def test_offer_takes_new_urls_once_and_leaves_known_nofollow_and_other_hosts(store):
