@@ -1,5 +1,5 @@
 """``python -m cycles`` is the ``crawl`` command."""
 
-from cycles.cli import app
+from cycles.commands.cli import app
 
 app(prog_name="crawl")

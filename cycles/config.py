@@ -340,7 +340,7 @@ class DbConfig:
 
     s3_lock_lease_s: Annotated[float, Float(5.0, 86_400.0)] = 120.0
     """On an S3 store, how long a stage's lock object stays valid without renewal (S3 has no
-    file locks: cycles/store.py S3Lock). A stage that died without releasing it blocks the
+    file locks: cycles/storage/store.py S3Lock). A stage that died without releasing it blocks the
     others this long at most; a stage stalled longer than this (a paused VM, a long GC)
     loses its lock and refuses to swap ``CURRENT``. Longer is safer against stalls, shorter
     frees a crashed crawl sooner."""
@@ -371,7 +371,7 @@ class GenerateConfig:
 
     partitions: Annotated[int, Int(1, 4096)] = 2
     """Number of fetch-list partitions; a host is in exactly one (balanced by expected fetch
-    time, cycles/generate/assign.py). Each partition is fetched by one process."""
+    time, cycles/tables/assign.py). Each partition is fetched by one process."""
 
     max_urls_per_pattern: Annotated[int, Int(1)] = 20
     """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
@@ -441,7 +441,7 @@ class GenerateConfig:
     assign_top_keys: Annotated[int, Int(1)] = 10_000
     """How many of the segment's heaviest slot keys (hosts, or domains / addresses with
     ``partition_by``; by expected fetch time, URLs × delay) are placed in a partition one by
-    one (cycles/generate/assign.py). The others are placed in ``assign_groups`` hash groups;
+    one (cycles/tables/assign.py). The others are placed in ``assign_groups`` hash groups;
     the coordinator's planning is over these K + G items whatever the segment's size. Each
     bucket task reports its heaviest 2K / buckets keys (at least 1, at most K)."""
 
@@ -577,7 +577,7 @@ class FetchConfig:
 
     outlink_bloom_fp: Annotated[float, Float(0, below=1)] = 0.001
     """False-positive rate of the per-partition Bloom filter that writes each outlink once
-    per segment and linking host (cycles/bloom.py); a false positive loses that link for this
+    per segment and linking host (cycles/storage/bloom.py); a false positive loses that link for this
     segment only.
     0 turns the filter off (every outlink of every page is written)."""
 
@@ -631,7 +631,7 @@ class FetchConfig:
     follow_new_hosts: Annotated[bool, Flag()] = True
     """With discovery on: a link to a host the crawl DB does not know at all (and no segment
     in flight claimed) is fetched in the same segment by the worker that found it, which
-    claims the host for the segment (cycles/fetch/newhosts.py) — robots.txt first, its own
+    claims the host for the segment (cycles/tables/newhosts.py) — robots.txt first, its own
     delay, the budget and trap caps above. Off: such a host waits for the segment's update
     and a later generate (a whole segment of its delay budget lost)."""
 
@@ -644,7 +644,7 @@ class FetchConfig:
 
     follow_seen_fp: Annotated[float, Float(above=0, below=1)] = 0.01
     """False-positive rate of the seen-set generate writes beside each partition's fetch
-    list (the URLs the crawl DB holds for the partition's hosts; cycles/bloom.py, 1.2 bytes
+    list (the URLs the crawl DB holds for the partition's hosts; cycles/storage/bloom.py, 1.2 bytes
     a URL at 1 %). A false positive only leaves a new URL to the next cycle."""
 
     robots_cache_s: Annotated[int, Int(0)] = 24 * 3600
@@ -668,7 +668,7 @@ class FetchConfig:
     host's slot before its pages, whenever its robots.txt is downloaded or revalidated (so
     at most once per ``robots_cache_s``: that is how often a host's sitemaps are re-read).
     Their URLs become new URLs and their ``lastmod`` makes known ones due
-    (cycles/fetch/sitemaps.py, cycles/update/sitemaps.py)."""
+    (cycles/tables/sitemaps.py, cycles/update/sitemaps.py)."""
 
     sitemap_max_bytes: Annotated[int, Int(1024, 1 << 30)] = 50 * 1024 * 1024
     """Bytes of one sitemap file read, downloaded and after decompression each (the protocol's

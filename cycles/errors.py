@@ -1,7 +1,7 @@
 """Named errors, and the exit codes the ``crawl`` command ends with.
 
 Messages say what went wrong, where (stage, segment, file) and how to repair it. The CLI
-(cycles/cli.py, ``EXIT_CODES``) turns every exception into one line on stderr and one of
+(cycles/commands/cli.py, ``EXIT_CODES``) turns every exception into one line on stderr and one of
 these exit codes:
 
 ====  =====================  =====================================================================

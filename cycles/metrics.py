@@ -36,8 +36,8 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from cycles.config import Config
-from cycles.schema import FetchOutcome
-from cycles.store import Store
+from cycles.tables.schema import FetchOutcome
+from cycles.storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -304,8 +304,8 @@ by state, written by update and inject once they installed a new crawl DB versio
 def crawldb_numbers(store: Store, config: Config, now_s: float) -> dict:
     """One DuckDB scan of the current crawl DB's ``status`` and ``next_fetch`` columns, its
     bucket files' sizes, and one listing of the segments' markers."""
-    from cycles import segment as seg
-    from cycles.crawldb import connect, current_bucket_files
+    from cycles.tables import segment as seg
+    from cycles.tables.crawldb import connect, current_bucket_files
 
     _, files = current_bucket_files(store, verify=False)  # the calling stage (update, inject) just wrote them
     con = connect(store, config)
@@ -335,7 +335,7 @@ def crawldb_families(numbers: Mapping) -> list:
                "due): the crawl's lag behind its schedule", numbers["oldest_due_age_s"]),
         _gauge("crawl_crawldb_bytes", "Bytes of the crawl DB's bucket files", numbers["bytes"]),
         _gauge("crawl_crawldb_buckets", "Bucket files of the crawl DB", numbers["buckets"]),
-        _labelled(GaugeMetricFamily("crawl_crawldb_segments", "Segments by state (cycles/segment.py); fetched: "
+        _labelled(GaugeMetricFamily("crawl_crawldb_segments", "Segments by state (cycles/tables/segment.py); fetched: "
                                     "waiting for their update", labels=["state"]), "state", numbers["segments"]),
     ]
 

@@ -5,7 +5,7 @@ sub-domains of one site (``a.example.com``, ``b.example.com``), or unrelated nam
 shared-hosting address. With ``partition_by = 'host'`` (the default) every host name is its
 own slot; with ``'domain'`` the names of one registered domain (Public Suffix List) share
 one, with ``'ip'`` the names that resolve to one address do. Generate puts hosts sharing a
-key in one partition (cycles/generate/assign.py) and the fetch worker gives them one
+key in one partition (cycles/tables/assign.py) and the fetch worker gives them one
 in-flight request and one spacing between them (cycles/fetch/frontier.py), so the server
 sees the delay whatever name we ask it by.
 

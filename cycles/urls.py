@@ -73,7 +73,7 @@ Host hashing: :func:`host_hash` is BLAKE2b with ``digest_size=8`` (a parameter o
 hash, not a truncated BLAKE2b-512) of the UTF-8 host name, read as a big-endian unsigned
 integer. It must never change: crawl DB buckets are ``host_hash % n``, and so are a segment's
 host groups (fetch partitions are balanced by expected fetch time over the heaviest hosts
-and those groups, cycles/generate/assign.py).
+and those groups, cycles/tables/assign.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""generate's host → partition plan (cycles/generate/assign.py): the coordinator's CPU for
+"""generate's host → partition plan (cycles/tables/assign.py): the coordinator's CPU for
 ``plan_assignment`` as the bucket count grows, and the balance of K named keys + G groups
 against LPT over every host on a long-tailed segment. No store, no network.
 
@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cycles.config import Config  # noqa: E402
-from cycles.generate.assign import (Assignment, BucketLoad, assign_hosts, bucket_load,  # noqa: E402
+from cycles.tables.assign import (Assignment, BucketLoad, assign_hosts, bucket_load,  # noqa: E402
                                     chosen_hosts_table, named_per_bucket, plan_assignment)
-from cycles.hostdb import host_buckets  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.tables.hostdb import host_buckets  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from cycles.urls import host_hash  # noqa: E402
 
 

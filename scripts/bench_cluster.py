@@ -40,11 +40,11 @@ from urllib.parse import parse_qs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cycles.crawldb import current_bucket_files  # noqa: E402
+from cycles.tables.crawldb import current_bucket_files  # noqa: E402
 from cycles.fetch.fetch import fetch_segment  # noqa: E402
 from cycles.generate.generate import generate  # noqa: E402
-from cycles.inject import inject  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.commands.inject import inject  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from cycles.update.update import update_segment  # noqa: E402
 from testweb.moto import STRAY_AWS_SETTINGS, start_moto as start_moto_server  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402

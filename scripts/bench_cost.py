@@ -17,7 +17,7 @@ Per stage it reports:
   coordinator itself spawns (update's outlink pool) is shown apart: parallel, but not on
   the executor, so it cannot leave this machine;
 - per task type and for the coordinator, the store's operations by kind (GET / PUT / LIST /
-  HEAD / DELETE, counted by the optional hook of cycles/store.py: one per call, as the
+  HEAD / DELETE, counted by the optional hook of cycles/storage/store.py: one per call, as the
   store asks for it) with the bytes of the files read (at most what an S3 GET would fetch:
   a query reads only its columns) and written; and the bytes the process actually read and
   wrote (``/proc/self/io`` rchar/wchar, DuckDB's spill included).
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_scale  # noqa: E402  (its builders and child runner; it puts the code measured on sys.path)
 from bench_scale import human, parse_size  # noqa: E402
 
-from cycles.store import Store, observe_io  # noqa: E402
+from cycles.storage.store import Store, observe_io  # noqa: E402
 
 COORDINATOR = "coordinator"
 
@@ -79,7 +79,7 @@ def task_name(fn) -> str:
 class Meter:
     """Wall, CPU and I/O of each task type and of the coordinator (everything else).
 
-    The store's hook (cycles/store.py :func:`observe_io`) reports each operation; it is
+    The store's hook (cycles/storage/store.py :func:`observe_io`) reports each operation; it is
     booked to the task type running at that moment, else to the coordinator."""
 
     def __init__(self):

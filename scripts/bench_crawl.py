@@ -24,7 +24,7 @@ into an internal service). Both crawlers start from the same ``--seeds`` home pa
 over the host list), discover everything else by following links, and run one after the
 other on the same web, each for ``--seconds`` of wall time:
 
-1. **ours**: ``python -m cycles run --seconds S`` (overlapping cycles, cycles/run.py) on a
+1. **ours**: ``python -m cycles run --seconds S`` (overlapping cycles, cycles/commands/run.py) on a
    fresh store, with the test web's config (``TestWeb.crawl_config``) and
    ``fetch.max_duration_s = --segment-seconds`` (a segment's fetch is cut there, so one slow
    host does not hold the next segment) and ``generate.max_urls_per_host`` = what a host's
@@ -90,8 +90,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from cycles.inject import inject  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.commands.inject import inject  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 from testweb.hostile import InternalService  # noqa: E402
 
@@ -206,7 +206,7 @@ def run_ours(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, d
     config.fetch.allowed_networks = sorted({f"{ip}/32" for ip in web.resolve_map().values()} - {"127.0.0.1/32"})
     config.fetch.max_duration_s = args.segment_seconds
     # A host gets what its delay allows in one segment; the rest stays due for the next
-    # segment, generated as soon as this one's fetch ends (cycles/run.py).
+    # segment, generated as soon as this one's fetch ends (cycles/commands/run.py).
     config.generate.max_urls_per_host = max(1, int(args.segment_seconds / DELAY_S))
     config.fetch.progress_s = 0.0
     for item in args.set or []:

@@ -92,8 +92,8 @@ from cycles.config import Config, config_from_dict  # noqa: E402
 from cycles.errors import CrawlError  # noqa: E402
 from cycles.fetch.fetch import fetch_segment  # noqa: E402
 from cycles.generate.generate import generate  # noqa: E402
-from cycles.inject import inject  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.commands.inject import inject  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 
 SLACK_S = 0.005

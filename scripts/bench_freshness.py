@@ -60,9 +60,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_update import recrawl  # noqa: E402
-from cycles import schema  # noqa: E402
+from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
-from cycles.crawldb import new_url_rows_sql  # noqa: E402
+from cycles.tables.crawldb import new_url_rows_sql  # noqa: E402
 from cycles.update import optimum  # noqa: E402
 from cycles.update import schedule as schedule_module  # noqa: E402
 from cycles.update import update as update_module  # noqa: E402

@@ -7,7 +7,7 @@ Usage::
 
 Builds two stores holding the same host DB of ``--hosts`` hosts (~300-byte robots.txt
 bodies, a good copy for most): *before*, one ``hosts.parquet`` as update wrote it until
-the split; *after*, ``--buckets`` bucket files (cycles/hostdb.py). Each store gets a
+the split; *after*, ``--buckets`` bucket files (cycles/tables/hostdb.py). Each store gets a
 fetched segment whose ``hosts/`` output (16 partition files) touches ``--touched`` known
 hosts and a tenth as many new ones. Then, each in a fresh process (so that the peak is its
 own), it measures
@@ -40,9 +40,9 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from cycles import schema  # noqa: E402
+from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
-from cycles.store import Manifest, Store, new_id, utcnow  # noqa: E402
+from cycles.storage.store import Manifest, Store, new_id, utcnow  # noqa: E402
 
 
 def vm_kib(field: str) -> int:
@@ -81,7 +81,7 @@ def host_rows_sql(n: int, offset: int, age_s: int, where: str = "TRUE") -> str:
 
 
 def build(root: Path, args) -> None:
-    from cycles.hostdb import host_buckets
+    from cycles.tables.hostdb import host_buckets
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -146,7 +146,7 @@ def measure(root: Path, layout: str, code: str, what: str, args) -> dict:
     if code == "before":
         hoststate, hostdb = old_modules(args.before)
     else:
-        from cycles import hostdb
+        from cycles.tables import hostdb
         hoststate = hostdb  # one module since the host DB became a shared table
     store = Store(root / layout)
     config = Config()

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cycles.config import Config  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from cycles.update import hostrank  # noqa: E402
 
 OLD = """
@@ -40,8 +40,8 @@ sys.path.insert(0, sys.argv[1])
 from collections import Counter
 import pyarrow as pa
 from cycles.config import Config
-from cycles.crawldb import connect
-from cycles.store import Store
+from cycles.tables.crawldb import connect
+from cycles.storage.store import Store
 from cycles.update.linkgraph import LINKDB, rank_hosts
 from cycles.update.route import HOST_LINKS
 store = Store(sys.argv[2])

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_scale  # noqa: E402
-from cycles import schema  # noqa: E402
-from cycles.crawldb import checked_rows  # noqa: E402
-from cycles.store import Store, verify_parquet_file  # noqa: E402
+from cycles.tables import schema  # noqa: E402
+from cycles.tables.crawldb import checked_rows  # noqa: E402
+from cycles.storage.store import Store, verify_parquet_file  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:

@@ -87,7 +87,7 @@ def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
             (sdepth + 1)::SMALLINT AS depth
         FROM (SELECT *, scheme_of(hid) || host_of(hid) || path_of(hid, j) AS u FROM links)
         ORDER BY from_url""").to_arrow_table()
-    from cycles import schema
+    from cycles.tables import schema
 
     pq.write_table(table.cast(schema.OUTLINKS), path, compression="zstd")
 

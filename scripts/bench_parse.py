@@ -360,9 +360,9 @@ def time_output(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict
     import tempfile
     import zlib
 
-    from cycles import schema
+    from cycles.tables import schema
     from cycles.fetch.output import PartitionOutput, columns_to_table
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     headers = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "30000"),
                ("ETag", '"0123456789abcdef"'), ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")]

@@ -290,8 +290,8 @@ def run_crawl(args) -> int:
 
 def _crawl_ours(real: RealWeb, seeds: list[str], args, work: Path) -> tuple[float, str, float]:
     from bench_fetch import apply_override, run_measured, write_toml
-    from cycles.inject import inject
-    from cycles.store import Store
+    from cycles.commands.inject import inject
+    from cycles.storage.store import Store
 
     config = real.crawl_config()
     for item in args.set or []:

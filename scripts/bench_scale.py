@@ -89,9 +89,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from cycles import schema  # noqa: E402
+from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
-from cycles.store import Manifest, Store, utcnow  # noqa: E402
+from cycles.storage.store import Manifest, Store, utcnow  # noqa: E402
 from cycles.urls import host_hashes  # noqa: E402
 
 WORDS = ("news sport world local river blue green market city garden health travel music "
@@ -271,14 +271,14 @@ def write_reader(path: Path, reader, table_schema: pa.Schema) -> int:
 def computed_column(name: str) -> str:
     """SQL for a crawl DB column DB_SELECT does not produce: derived as the crawler does, else NULL."""
     if name == "pattern_hash":
-        from cycles.crawldb import pattern_hash_sql
+        from cycles.tables.crawldb import pattern_hash_sql
         return f"{pattern_hash_sql('url')} AS pattern_hash"
     return f"NULL AS {name}"
 
 
 def write_live_lease(store: Store, folder: Path, now: dt.datetime, con) -> int:
     """~1 % of the due URLs handed to a segment that is still fetching (its fetch list is
-    the lease, cycles/leases.py), so generate's anti-join on leases has work to do.
+    the lease, cycles/tables/leases.py), so generate's anti-join on leases has work to do.
     Crawl DBs of the older schema carry these leases in lease_until instead."""
     if "lease_until" in schema.CRAWLDB.names:
         return 0
@@ -339,7 +339,7 @@ def build_db(store: Store, size: int, n_hosts: int, buckets: int, con, seed: int
                1.0::FLOAT AS crawl_delay_s, (host_hash % {buckets})::BIGINT AS bucket
         FROM hosts_all WHERE hash(hid, 34) % 10 < 9 ORDER BY host""", params={"now": now}).to_arrow_table()
     hversion, hfolder = store.new_version_dir("hostdb")
-    # Bucketed like the crawl DB (cycles/hostdb.py): host_hash % buckets, sorted by host.
+    # Bucketed like the crawl DB (cycles/tables/hostdb.py): host_hash % buckets, sorted by host.
     # One stable sort by bucket and a slice each (host order kept inside a bucket), not a
     # filter of every host per bucket.
     order = np.argsort(host_rows["bucket"].to_numpy(), kind="stable")
@@ -621,7 +621,7 @@ def built_store(args, size: int, n_hosts: int, buckets: int, root: Path, con) ->
     script or of scripts/bench_cost.py, which pass the same DIR) start from a hard-linked
     copy of it instead of building again: at 100 M URLs the build is most of a run. Sharing
     inodes is safe because the store never changes a file in place: every write goes to a
-    temporary name and is renamed over (cycles/store.py ``_rename_durably``), and pruning
+    temporary name and is renamed over (cycles/storage/store.py ``_rename_durably``), and pruning
     an old version in the copy only unlinks the copy's names. The hosts and counts are
     rebuilt, not stored: they are deterministic (seed 1), as ``--resume`` relies on."""
     built = Path(args.built) / human(size) if getattr(args, "built", None) else None
@@ -754,7 +754,7 @@ def run_stage(args) -> None:
     phases = Phases()
     _instrument_writes(phases)
     if args.max_temp:  # a guard for a shared machine: DuckDB's default spill cap is 90 % of free disk
-        import cycles.crawldb as crawldb
+        import cycles.tables.crawldb as crawldb
         import cycles.generate.generate as gen_mod
         import cycles.update.update as upd_mod
         original_connect = crawldb.connect

@@ -19,7 +19,7 @@ less disturbed by other work on the machine than wall time):
   segment's keys and whose probe side streams the stored pages (no 20x key table);
 - (``select`` and ``lease``, which measured generate's choice and its rewrite of the crawl
   DB to lease, were removed with that design: generate now chooses per bucket and leases
-  through the fetch lists; see the commits of cycles/leases.py.)
+  through the fetch lists; see the commits of cycles/tables/leases.py.)
 - ``pagerank``: the host graph's PageRank (update's coordinator) on random host graphs of
   ``--pr-hosts`` hosts and each of ``--pr-edges`` edge counts, ``--pr-iterations``
   iterations: linear in the edges or not (the store is only its scratch folder);
@@ -52,9 +52,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from cycles import schema  # noqa: E402
+from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 
 
 def cpu() -> float:
@@ -80,7 +80,7 @@ class Timer:
 
 
 def connect(store: Store, threads: int, memory_limit: str) -> duckdb.DuckDBPyConnection:
-    from cycles.crawldb import connect as cycles_connect
+    from cycles.tables.crawldb import connect as cycles_connect
     config = Config()
     config.db.duckdb_threads = threads
     config.db.duckdb_memory_limit = memory_limit
@@ -187,7 +187,7 @@ class TimedCon:
 
 
 def part_dedup(store: Store, t: Timer, threads: int, memory_limit: str, explain: bool) -> None:
-    from cycles.crawldb import crawldb_source_sql
+    from cycles.tables.crawldb import crawldb_source_sql
     from cycles.update.dedup import block_masks, find_duplicates
     from cycles.update.update import stored_pages
     config = Config()
@@ -234,7 +234,7 @@ def part_neardup(store: Store, t: Timer, threads: int, memory_limit: str) -> Non
     """Near-duplicate pairs, probing instead of building: for each of the 20 block masks,
     hash the segment's keys (small) and stream the stored pages' (url, simhash) past them.
     No table of 20 key rows per stored page is built, so nothing spills."""
-    from cycles.crawldb import crawldb_source_sql
+    from cycles.tables.crawldb import crawldb_source_sql
     from cycles.update.dedup import block_masks
     from cycles.update.update import stored_pages
     config = Config()

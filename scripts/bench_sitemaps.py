@@ -1,4 +1,4 @@
-"""Measure sitemap reading (cycles/fetch/sitemaps.py): URLs per second and what is held.
+"""Measure sitemap reading (cycles/tables/sitemaps.py): URLs per second and what is held.
 
     python scripts/bench_sitemaps.py            # a 50,000-URL urlset (plain, gzip), a gzip bomb, 10 M entries
 
@@ -18,7 +18,7 @@ import time
 import tracemalloc
 import zlib
 
-from cycles.fetch.sitemaps import read_sitemap
+from cycles.tables.sitemaps import read_sitemap
 
 URL = "http://a.test/sitemap.xml"
 

@@ -73,7 +73,7 @@ def way_merge(files: list[Path], top_n: int) -> dict:
     import pyarrow.parquet as pq
 
     from cycles.generate.generate import top_n_cutoff
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     store = Store(files[0].parent)
     cutoff = top_n_cutoff(store, files, [{0: pq.read_metadata(f).num_rows} for f in files], top_n)
@@ -99,7 +99,7 @@ def load_hists(files: list[Path]) -> list[dict[int, int]]:
 def way_hist(files: list[Path], top_n: int) -> dict:
     """The coordinator's part: the cutoff from the histograms and one bin's merge."""
     from cycles.generate.generate import top_n_cutoff
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     cutoff = top_n_cutoff(Store(files[0].parent), files, load_hists(files), top_n)
     (files[0].parent / "cutoff.json").write_text(json.dumps(cutoff.__dict__))
@@ -110,7 +110,7 @@ def way_hosts(files: list[Path], top_n: int) -> dict:
     """The bucket tasks' second round: chosen URLs per host (all buckets, one process)."""
     from cycles.config import Config
     from cycles.generate.generate import ChosenHostsTask, Cutoff, count_chosen_hosts
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     cutoff = Cutoff(**json.loads((files[0].parent / "cutoff.json").read_text()))
     store, loads = Store(files[0].parent), []

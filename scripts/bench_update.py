@@ -45,14 +45,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cycles import clock  # noqa: E402
-from cycles.bloom import BloomFilter  # noqa: E402
+from cycles.storage.bloom import BloomFilter  # noqa: E402
 from cycles.config import Config  # noqa: E402
-from cycles.crawldb import current_bucket_files, url_pattern_sql  # noqa: E402
-from cycles.cycle import run_cycles  # noqa: E402
+from cycles.tables.crawldb import current_bucket_files, url_pattern_sql  # noqa: E402
+from cycles.commands.cycle import run_cycles  # noqa: E402
 from cycles.fetch.fetch import fetch_segment  # noqa: E402
 from cycles.generate.generate import generate  # noqa: E402
-from cycles.inject import inject  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.commands.inject import inject  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
 from testweb.model import CLOCK_START  # noqa: E402
 from cycles.update.update import update_segment  # noqa: E402

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the test web is tooling beside the product, not installed with it
 
-from cycles import segment as seg  # noqa: E402
-from cycles.store import Store  # noqa: E402
+from cycles.tables import segment as seg  # noqa: E402
+from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb, TestWebError  # noqa: E402
 
 

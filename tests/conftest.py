@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import pytest
 
 from cycles.config import Config
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 
 
@@ -139,7 +139,7 @@ TestWeb.start = _start_only_in_web_tests
 
 
 # --- temporary folders in memory where the machine has room ---------------------------------
-# Every stage fsyncs what it commits (cycles/store.py); on a disk that is most of a small
+# Every stage fsyncs what it commits (cycles/storage/store.py); on a disk that is most of a small
 # test's time (test_transitions: 122 s on disk, 73 s on tmpfs, same machine and load). The
 # code paths are the same on tmpfs — fsync is called, it is just cheap — and the crash tests
 # kill processes, not the machine, so the page cache is what they observe either way.
@@ -192,8 +192,8 @@ def two_cycles(tmp_path_factory):
     one per module): two cycles of a 3-host test web without the special hosts (about 20 s),
     fetch metrics rewritten every 0.2 s, every ``crawl_fetch.prom`` written kept in ``writes``."""
     from cycles import metrics
-    from cycles.cycle import run_cycles
-    from cycles.inject import inject
+    from cycles.commands.cycle import run_cycles
+    from cycles.commands.inject import inject
 
     tmp = tmp_path_factory.mktemp("two-cycles")
     writes: list[str] = []
@@ -221,9 +221,9 @@ def two_cycles(tmp_path_factory):
 def small_crawl(tmp_path_factory) -> Store:
     """Two cycles of a 2-host test web, shared by tests/test_views.py and tests/test_api.py
     (they only read it): two crawl DB versions kept, two feed batches."""
-    from cycles.cycle import run_cycles
-    from cycles.inject import inject
-    from cycles.pages import batches
+    from cycles.commands.cycle import run_cycles
+    from cycles.commands.inject import inject
+    from cycles.tables.pages import batches
 
     tmp = tmp_path_factory.mktemp("small-crawl")
     with TestWeb(hosts=2, pages=3, page_bytes=2000, max_seconds=120) as web:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.cli import write_web_config

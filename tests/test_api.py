@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 
 import cycles
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
 from cycles.errors import CrawlError, LockedError
-from cycles.inject import inject
-from cycles.pages import batches, consumer_lock, read_cursor
-from cycles.status import crawl_status, open_views
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.tables.pages import batches, consumer_lock, read_cursor
+from cycles.commands.status import crawl_status, open_views
+from cycles.storage.store import Store
 from tests.conftest import write_seeds
 
 

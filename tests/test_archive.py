@@ -22,7 +22,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from cycles.archive.export import export_segment
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.archive import capture_time, record_at, replay, wayback
 from tests.support.fetching import fast_config, fetch, results
@@ -254,7 +254,7 @@ def test_export_prints_one_json_line_for_a_scheduler(crawl):
 
     from typer.testing import CliRunner
 
-    from cycles.cli import app
+    from cycles.commands.cli import app
 
     done = CliRunner().invoke(app, ["--data", str(crawl["store"].root), "export", crawl["second"], "--only", "cdxj",
                                     "--json"])

@@ -11,11 +11,11 @@ import datetime as dt
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.archive.export import _pages_by_file
 from cycles.config import Config
-from cycles.store import Store
+from cycles.storage.store import Store
 
 
 def fetched_chunk(rows: list[tuple[str | None, int, str]]) -> pa.Table:

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 
-import cycles.store as store_module
-from cycles.store import Store, observe_io
+import cycles.storage.store as store_module
+from cycles.storage.store import Store, observe_io
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cycles.bloom import BloomFilter
+from cycles.storage.bloom import BloomFilter
 
 
 def test_sizing_follows_the_standard_formulas():
@@ -29,11 +29,11 @@ def test_false_positive_rate_is_near_the_target():
 
 
 def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(monkeypatch):
-    """add_new and contains_many answer a small batch in Python (cycles.bloom.SMALL_BATCH):
+    """add_new and contains_many answer a small batch in Python (cycles.storage.bloom.SMALL_BATCH):
     the bits set, the count and every answer are those of the numpy path."""
     import numpy as np
 
-    import cycles.bloom as bloom_module
+    import cycles.storage.bloom as bloom_module
 
     items = [f"http://h{i % 13}.example/p/{i % 50}?é" for i in range(400)]
     batches = [items[k:k + 9] for k in range(0, len(items), 9)] + [[items[0], items[0], "x"]]

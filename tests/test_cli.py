@@ -8,9 +8,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from cycles.cli import app
-from cycles.crawldb import current_bucket_files
-from cycles.store import Store
+from cycles.commands.cli import app
+from cycles.tables.crawldb import current_bucket_files
+from cycles.storage.store import Store
 
 pytestmark = pytest.mark.web
 

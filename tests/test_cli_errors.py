@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cycles.cli import app
-from cycles.crawldb import current_bucket_files
-from cycles.store import Store
+from cycles.commands.cli import app
+from cycles.tables.crawldb import current_bucket_files
+from cycles.storage.store import Store
 from tests.support.corruption import flip_a_bit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,12 +166,12 @@ def test_a_full_disk_is_named(store, monkeypatch, tmp_path):
 
 
 def test_an_internal_error_saves_its_traceback(store, monkeypatch):
-    import cycles.status
+    import cycles.commands.status
 
     def broken(store, config):
         raise ValueError("boom")
 
-    monkeypatch.setattr(cycles.status, "crawl_status", broken)
+    monkeypatch.setattr(cycles.commands.status, "crawl_status", broken)
     line = one_line(crawl(store.root, "status"), 1)
     assert "internal error: ValueError: boom" in line
     saved = Path(re.search(r"traceback in (\S+);", line).group(1))
@@ -284,7 +284,7 @@ def test_a_full_disk_in_a_real_process(tmp_path):
 
 def test_a_long_message_keeps_its_start_and_its_fix():
     """Messages end with the fix: shortening one to MAX_MESSAGE_CHARS drops its middle."""
-    from cycles.cli import MAX_MESSAGE_CHARS, one_line
+    from cycles.commands.cli import MAX_MESSAGE_CHARS, one_line
 
     text = "fetch: /very/deep/store/path " + "detail\n" * 500 + "; give it up with `crawl abandon SEG`"
     line = one_line(text)

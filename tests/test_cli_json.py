@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cycles.cli import app
-from cycles.store import Store
+from cycles.commands.cli import app
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.cli import json_line, write_web_config

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cycles import crawldb
-from cycles.cli import app
+from cycles.tables import crawldb
+from cycles.commands.cli import app
 from cycles.config import Config, config_from_dict, load_config
 from cycles.fetch import identity
 from cycles.fetch.fetch import progress_line
 from cycles.logs import setup_logging
 from cycles.progress import LiveProgress, StepProgress, duration
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.cli import json_line, write_web_config
@@ -62,7 +62,7 @@ def test_every_duckdb_connection_goes_through_the_helpers():
     bare = [f"{path.relative_to(REPO)}:{number}" for path in sorted((REPO / "cycles").rglob("*.py"))
             if path.name != "crawldb.py"
             for number, line in enumerate(path.read_text().splitlines(), 1) if "duckdb.connect(" in line]
-    assert bare == [], "use cycles.crawldb.connect or plain_connection: " + ", ".join(bare)
+    assert bare == [], "use cycles.tables.crawldb.connect or plain_connection: " + ", ".join(bare)
 
 
 # --- --version, environment, -s, config show -------------------------------------------------

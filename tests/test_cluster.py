@@ -3,7 +3,7 @@
 The module starts a scheduler and two workers as separate processes on loopback. Each
 worker has its own working directory and temporary folder (``TMPDIR``: the store's local
 staging and spill folders), none of them the coordinator's, and reaches the store with the
-AWS settings of its own environment. One worker kills itself (SIGKILL, cycles/faults.py)
+AWS settings of its own environment. One worker kills itself (SIGKILL, cycles/storage/faults.py)
 at its first fetch chunk commit, the other at its first crawl DB bucket write of an update;
 their nannies start fresh worker processes, the scheduler re-runs the lost tasks.
 
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.cluster import cluster_executor
-from cycles.crawldb import current_bucket_files
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.tables.crawldb import current_bucket_files
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
 from tests.support.fetching import assert_polite

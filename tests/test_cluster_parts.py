@@ -11,7 +11,7 @@ from cycles.cluster import DaskExecutor, cluster_executor, executor_for
 from cycles.config import Config, config_from_dict
 from cycles.errors import ConfigError, LockedError
 from cycles.fetch.lease import VALID_SHARE, PartitionLease, fenced_stop_signal, lease_name
-from cycles.store import Store
+from cycles.storage.store import Store
 
 
 def test_local_is_the_default_and_runs_nothing_elsewhere(tmp_path):
@@ -94,7 +94,7 @@ def test_leases_live_beside_the_store_wide_fetch_lock():
 def test_a_fault_kill_can_count_only_one_stage_commit_points(tmp_path, monkeypatch):
     """CRAWL_FAULT_KILL_MATCH: the cluster test kills a worker at its first fetch chunk commit
     wherever the scheduler put it, whatever the worker committed before."""
-    from cycles import faults
+    from cycles.storage import faults
 
     killed = []
     monkeypatch.setattr(faults.os, "kill", lambda pid, sig: killed.append(sig))
@@ -116,7 +116,7 @@ def test_the_executor_option_sets_db_executor(tmp_path):
 
     from typer.testing import CliRunner
 
-    from cycles.cli import app
+    from cycles.commands.cli import app
 
     shown = CliRunner().invoke(app, ["--data", str(tmp_path / "data"), "--executor", "tcp://10.0.0.5:8786",
                                      "config", "show", "--json"])

@@ -211,7 +211,7 @@ DESTRUCTIVE = [
 def test_cli_refuses_a_destructive_config(tmp_path, toml, expected):
     from typer.testing import CliRunner
 
-    from cycles.cli import app
+    from cycles.commands.cli import app
 
     config = tmp_path / "bad.toml"
     config.write_text(toml)

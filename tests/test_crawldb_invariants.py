@@ -11,13 +11,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files, replace_crawldb
+from cycles.tables.crawldb import current_bucket_files, replace_crawldb
 from cycles.errors import StageError
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import Store, utcnow
 from cycles.update import update as update_module
 from cycles.update.dedup import DedupResult
 from cycles.update.update import update_segment
@@ -149,7 +149,7 @@ def test_a_bucket_breaking_an_invariant_is_never_installed(store, config, tmp_pa
 
 def test_duplicates_across_two_batches_are_found(store, config, tmp_path):
     """The check compares each batch's first key with the previous batch's last one."""
-    from cycles.crawldb import checked_rows
+    from cycles.tables.crawldb import checked_rows
 
     config.db.buckets = 1
     rows = [{"url": f"http://a.example/{i:06d}", "host": "a.example", "host_hash": host_hash("a.example")}
@@ -163,7 +163,7 @@ def test_duplicates_across_two_batches_are_found(store, config, tmp_path):
 
 
 def test_the_checks_host_hash_is_the_crawlers():
-    from cycles.crawldb import run_host_hashes
+    from cycles.tables.crawldb import run_host_hashes
     from cycles.urls import host_hashes
 
     hosts = pa.array(["a.example", "www.b.example", "xn--bcher-kva.example", "[::1]", "127.0.0.1"])
@@ -171,7 +171,7 @@ def test_the_checks_host_hash_is_the_crawlers():
 
 
 def test_rebucket_refuses_to_carry_a_url_written_twice(store, config, tmp_path):
-    from cycles.rebucket import rebucket
+    from cycles.commands.rebucket import rebucket
 
     injected(store, config, tmp_path)
     _, files = current_bucket_files(store)

@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import kill_when, write_seeds
 from tests.support.processes import committed, toml_config

@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from cycles import segment as seg
-from cycles.store import Store
+from cycles.tables import segment as seg
+from cycles.storage.store import Store
 from tests.support.fetching import make_segment
 
 _spec = importlib.util.spec_from_file_location("script_demo", Path(__file__).resolve().parent.parent / "scripts" / "demo.py")

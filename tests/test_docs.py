@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cycles.cli import app
+from cycles.commands.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -13,10 +13,10 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.crawldb import current_bucket_files
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.tables.crawldb import current_bucket_files
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds

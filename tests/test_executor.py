@@ -14,13 +14,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.executor import InProcess, LocalPool, share_of_memory
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import Store, utcnow
 from cycles.update.update import update_segment
 
 

@@ -23,11 +23,11 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.archive.export import EXPORTED, committed_chunks
 from cycles.config import Config
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.processes import toml_config

@@ -1,6 +1,6 @@
 """kill -9 at every commit point of every stage, then run again as an operator would.
 
-Each stage is run as ``crawl`` subprocess with :mod:`cycles.faults` armed: the process
+Each stage is run as ``crawl`` subprocess with :mod:`cycles.storage.faults` armed: the process
 that reaches the N-th commit point (the rename or upload of a file that matters) kills
 itself with SIGKILL just before making that file visible. For every N of the stage:
 
@@ -29,7 +29,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.urls import host_hash
 from tests.support.fetching import assert_polite

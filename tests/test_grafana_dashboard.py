@@ -99,8 +99,8 @@ def test_the_crawldb_gauges_equal_the_crawl_db(two_cycles):
     """crawl_crawldb.prom, written by the last update, against DuckDB over the installed crawl DB."""
     import duckdb
 
-    from cycles import segment as seg
-    from cycles.crawldb import current_bucket_files
+    from cycles.tables import segment as seg
+    from cycles.tables.crawldb import current_bucket_files
 
     store, config = two_cycles["store"], two_cycles["config"]
     text = metrics.textfile_path(store, config, "crawldb").read_text()
@@ -134,8 +134,8 @@ def test_every_panels_metric_is_documented():
 
 def test_inject_writes_the_crawldb_file_and_a_store_without_crawl_db_only_logs(tmp_path, caplog):
     from cycles.config import Config
-    from cycles.inject import inject
-    from cycles.store import Store
+    from cycles.commands.inject import inject
+    from cycles.storage.store import Store
     from tests.conftest import write_seeds
 
     store, config = Store(tmp_path / "data"), Config()

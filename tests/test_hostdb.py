@@ -1,4 +1,4 @@
-"""Tests of the bucketed host DB (cycles/hostdb.py: merge_hostdb writes it, load_host_state
+"""Tests of the bucketed host DB (cycles/tables/hostdb.py: merge_hostdb writes it, load_host_state
 reads it): the layout merge_hostdb writes, a merge bucket by bucket equal to a merge of
 everything at once, reads that open only the hosts' bucket files, and host DBs of another
 layout — one ``hosts.parquet`` written before the split, or another bucket count — read as
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles import hostdb
-from cycles.hostdb import MERGE_SQL, hostdb_files, load_host_state, merge_hostdb
-from cycles.status import open_views
-from cycles.store import Manifest, Store, new_id, utcnow
+from cycles.tables import hostdb
+from cycles.tables.hostdb import MERGE_SQL, hostdb_files, load_host_state, merge_hostdb
+from cycles.commands.status import open_views
+from cycles.storage.store import Manifest, Store, new_id, utcnow
 from cycles.urls import host_hash
 from tests.examples import examples
 

@@ -1,4 +1,4 @@
-"""cycles/leases.py: which segments' fetch lists lease their URLs, and the SQL over them.
+"""cycles/tables/leases.py: which segments' fetch lists lease their URLs, and the SQL over them.
 Segments are written by hand (markers and fetch list files), as generate would leave them."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import datetime as dt
 import duckdb
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.leases import leased_urls_sql, live_lease_files
-from cycles.store import Store
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.tables.leases import leased_urls_sql, live_lease_files
+from cycles.storage.store import Store
 
 NOW = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
 HOUR = dt.timedelta(hours=1)

@@ -19,9 +19,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from cycles import metrics
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.store import Store
+from cycles.storage.store import Store
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -240,7 +240,7 @@ def test_generate_and_update_stats_and_prom_files(crawled):
 
 @pytest.mark.web
 def test_crawl_status_shows_the_last_fetch_rate_and_politeness_utilisation(crawled):
-    from cycles.status import crawl_status, format_status
+    from cycles.commands.status import crawl_status, format_status
 
     store, last = crawled["store"], crawled["segments"][-1]
     s = stats(store, last, "fetch")

@@ -20,12 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cycles import schema
-from cycles.cli import app
+from cycles.tables import schema
+from cycles.commands.cli import app
 from cycles.config import Config
-from cycles.inject import inject
+from cycles.commands.inject import inject
 from cycles.errors import CrawlError
-from cycles.store import Store, new_id
+from cycles.storage.store import Store, new_id
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,7 +135,7 @@ def test_out_dash_streams_parquet_to_stdout(feed, tmp_path):
 
 @pytest.mark.web
 def test_a_second_reader_of_one_consumer_is_refused(feed, tmp_path):
-    from cycles.pages import consumer_lock
+    from cycles.tables.pages import consumer_lock
 
     store, _ = feed
     out = tmp_path / "b.parquet"
@@ -150,7 +150,7 @@ def test_a_second_reader_of_one_consumer_is_refused(feed, tmp_path):
 def test_a_cursor_moved_meanwhile_is_not_overwritten(feed, tmp_path, monkeypatch):
     """Compare-and-swap: a reader that skipped the lock moved the cursor while we wrote."""
     store, names = feed
-    import cycles.pages as pages
+    import cycles.tables.pages as pages
 
     write = pages.write_pages_file
 

@@ -1,4 +1,4 @@
-"""Tests of cycles/rebucket.py and ``crawl rebucket``: on a real small crawl DB (a test web
+"""Tests of cycles/commands/rebucket.py and ``crawl rebucket``: on a real small crawl DB (a test web
 injected and crawled one cycle), 8 → 3 → 5 buckets keep every row, put every host in
 exactly its own bucket, survive a segment generated before and updated after, and a
 failure midway leaves the old version current."""
@@ -11,16 +11,16 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cycles.cli import app
-from cycles.crawldb import current_bucket_files
-from cycles.cycle import run_cycles
+from cycles.commands.cli import app
+from cycles.tables.crawldb import current_bucket_files
+from cycles.commands.cycle import run_cycles
 from cycles.errors import StageError
 from cycles.fetch.fetch import fetch_segment
-from cycles.hostdb import load_host_state
+from cycles.tables.hostdb import load_host_state
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.rebucket import old_buckets_for, rebucket
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.commands.rebucket import old_buckets_for, rebucket
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import config_for, write_seeds

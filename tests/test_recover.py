@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from cycles import schema
-from cycles.cli import app
+from cycles.tables import schema
+from cycles.commands.cli import app
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import StoreError
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 
 
@@ -113,7 +113,7 @@ def test_recover_passes_over_a_version_whose_file_was_lost(store, config, tmp_pa
     newer = seed(store, config, tmp_path, ["http://b.example/"])
     store.path("crawldb", "CURRENT").unlink()
     store.bucket_file(store.path("crawldb", newer), 1).unlink()
-    from cycles.recover import recover
+    from cycles.commands.recover import recover
 
     [result] = recover(store, tables=("crawldb",))
     assert result.version == older and result.skipped[0][0] == newer
@@ -132,7 +132,7 @@ def test_recover_reinstates_the_host_db(store, config, tmp_path):
     store.path("hostdb", "CURRENT").unlink()
     with pytest.raises(StoreError, match="hostdb.CURRENT is missing"):
         store.manifest("hostdb")
-    from cycles.recover import recover
+    from cycles.commands.recover import recover
 
     results = {r.table: r for r in recover(store)}
     assert results["crawldb"].action == "kept" and results["hostdb"].action == "reinstated"
@@ -141,7 +141,7 @@ def test_recover_reinstates_the_host_db(store, config, tmp_path):
 
 def test_recover_with_nothing_complete_says_what_to_do(store, config, tmp_path):
     half_written_version(store)  # an interrupted first inject
-    from cycles.recover import recover
+    from cycles.commands.recover import recover
 
     with pytest.raises(StoreError, match="no complete version.*delete them and inject again"):
         recover(store, tables=("crawldb",))

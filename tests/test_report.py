@@ -1,4 +1,4 @@
-"""Tests of cycles/report.py (``crawl report``), built once on the session's 2-cycle crawl of a tiny
+"""Tests of cycles/commands/report.py (``crawl report``), built once on the session's 2-cycle crawl of a tiny
 test web (tests/conftest.py ``two_cycles``, shared with tests/test_metrics.py).
 
 The page must parse strictly as HTML5 (html5lib raises on any parse error), embed every
@@ -17,11 +17,11 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from cycles import segment as seg
-from cycles.cli import app
-from cycles.crawldb import current_bucket_files
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.tables import segment as seg
+from cycles.commands.cli import app
+from cycles.tables.crawldb import current_bucket_files
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from tests.conftest import write_seeds
 
 pytest.importorskip("matplotlib", reason="the report extra is not installed (pip install -e '.[report]')")
@@ -150,7 +150,7 @@ def test_a_store_without_a_crawl_db_is_a_user_error(tmp_path):
 
 def test_a_crawl_db_with_nothing_fetched_yet_still_reports(tmp_path):
     from cycles.config import Config
-    from cycles.report import build_report
+    from cycles.commands.report import build_report
 
     store, config = Store(tmp_path / "data"), Config()
     inject(store, config, write_seeds(tmp_path / "seeds.txt", ["http://a.example/", "http://b.example/x"]))

@@ -1,4 +1,4 @@
-"""``crawl run`` (cycles/run.py): overlapping cycles keep the crawl exact and polite.
+"""``crawl run`` (cycles/commands/run.py): overlapping cycles keep the crawl exact and polite.
 
 - generate with ``exclude_hosts_in_flight`` leaves out whole hosts of segments not fetched
   yet (fast tier, no web);
@@ -22,12 +22,12 @@ from collections import Counter
 
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.run import RunState, run_crawl
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.commands.run import RunState, run_crawl
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.processes import committed, toml_config
@@ -170,7 +170,7 @@ def crashed(tmp_path_factory):
         store = Store(tmp / "data")
         config = tmp / "crawl.toml"
         toml_config(web, config)
-        # Two fetch processes: the run's one pool (cycles/run.py FetchPool) is killed and signalled too.
+        # Two fetch processes: the run's one pool (cycles/commands/run.py FetchPool) is killed and signalled too.
         with open(config, "a") as fh:
             fh.write("\n[db]\nbuckets = 2\n")
         cfg = Config()
@@ -277,7 +277,7 @@ def test_a_long_tail_web_has_a_few_big_hosts_and_links_only_to_pages_that_exist(
 def test_crawl_run_has_help_with_an_example():
     from typer.testing import CliRunner
 
-    from cycles.cli import app
+    from cycles.commands.cli import app
 
     result = CliRunner().invoke(app, ["run", "--help"])
     assert result.exit_code == 0 and "Example: crawl run --seconds" in result.output
@@ -286,8 +286,8 @@ def test_crawl_run_has_help_with_an_example():
 
 def test_a_thin_segment_is_fetched_only_while_the_update_before_it_runs(store):
     """A segment with few hosts, generated before the fetched one's update, is cut at about
-    the update's duration (cycles/run.py ``thin_segment_seconds``); any other keeps the limit."""
-    from cycles.run import fetch_config, thin_segment_seconds
+    the update's duration (cycles/commands/run.py ``thin_segment_seconds``); any other keeps the limit."""
+    from cycles.commands.run import fetch_config, thin_segment_seconds
 
     def marker(hosts: int) -> str:
         segment = store_new_id()
@@ -296,7 +296,7 @@ def test_a_thin_segment_is_fetched_only_while_the_update_before_it_runs(store):
                                               hosts=hosts, partitions=1, lease_until="2999-01-01T00:00:00+00:00"))
         return segment
 
-    from cycles.store import new_id as store_new_id
+    from cycles.storage.store import new_id as store_new_id
 
     fetched = marker(200)
     seg.write_marker(store, seg.Fetched(fetched))

@@ -1,4 +1,4 @@
-"""``crawl run``'s coordinator (cycles/run.py): while a segment is fetched it updates only the
+"""``crawl run``'s coordinator (cycles/commands/run.py): while a segment is fetched it updates only the
 segments fetched before it, never the one whose fetch ends during its update (the main
 thread waits for the coordinator before it generates, so that update would hold every host).
 Segments are marker files and update is a stub: no crawl, fast tier."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cycles import run
-from cycles import segment as seg
+from cycles.commands import run
+from cycles.tables import segment as seg
 
 
 def make_segment(store, segment: str, *markers) -> None:

@@ -6,7 +6,7 @@ The run generates segment k+1 when k's fetch ends, before k is updated, while k-
 has just added k-1's discoveries to the crawl DB; a big host is in every segment. A page k
 fetched by discovery was then listed by k+1 and fetched again, and k+1's discovery fetched
 again what k had (bench_crawl found 39 such repeats in 5,364 requests; the fix:
-cycles/leases.py, cycles/generate/assign.py ``write_seen_set``). The fast-tier test of the
+cycles/tables/leases.py, cycles/tables/assign.py ``write_seen_set``). The fast-tier test of the
 pieces is tests/generate/test_pending_fetched.py; this one asks the server."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections import Counter
 
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import load_config
-from cycles.inject import inject
-from cycles.run import RunState, run_crawl
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.commands.run import RunState, run_crawl
+from cycles.storage.store import Store
 from cycles.urls import url_host
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
@@ -39,7 +39,7 @@ LISTED, INLINE = 2, 3
 @pytest.fixture(scope="module", params=[False, True], ids=["after-fetch", "ahead"])
 def followed(tmp_path_factory, request):
     """A 50 s run; ``ahead``: each segment generated while the one before is fetched, its
-    hosts included (cycles/run.py ``coordinate``)."""
+    hosts included (cycles/commands/run.py ``coordinate``)."""
     tmp = tmp_path_factory.mktemp("run-discovery")
     with TestWeb(hosts=HOSTS, pages=PAGES, page_bytes=1500, special=False, tail=True, max_seconds=150) as web:
         store = Store(tmp / "data")

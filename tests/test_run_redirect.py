@@ -13,12 +13,12 @@ the end of one response to the start of the next, whichever segment asked; every
 
 ``known``: ``b`` and ``c1`` are in the crawl DB when k is generated (k's known-hosts filter
 holds them); ``new``: they are injected after k was generated, so to k's worker they are
-new hosts, taken by claim (cycles/fetch/newhosts.py) against the next segment's generate.
+new hosts, taken by claim (cycles/tables/newhosts.py) against the next segment's generate.
 
 The spacing held without a change (checked when issue #10 was looked at again; ``b``'s
 ``/p1`` was fetched twice, by k and by the next segment): one segment is
 fetched at a time (the fetch lock), and the later segment's worker sets a host's slot up
-from the ``hosts/`` output of every segment not yet updated (cycles/hostdb.py
+from the ``hosts/`` output of every segment not yet updated (cycles/tables/hostdb.py
 ``load_host_state``), which holds what k's worker learnt of ``b`` and ``c1``.
 
 What did not hold: the run killed (SIGKILL) after k's worker committed ``kc``'s 429
@@ -40,13 +40,13 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import replace_crawldb
+from cycles.tables.crawldb import replace_crawldb
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.run import RunState, run_crawl
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.commands.run import RunState, run_crawl
+from cycles.storage.store import Store
 from tests.conftest import kill_when, loopback_servers, write_seeds
 from tests.support.fetching import CLOCK_SLACK_S
 

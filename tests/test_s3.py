@@ -24,17 +24,17 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from cycles import schema
-from cycles.cli import app
+from cycles.tables import schema
+from cycles.commands.cli import app
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import LockedError, StoreError
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.leases import live_lease_files
-from cycles.pages import read_feed
-from cycles.status import crawl_status, run_sql
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.tables.leases import live_lease_files
+from cycles.tables.pages import read_feed
+from cycles.commands.status import crawl_status, run_sql
+from cycles.storage.store import Store, utcnow
 from cycles.update.update import update_segment
 from tests.conftest import kill_when
 from tests.support.s3 import BUCKET
@@ -195,7 +195,7 @@ def test_lost_s3_lock_refuses_the_swap(s3_store, config, tmp_path, monkeypatch):
         with s3_store.lock("crawldb", db=config.db):
             client.put_object(Bucket=bucket, Key=key, Body=b'{"host": "other"}')  # taken over meanwhile
             time.sleep(1.0)
-            from cycles.crawldb import replace_crawldb
+            from cycles.tables.crawldb import replace_crawldb
 
             replace_crawldb(s3_store, config, lambda con, old, b: f"SELECT * FROM {old}", who="test")
     assert s3_store.manifest() == before
@@ -203,7 +203,7 @@ def test_lost_s3_lock_refuses_the_swap(s3_store, config, tmp_path, monkeypatch):
 
 KILL_AFTER_FIRST_BUCKET = textwrap.dedent("""
     import os, signal, sys
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     write_batches = Store.write_batches
 
@@ -214,7 +214,7 @@ KILL_AFTER_FIRST_BUCKET = textwrap.dedent("""
         return rows
 
     Store.write_batches = write_then_die
-    from cycles.cli import app
+    from cycles.commands.cli import app
     app(["--data", sys.argv[1], "update"], prog_name="crawl")
 """)
 
@@ -265,7 +265,7 @@ def read_warc_record(store: Store, segment: str, row: dict):
 
 @pytest.fixture(scope="module")
 def crawled_s3(s3_env, tmp_path_factory):
-    from cycles.cycle import run_cycles
+    from cycles.commands.cycle import run_cycles
     from testweb.harness import TestWeb
     from tests.conftest import config_for, write_seeds
 
@@ -362,7 +362,7 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
         kill_when(first, lambda: len(store.list(fetched_dir, "part-*.parquet")) >= 3, within_s=40, poll_s=0.1)
         time.sleep(0.5)
         before = len(store.list(fetched_dir, "part-*.parquet"))
-        assert store.segment_state(segment) == "fetching"  # started, not finished (cycles/segment.py)
+        assert store.segment_state(segment) == "fetching"  # started, not finished (cycles/tables/segment.py)
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr
         assert store.segment_state(segment) == "fetched"
@@ -393,10 +393,10 @@ def test_the_s3_lock_object_carries_the_configured_lease(s3_store, config):
 
 
 def test_a_new_host_claim_is_created_once_on_s3(s3_store):
-    """cycles/fetch/newhosts.py: the claim is a conditional PUT (If-None-Match: *); the
+    """cycles/tables/newhosts.py: the claim is a conditional PUT (If-None-Match: *); the
     second writer learns it lost, and the claims list back by host name."""
-    from cycles import segment as seg
-    from cycles.fetch.newhosts import claim_body, claimed_hosts, create_if_absent, read_claim
+    from cycles.tables import segment as seg
+    from cycles.tables.newhosts import claim_body, claimed_hosts, create_if_absent, read_claim
 
     folder = s3_store.segment_dir("s1", must_exist=False)
     path = seg.newhost_claim_file(folder, "new.example")
@@ -414,7 +414,7 @@ def test_a_hosts_file_replaced_while_it_is_read_is_read_whole_on_s3(s3_store):
     Read whole (one GET: one version on S3), and again when moto — not atomic for a reader
     during a PUT — served a part of the new object: 3 s of reads against a writer replacing
     the file with versions of other sizes, never an error."""
-    from cycles.hostdb import read_replaced_host_rows
+    from cycles.tables.hostdb import read_replaced_host_rows
 
     path = s3_store.path("segments", "s", "hosts", "part-00001.parquet")
 

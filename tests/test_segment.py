@@ -1,4 +1,4 @@
-"""The segment lifecycle (cycles/segment.py): markers, states, generation order, abandoned
+"""The segment lifecycle (cycles/tables/segment.py): markers, states, generation order, abandoned
 segments, and update's check of the fetch manifest."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import StageError, StoreError
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.status import crawl_status, format_status
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.commands.status import crawl_status, format_status
+from cycles.storage.store import Store, utcnow
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds

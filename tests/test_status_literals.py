@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cycles.config import Config
-from cycles.crawldb import new_url_rows_sql
-from cycles.schema import DbStatus
+from cycles.tables.crawldb import new_url_rows_sql
+from cycles.tables.schema import DbStatus
 from cycles.update.update import transition_sql
 
 CYCLES = Path(__file__).resolve().parent.parent / "cycles"

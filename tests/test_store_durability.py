@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import StoreError
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 from tests.support.corruption import flip_a_bit_in_a_data_page
 
@@ -128,7 +128,7 @@ def test_recover_previous_rolls_back_past_a_corrupt_bucket(store, config, tmp_pa
     flip_a_bit_in_a_data_page(files[0])
     with pytest.raises(StoreError):
         generate(store, config)
-    from cycles.recover import recover
+    from cycles.commands.recover import recover
 
     [result] = recover(store, previous=True, tables=("crawldb",))
     assert result.action == "rolled back" and result.version == good.version

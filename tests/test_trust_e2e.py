@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from testweb.hostile import INTERNAL_IP, InternalService, robots_blocked_hosts
 from tests.conftest import config_for, write_seeds

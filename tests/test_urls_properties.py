@@ -231,7 +231,7 @@ def test_update_outlinks_count_poison_links():
     drops and counts it instead of raising on every retry."""
     from collections import Counter
 
-    from cycles import schema
+    from cycles.tables import schema
     from cycles.config import Config
     from cycles.update.outlinks import prepare_outlinks
 

@@ -1,4 +1,4 @@
-"""The analysts' views (cycles/views.py): ``crawl sql``, ``crawl sql --views``, ``crawl schema``.
+"""The analysts' views (cycles/commands/views.py): ``crawl sql``, ``crawl sql --views``, ``crawl schema``.
 
 One small crawl of the test web (tests/conftest.py ``small_crawl``: two cycles, so the store
 keeps two crawl DB versions) is shared with tests/test_api.py; the printed views are run in a
@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from cycles import schema
-from cycles.cli import app
+from cycles.tables import schema
+from cycles.commands.cli import app
 from cycles.config import Config
-from cycles.inject import inject
-from cycles.store import Store
-from cycles.views import output_format, schema_text, views_script
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
+from cycles.commands.views import output_format, schema_text, views_script
 from tests.conftest import write_seeds
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""The URL index in Parquet with Common Crawl's cc-index columns (cycles/schema.py ``CC_INDEX``).
+"""The URL index in Parquet with Common Crawl's cc-index columns (cycles/tables/schema.py ``CC_INDEX``).
 
 One row per response or revisit record. Host parts come from the Public Suffix List as
 tldextract bundles it (its snapshot, never downloaded: ``suffix_list_urls=()``, no cache
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import surt
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.archive.records import Record
 
 LANGUAGE_CHARS = 4000

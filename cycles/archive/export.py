@@ -41,18 +41,18 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.archive.ccindex import detect_language, index_rows, index_table
 from cycles.archive.cdxj import write_cdxj
 from cycles.archive.records import read_records
 from cycles.archive.wet import wet_name, write_wet
 from cycles.config import Config
-from cycles.crawldb import connect
+from cycles.tables.crawldb import connect
 from cycles.errors import StageError
 from cycles.fetch.archive import crawler_version
 from cycles.fetch.output import chunk_of_warc
-from cycles.store import Store, StorePath
+from cycles.storage.store import Store, StorePath
 
 PARTS = ("cdxj", "index", "wet")
 """What ``crawl export`` can write (``--only``)."""

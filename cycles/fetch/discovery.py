@@ -18,7 +18,7 @@ link that update would add to the crawl DB as a new URL and that this worker may
 - the link is not nofollow (rel or meta robots), and normalised it passes the URL filters
   (cycles/fetch/inline.py, with update's functions);
 - its host is one of this partition's fetch-list hosts — the hosts the seen-set covers —
-  or a host nobody knows that this worker just claimed (cycles/fetch/newhosts.py: the crawl
+  or a host nobody knows that this worker just claimed (cycles/tables/newhosts.py: the crawl
   DB holds none of its URLs, so the seen-set needs none), and it is not set aside; its
   robots.txt, when already read, allows it;
 - the crawl DB does not hold it: not in the partition's seen-set (generate's Bloom filter of
@@ -28,7 +28,7 @@ link that update would add to the crawl DB as a new URL and that this worker may
   trap caps update applies to new URLs hold: the host's known URLs plus those taken here
   stay within ``update.max_urls_per_host_total``, the pattern's within
   ``update.max_urls_per_pattern`` (counts from generate's ``seen/part-N.parquet``; the
-  pattern hash is the crawl DB's, cycles.crawldb.url_pattern_hash).
+  pattern hash is the crawl DB's, cycles.tables.crawldb.url_pattern_hash).
 
 Without a seen-set (generate ran with discovery off, or the fetch list was made by hand)
 nothing is discovered: the worker cannot tell a new URL from a known one.
@@ -48,13 +48,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
-from cycles.crawldb import url_pattern_hash
+from cycles.tables.crawldb import url_pattern_hash
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.inline import InlineFetches
-from cycles.store import Store, StorePath
+from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, url_host
 
 
@@ -142,7 +142,7 @@ class Discovery:
             self._count(host, url_pattern_hash(url))
 
     def add_fetched_before(self, rows: list[tuple[str, str]]) -> None:
-        """(url, host) fetched by the segment this one continues (cycles/leases.py ``fetched_by_continued``):
+        """(url, host) fetched by the segment this one continues (cycles/tables/leases.py ``fetched_by_continued``):
         known like the crawl DB's URLs, and counted once against the trap caps."""
         if self.seen is None or not rows:
             return

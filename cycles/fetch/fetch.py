@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from cycles import metrics, progress
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.cluster import executor_for
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
@@ -39,7 +39,7 @@ from cycles.fetch.identity import warn_if_placeholder_agent
 from cycles.fetch.worker import EARLY_END_FILE
 from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
                                     install_stop_handlers, progress_dir)
-from cycles.store import Store, utcnow
+from cycles.storage.store import Store, utcnow
 
 
 @dataclass

@@ -14,10 +14,10 @@ import ipaddress
 import logging
 from typing import Iterable
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config, FetchConfig
 from cycles.errors import StoreError
-from cycles.store import Store
+from cycles.storage.store import Store
 
 log = logging.getLogger(__name__)
 

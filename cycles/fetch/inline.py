@@ -7,14 +7,14 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
   the URL filters (cycles/urls.py, the functions update's outlink preparation uses), else None;
 - :meth:`~InlineFetches.owns`: is the host this worker's? A host of this partition's fetch
   list is; any other host is the partition the segment's assignment gives it
-  (cycles/generate/assign.py :class:`~cycles.generate.assign.Assignment`: its slot key's
+  (cycles/tables/assign.py :class:`~cycles.tables.assign.Assignment`: its slot key's
   named row, else its key's hash group's), one partition per host whether it is in a
   fetch list or not, so exactly one worker may take it up. With ``generate.partition_by`` =
   domain or ip the hosts sharing a slot key (cycles/slotkey.py) get the same answer, so two
   workers never ask one server at once. A segment without an assignment file (made by
   hand) uses ``host_hash(key) % partitions``. A host the crawl DB does not know at all
   (generate's known-hosts filter) is instead the worker's that claims it first, across
-  partitions and segments in flight (:meth:`~InlineFetches.take_new_host`, cycles/fetch/newhosts.py);
+  partitions and segments in flight (:meth:`~InlineFetches.take_new_host`, cycles/tables/newhosts.py);
 - :meth:`~InlineFetches.claim`: a URL is fetched at most once a segment. Every URL of the
   fetch list, every URL committed by an earlier run of the partition and every URL claimed
   inline is in :attr:`~InlineFetches.listed_urls`; a second claim (another path to the
@@ -24,9 +24,9 @@ and discovery (cycles/fetch/discovery.py). Both ask :class:`InlineFetches`:
 from __future__ import annotations
 
 from cycles.config import Config
-from cycles.fetch.newhosts import NewHosts
-from cycles.generate.assign import Assignment
-from cycles.store import Store, StorePath
+from cycles.tables.newhosts import NewHosts
+from cycles.tables.assign import Assignment
+from cycles.storage.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter
 
 

@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.errors import StoreError
-from cycles.hostdb import SCAN_BATCH_ROWS, row_groups_holding
-from cycles.store import Manifest, Store
+from cycles.tables.hostdb import SCAN_BATCH_ROWS, row_groups_holding
+from cycles.storage.store import Manifest, Store
 from cycles.urls import host_hash
 
 COLUMNS = ["host", "url", "last_fetched", "next_fetch"]

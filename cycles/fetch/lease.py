@@ -7,7 +7,7 @@ lost touch with: a *zombie*). Two runs of one partition would ask the same hosts
 and politeness is per partition (generate puts every URL of a host in one partition).
 
 So the run holds a lease object, ``fetch/partitions/<segment>/part-NNNNN/.lock``: an
-:class:`cycles.store.S3Lock` (created with ``If-None-Match: *``, renewed with ``If-Match``
+:class:`cycles.storage.store.S3Lock` (created with ``If-None-Match: *``, renewed with ``If-Match``
 on its ETag every ``db.s3_lock_renew_s``, lasting ``db.s3_lock_lease_s``). Fencing:
 
 - S3 cannot refuse a zombie's writes to other objects, so a holder fences *itself*: it
@@ -25,7 +25,7 @@ on its ETag every ``db.s3_lock_renew_s``, lasting ``db.s3_lock_lease_s``). Fenci
   ``restore_spacing``). Those carry over: the fetcher writes its partition's host state
   (``hosts/part-NNNNN.parquet``: last request end, not-before from a Retry-After or a
   back-off) at every chunk commit, and a run reads it with the host DB
-  (cycles/hostdb.py ``load_host_state``).
+  (cycles/tables/hostdb.py ``load_host_state``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Callable
 
 from cycles.config import DbConfig
 from cycles.errors import LockedError
-from cycles.store import S3Lock, Store
+from cycles.storage.store import S3Lock, Store
 
 VALID_SHARE = 0.5
 """The share of ``db.s3_lock_lease_s`` after its last renewal during which a holder still

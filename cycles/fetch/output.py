@@ -3,7 +3,7 @@
 Results are buffered and committed as a *chunk* every ``fetch.flush_s`` seconds,
 ``fetch.flush_pages`` results or :data:`FLUSH_BYTES` of buffered text and links. A chunk is three files sharing a name,
 ``part-NNNNN-cNNNNNN``, committed in this order, each atomically (a rename locally, one
-object on S3 — see cycles/store.py):
+object on S3 — see cycles/storage/store.py):
 
 1. ``warc/<prefix>-<segment>-<chunk>-<host>.warc.gz``   every exchange (gzip per record,
    cycles/fetch/archive.py says which records), written to a local temporary file while the
@@ -34,10 +34,10 @@ from isal import isal_zlib
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
-from cycles.store import Store, StorePath
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
+from cycles.storage.store import Store, StorePath
 
 
 FLUSH_BYTES = 32 << 20
@@ -101,7 +101,7 @@ def chunk_warc(store: Store, segment_dir: StorePath, name: str) -> StorePath | N
 
 
 def chunk_entry(store: Store, segment_dir: StorePath, partition: int, name: str) -> dict:
-    """What the fetch manifest (cycles/segment.py ``Fetched.chunks``) says of a committed chunk
+    """What the fetch manifest (cycles/tables/segment.py ``Fetched.chunks``) says of a committed chunk
     of an earlier run of the partition: its files' row counts, read from their footers."""
     rows = {}
     for folder in (seg.FETCHED, seg.OUTLINKS):
@@ -389,7 +389,7 @@ class PartitionOutput:
         links = self.links
         if self.bloom is not None and links:
             # Navigation links repeat on every page of a site: write each link once per
-            # partition and linking host (probably — see cycles/bloom.py for what a false
+            # partition and linking host (probably — see cycles/storage/bloom.py for what a false
             # positive costs). Per linking host, not once in all: the link DB counts the
             # distinct hosts linking to a URL (cycles/update/linkgraph.py), and update drops
             # the links of a page it finds to be a copy — a link kept only from a mirror's

@@ -27,13 +27,13 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import CrawlError, StageError, StoreError
 from cycles.executor import parent_pid
 from cycles.fetch.lease import PartitionLease, fenced_stop_signal
 from cycles.fetch.worker import PartitionFetcher
-from cycles.store import Store
+from cycles.storage.store import Store
 
 
 @dataclass(frozen=True)

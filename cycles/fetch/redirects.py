@@ -30,7 +30,7 @@ from cycles.config import Config
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.known import known_urls
 from cycles.fetch.inline import InlineFetches
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.urls import host_hash, url_host
 
 
@@ -77,7 +77,7 @@ class Redirects:
         # A known host outside every fetch list of this segment is followed even though a
         # segment generated meanwhile (`crawl run`) may list it: segments are fetched one at
         # a time, and that segment's worker sets the host's slot up from this segment's
-        # hosts/ output (cycles/hostdb.py load_host_state), which holds this request, its
+        # hosts/ output (cycles/tables/hostdb.py load_host_state), which holds this request, its
         # Crawl-delay and any Retry-After — also after a kill, as a resumed partition keeps
         # its rows (cycles/fetch/resumed_hosts.py). Leaving it to the later segment instead
         # would cost every cross-host redirect a segment (tests/test_run_redirect.py).

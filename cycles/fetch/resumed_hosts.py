@@ -3,7 +3,7 @@
 A partition writes its ``hosts/part-N.parquet`` (schema.HOSTS) at every flush, from the
 slots it holds. A run killed after a flush and resumed used to rewrite that file from the
 slots of the resumed run alone, so two things were lost for every later segment that
-reads it (cycles/hostdb.py ``load_host_state``, then the host DB):
+reads it (cycles/tables/hostdb.py ``load_host_state``, then the host DB):
 
 - the rows the killed run had committed for hosts the resumed run sets no slot up for: a
   host whose fetch-list URLs were all committed, a redirect target or claimed new host
@@ -32,11 +32,11 @@ import datetime as dt
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.fetch.newhosts import claimed_hosts, read_claim
-from cycles.hostdb import merge_host_rows, read_host_file
-from cycles.store import Store, StorePath
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.tables.newhosts import claimed_hosts, read_claim
+from cycles.tables.hostdb import merge_host_rows, read_host_file
+from cycles.storage.store import Store, StorePath
 from cycles.urls import normalize_url, url_host
 
 
@@ -57,7 +57,7 @@ def committed_hosts(store: Store, seg_dir: StorePath, partition: int) -> set[str
 
 
 def own_claims(store: Store, seg_dir: StorePath, segment: str, partition: int) -> set[str]:
-    """New hosts this partition claimed in the segment (cycles/fetch/newhosts.py)."""
+    """New hosts this partition claimed in the segment (cycles/tables/newhosts.py)."""
     return {host for host in claimed_hosts(store, segment)
             if read_claim(store, seg.newhost_claim_file(seg_dir, host)).get("partition") == partition}
 

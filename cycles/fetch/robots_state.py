@@ -62,7 +62,7 @@ class RobotsState:
     """Start (UTC datetime) of the current unbroken run of robots.txt errors, or None."""
 
     def host_row(self) -> dict:
-        """The robots columns of the host's HOSTS row (cycles/schema.py)."""
+        """The robots columns of the host's HOSTS row (cycles/tables/schema.py)."""
         return {"robots_status": self.status, "robots_fetched_at": self.fetched_at, "robots_body": self.body,
                 "robots_etag": self.etag, "robots_last_modified": self.last_modified,
                 "robots_good_status": self.good_status, "robots_good_body": self.good_body,

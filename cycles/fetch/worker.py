@@ -7,7 +7,7 @@ partition's stats:
 - cycles/fetch/frontier.py: the host slots and the heap of next-allowed times;
 - cycles/fetch/politeness.py: spacing, back-off, failures, set-aside windows on a slot;
 - cycles/fetch/robots_state.py: a host's robots.txt (cache, revalidation, fallback, rules);
-- cycles/fetch/sitemaps.py: the sitemaps its robots.txt names (requested before its pages);
+- cycles/tables/sitemaps.py: the sitemaps its robots.txt names (requested before its pages);
 - cycles/fetch/inline.py: may a URL outside the fetch list be fetched inline (hosts owned,
   one row per URL a segment);
 - cycles/fetch/redirects.py: which redirect targets are fetched inline;
@@ -37,7 +37,7 @@ segment's update, so they are due at the next generate; ``fetch/handed_back``), 
 ``fetch.max_duration_s``, when its rate falls under ``fetch.throughput_min_pages_s`` —
 its remaining work is a few slow hosts (``fetch/throughput_stop``) — or when the file
 :data:`EARLY_END_FILE` appears in the segment's progress folder (``fetch/end_requested``:
-``crawl run`` ends a thin segment so when the update beside it ends, cycles/run.py).
+``crawl run`` ends a thin segment so when the update beside it ends, cycles/commands/run.py).
 
 A page's 3xx is recorded (outcome ``redirect``, target in ``redirect_to``, and the target
 written as an outlink), its target maybe followed (cycles/fetch/redirects.py); a redirect
@@ -58,14 +58,15 @@ from urllib.parse import urlsplit
 
 import pycurl
 
-from cycles import clock, schema
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles import clock
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.fetch import politeness
 from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
-from cycles.hostdb import load_host_state
-from cycles.leases import fetched_by_continued
+from cycles.tables.hostdb import load_host_state
+from cycles.tables.leases import fetched_by_continued
 from cycles.slotkey import slot_key
 from cycles.metrics import allowed_requests
 from cycles.fetch.archive import Archive, warcinfo_fields
@@ -74,17 +75,17 @@ from cycles.fetch.parse import parse_html
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.dns import Resolver
 from cycles.fetch.inline import InlineFetches
-from cycles.fetch.newhosts import NewHosts
+from cycles.tables.newhosts import NewHosts
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.resumed_hosts import carried_host_rows
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
-from cycles.fetch.sitemaps import SitemapSteps
+from cycles.tables.sitemaps import SitemapSteps
 from cycles.fetch.tls import TlsSteps, describe as describe_tls
 from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, FIXED_HEADERS, Request, Transfer, configure,
                                    decoded_body, resolve_entries)
-from cycles.schema import FetchOutcome as O
-from cycles.store import Store
+from cycles.tables.schema import FetchOutcome as O
+from cycles.storage.store import Store
 from cycles.urls import resolve_location, url_authority, url_host
 
 CURLE_OPERATION_TIMEDOUT = 28
@@ -409,7 +410,7 @@ class PartitionFetcher:
             self._start_sitemaps(slot)
 
     def _start_sitemaps(self, slot: HostSlot) -> None:
-        """robots.txt was just read: queue the sitemaps it names (cycles/fetch/sitemaps.py)."""
+        """robots.txt was just read: queue the sitemaps it names (cycles/tables/sitemaps.py)."""
         rules = slot.robots.rules
         if slot.set_aside is None and rules is not None and slot.queue and rules.sitemaps():
             self.sitemaps.start(slot.host, robots_url(slot.queue[0]["url"]), rules.sitemaps())
@@ -582,7 +583,7 @@ class PartitionFetcher:
 
     def _discovery_slot(self, host: str, url: str) -> HostSlot | None:
         """The host's slot for a discovered link; a new host this worker claimed
-        (cycles/fetch/newhosts.py) gets one set up as a redirect target's."""
+        (cycles/tables/newhosts.py) gets one set up as a redirect target's."""
         slot = self.frontier.slots.get(host)
         if slot is None and host in self.inline.own_hosts:
             self.stats["discover/new_host_slots"] += 1

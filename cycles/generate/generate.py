@@ -7,10 +7,10 @@ builds — or, with ``generate.ranking = 'depth'``, 1/(depth+1)), at most
 ``generate.max_urls_per_pattern`` per URL pattern of a host (traps), at most a budget per
 host (``generate.max_urls_per_host``, scaled by the host's importance) and
 ``generate.top_n`` in all. While a consumer
-of the pages feed lags, the list shrinks or is held (cycles/pages.py). The chosen URLs are
+of the pages feed lags, the list shrinks or is held (cycles/tables/pages.py). The chosen URLs are
 written to ``segments/<id>/fetchlist/part-NNNNN.parquet``, every host in exactly one
 partition — so it is fetched by exactly one process — the partitions balanced by expected
-fetch time (URLs × host delay; cycles/generate/assign.py, which also writes each
+fetch time (URLs × host delay; cycles/tables/assign.py, which also writes each
 partition's seen-set for discovery inside the fetch), ordered by host, then score. Hosts
 sharing a politeness slot (``generate.partition_by``: domain or IP, cycles/slotkey.py) are
 placed in one partition.
@@ -25,7 +25,7 @@ No process holds the segment's rows (issue #11). Tasks on the stage's executor, 
    (:func:`top_n_cutoff`: one batch per bucket in memory);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
    host, weighs its hosts by expected fetch time and reports the heaviest by name and the
-   rest by hash group (cycles/generate/assign.py :func:`bucket_load`), writes its chosen
+   rest by hash group (cycles/tables/assign.py :func:`bucket_load`), writes its chosen
    hosts with their group (and its part of the known-hosts filter, from its hosts of round
    1, sized from every bucket's count); from the buckets' K + G items the coordinator plans the
    partitions (:func:`plan_assignment`: constant work whatever the segment's size);
@@ -37,7 +37,7 @@ The candidate files stay sorted by ranking key rather than by host: the cutoff t
 every row group past it (most of a bucket's ``top_n`` when there are many buckets), while a
 host order would prune nothing, as the balanced assignment spreads every partition's hosts
 over the whole host range. The fetch list is the
-lease (cycles/leases.py): until the segment is updated or ``now + lease_s`` passes, its
+lease (cycles/tables/leases.py): until the segment is updated or ``now + lease_s`` passes, its
 URLs are not generated again. Generate only reads the crawl DB; it never rewrites it.
 """
 
@@ -56,22 +56,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cycles import clock, metrics, schema
-from cycles import segment as seg
+from cycles import clock, metrics
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, connect, current_bucket_files, new_url_rows_sql, upgraded_sql,
+from cycles.tables.crawldb import (bucket_executor, connect, current_bucket_files, new_url_rows_sql, upgraded_sql,
                             verify_bucket_file)
 from cycles.errors import StageError
 from cycles.executor import Executor
-from cycles.bloom import BloomFilter
-from cycles.fetch.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
-from cycles.generate.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
+from cycles.storage.bloom import BloomFilter
+from cycles.tables.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
+from cycles.tables.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
     plan_assignment, write_seen_set
-from cycles.hostdb import host_buckets
-from cycles.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
+from cycles.tables.hostdb import host_buckets
+from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
-from cycles.pages import feed_lag
-from cycles.store import Store, StorePath, new_id
+from cycles.tables.pages import feed_lag
+from cycles.storage.store import Store, StorePath, new_id
 from cycles.update.linkgraph import current_link_files
 
 
@@ -139,7 +140,7 @@ def host_budget_sql(config: Config) -> str:
 def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
     """SQL of the due URLs to fetch next, best first, capped per host (:func:`host_budget_sql`)
     and pattern and in total, with their priority and due time; ``$now`` is left to bind.
-    ``leased``: SQL source of the URLs leased to live segments (cycles/leases.py). With
+    ``leased``: SQL source of the URLs leased to live segments (cycles/tables/leases.py). With
     ``generate.ranking = 'links'`` ``source`` is :func:`ranked_by_links_sql`'s."""
     priority = priority_sql(config)
     importance = ", host_importance" if config.generate.ranking == "links" else ""
@@ -184,7 +185,7 @@ class GenerateBucketTask:
     host_lease_files: tuple = ()
     """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
     leftover_files: tuple = ()
-    """Discovered URLs segments fetched but not updated did not reach (cycles/leases.py
+    """Discovered URLs segments fetched but not updated did not reach (cycles/tables/leases.py
     ``leftover_files``): candidates beside the bucket's rows (:func:`with_leftovers_sql`)."""
     buckets: int = 1
     """The crawl DB's bucket count (which leftover rows are this bucket's)."""
@@ -228,7 +229,7 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
         source = with_leftovers_sql(store, con, source, task)
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
-        # fetches of it at once would break its spacing (cycles/run.py).
+        # fetches of it at once would break its spacing (cycles/commands/run.py).
         source = (f"(SELECT * FROM {source} WHERE host NOT IN "
                   f"(SELECT host FROM {leased_hosts_sql(store, con, list(task.host_lease_files))}))")
     if task.config.generate.ranking == "links":
@@ -266,7 +267,7 @@ def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask)
 
 def known_hosts_wanted(config: Config) -> bool:
     """Whether a segment gets a known-hosts filter: when its fetch may claim new hosts
-    (cycles/fetch/newhosts.py)."""
+    (cycles/tables/newhosts.py)."""
     return config.fetch.follow_outlinks_depth > 0 and config.fetch.follow_new_hosts
 
 
@@ -393,7 +394,7 @@ cutoff by their statistics (a bucket file is in ranking order)."""
 
 @dataclass(frozen=True)
 class KnownHostsPart:
-    """One bucket's share of the segment's known-hosts filter (cycles/fetch/newhosts.py)."""
+    """One bucket's share of the segment's known-hosts filter (cycles/tables/newhosts.py)."""
 
     hosts_file: StorePath
     """The bucket's distinct hosts (select_bucket_due's ``hosts_out``)."""
@@ -420,12 +421,12 @@ class ChosenHostsTask:
     """Also write the bucket's part of the known-hosts filter (None: none wanted)."""
     leave_out_claimed_for: str | None = None
     """This segment's id when the hosts a fetch in flight claimed as new are left out
-    (``crawl run`` with ``fetch.follow_new_hosts``: they are its own, cycles/fetch/newhosts.py)."""
+    (``crawl run`` with ``fetch.follow_new_hosts``: they are its own, cycles/tables/newhosts.py)."""
 
 
 def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
     """The bucket's candidates ranked at or before the cutoff, counted by host and weighed
-    by expected fetch time (cycles/generate/assign.py :func:`bucket_load`: what the
+    by expected fetch time (cycles/tables/assign.py :func:`bucket_load`: what the
     assignment is planned from, of constant size); its chosen hosts, written with their
     key and group for the partition writers. With ``known_hosts``, the bucket's hosts go
     into its part of the known-hosts filter."""
@@ -495,7 +496,7 @@ def merge_known_hosts(task: KnownHostsMergeTask) -> dict[str, int]:
 
 def write_known_hosts(store: Store, executor: Executor, folder: StorePath, parts: list[StorePath],
                       hosts: int) -> dict[str, int]:
-    """The segment's known-hosts filter (``seen/hosts.bloom``, cycles/fetch/newhosts.py):
+    """The segment's known-hosts filter (``seen/hosts.bloom``, cycles/tables/newhosts.py):
     the buckets' parts (:func:`write_known_hosts_part`, ``hosts`` hosts in all) merged by
     OR — the bits of one filter holding every host — in a tree of :func:`merge_known_hosts`
     tasks on ``executor``, the last adding the hosts pending segments claimed. The
@@ -536,14 +537,14 @@ class PartitionTask:
     schema_version: int
     workers: int = 1
     pending_fetched: tuple = ()
-    """Fetched rows of the segments not updated yet (cycles/leases.py ``fetched_files``):
+    """Fetched rows of the segments not updated yet (cycles/tables/leases.py ``fetched_files``):
     their URLs join the seen-set."""
 
 
 def write_partition(task: PartitionTask) -> dict[str, int]:
     """Write ``fetchlist/part-P`` — the candidates of the partition's hosts ranked at or
     before the cutoff, ordered by host, then score — and, with discovery on, its seen-set
-    (cycles/generate/assign.py). Reads the segment's assignment, the chosen hosts, the
+    (cycles/tables/assign.py). Reads the segment's assignment, the chosen hosts, the
     candidate files and the crawl DB buckets of its hosts; returns counters."""
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
@@ -574,7 +575,7 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
                      config: Config, crawldb_files: list[StorePath], schema_version: int,
                      known_hosts: tuple[list[StorePath], int] | None = None,
                      pending_fetched: tuple = ()) -> dict[str, int]:
-    """The segment's assignment (cycles/generate/assign.py, from the buckets' loads: K named
+    """The segment's assignment (cycles/tables/assign.py, from the buckets' loads: K named
     keys and G groups), then one :func:`write_partition` task per partition on ``executor``:
     the coordinator never holds the chosen rows, nor a row per host; and the known-hosts
     filter from its parts (``known_hosts``: their files and the hosts they hold,
@@ -599,18 +600,18 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
-    ``executor`` (cycles/executor.py; default :func:`cycles.crawldb.bucket_executor`);
+    ``executor`` (cycles/executor.py; default :func:`cycles.tables.crawldb.bucket_executor`);
     the best ``top_n`` of their union make the fetch list, written by one task per
     partition on the same executor (the rounds in the module doc). Runs under the store's cycle
-    lock (:func:`cycles.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
+    lock (:func:`cycles.tables.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
     second generate or cycle fails before leasing anything.
 
-    ``exclude_hosts_in_flight`` (``crawl run``, cycles/run.py): leave out every host of a
+    ``exclude_hosts_in_flight`` (``crawl run``, cycles/commands/run.py): leave out every host of a
     segment generated or being fetched, not only its URLs, so this segment can be fetched
     while (or right after) those are without a host in two fetch lists at once.
     ``continuing`` (with it; ``crawl run`` generating ahead): the segment being fetched, after
     which this one is fetched: its hosts are not left out, so a busy host goes on at once in
-    the next segment (cycles/leases.py ``continuing_lease``). ``leftovers``: the URLs fetched
+    the next segment (cycles/tables/leases.py ``continuing_lease``). ``leftovers``: the URLs fetched
     segments queued by discovery and did not reach are candidates too (``crawl run`` before
     an update, when nothing else is due: :func:`with_leftovers_sql`).
     """
@@ -666,7 +667,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
                              for bucket, hosts_file in enumerate(hosts_files)]
                     known_hosts = ([part.out for part in parts], hosts)
                 chosen = [candidates / f"chosen-hosts-{bucket:05d}.parquet" for bucket in range(len(outs))]
-                # hosts a fetch in flight claimed as new are its own (cycles/fetch/newhosts.py)
+                # hosts a fetch in flight claimed as new are its own (cycles/tables/newhosts.py)
                 leave_out = segment if exclude_hosts_in_flight and config.fetch.follow_new_hosts else None
                 loads = executor.map(count_chosen_hosts, [
                     ChosenHostsTask(store.uri, config, out, cutoff, chosen_file, len(files), executor.workers,

@@ -53,12 +53,12 @@ import duckdb
 import pyarrow as pa
 
 from cycles.config import Config
-from cycles.crawldb import connect, upgraded_sql, verify_bucket_file
+from cycles.tables.crawldb import connect, upgraded_sql, verify_bucket_file
 from cycles.executor import Executor
 from cycles.fingerprint import content_hash
-from cycles.hostdb import host_buckets
-from cycles.schema import DbStatus
-from cycles.store import Store, StorePath
+from cycles.tables.hostdb import host_buckets
+from cycles.tables.schema import DbStatus
+from cycles.storage.store import Store, StorePath
 
 STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
 """SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
@@ -628,7 +628,7 @@ def dedup_summary(store: Store, con: duckdb.DuckDBPyConnection, top: int = 10) -
     """What ``crawl status`` and ``crawl report`` show of dedup: the crawl DB's copies
     (``duplicates``, ``near_duplicates``) in all and for the ``top`` hosts with the most,
     the mirror hosts found (mirror → origin) and the variant parameters learned (host, param).
-    ``con`` has the ``crawldb`` view (cycles/views.py)."""
+    ``con`` has the ``crawldb`` view (cycles/commands/views.py)."""
     rows = con.execute(f"""SELECT host, count(*) FILTER (WHERE status = '{DbStatus.DUPLICATE}'),
             count(*) FILTER (WHERE status = '{DbStatus.NEAR_DUPLICATE}')
         FROM crawldb WHERE status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')

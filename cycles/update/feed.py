@@ -2,7 +2,7 @@
 
 A batch is ``pages/<segment id>.parquet`` (schema.PAGES), one per updated segment, written
 atomically just before the crawl DB swap; readers consume batches in id order through a cursor
-(cycles/pages.py). A page is published when its fetch stored content (outcome ok), it is
+(cycles/tables/pages.py). A page is published when its fetch stored content (outcome ok), it is
 not a duplicate or near-duplicate, its meta robots does not say noindex, and its text is
 new to us or differs from the last stored version.
 """
@@ -15,10 +15,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.crawldb import plain_connection
-from cycles.store import Store
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.tables.crawldb import plain_connection
+from cycles.storage.store import Store
 
 
 def feed_candidates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Table, dedup) -> pa.Table:

@@ -50,10 +50,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import connect
-from cycles.store import Store, StorePath
+from cycles.tables.crawldb import connect
+from cycles.storage.store import Store, StorePath
 from cycles.update.route import HOST_LINKS, routed_files
 
 IN_MEMORY_EDGES = 4_000_000

@@ -48,10 +48,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import connect
-from cycles.store import Manifest, Store, StorePath, utcnow
+from cycles.tables.crawldb import connect
+from cycles.storage.store import Manifest, Store, StorePath, utcnow
 from cycles.update.hostrank import IN_MEMORY_EDGES  # noqa: F401  (host_pagerank's default; scripts import it here)
 from cycles.update.hostrank import current_hosts_files, iterate_in_memory, old_host_graph, rank_host_graph
 from cycles.update.route import ROUTED_INLINKS, routed_files, routed_source

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cycles.config import Config, UrlConfig
-from cycles.crawldb import connect
+from cycles.tables.crawldb import connect
 from cycles.executor import ProcessPool
 from cycles.urls import Normalizer, UrlFilter, canonical_mask, host_hashes, rejection_reason
 

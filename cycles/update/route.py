@@ -1,6 +1,6 @@
 """Update's routing by chunk: each group of fetch chunks prepared and cut by crawl DB bucket.
 
-A segment's fetch output comes in chunks (cycles/segment.py: ``fetched/``, ``outlinks/``
+A segment's fetch output comes in chunks (cycles/tables/segment.py: ``fetched/``, ``outlinks/``
 and ``sitemaps/`` ``part-NNNNN-cNNNNNN.parquet``). Update used to load all of them into
 the coordinating process; now one :func:`route_chunks` task per group of chunks of one
 partition (at most :data:`ROUTE_TASK_ROWS` rows) runs on the stage's executor — the same
@@ -45,11 +45,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import bucket_of, connect
-from cycles.store import Store, StorePath
+from cycles.tables.crawldb import bucket_of, connect
+from cycles.storage.store import Store, StorePath
 from cycles.update.outlinks import normalised_links
 from cycles.update.sitemaps import SITEMAP_DEPTH, HINTS, hints_of_files, sitemap_files
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
@@ -82,7 +82,7 @@ HOST_LINKS = pa.schema([("host", pa.string()), ("from_host", pa.string())])
 KINDS = {"results": ROUTED_FETCHED, "links": ROUTED_LINKS, "sitemaps": HINTS, "inlinks": ROUTED_INLINKS,
          "host_links": HOST_LINKS}
 """The routed inputs' folders under ``update/`` and their rows (``results``, not ``fetched``:
-a path with ``/fetched/`` is a fetch chunk's, which the fault tests match on, cycles/faults.py)."""
+a path with ``/fetched/`` is a fetch chunk's, which the fault tests match on, cycles/storage/faults.py)."""
 
 # A canonical URL has no userinfo: its host runs from "://" to ":", "/" (or "]" for IPv6).
 HOST_OF_URL = r"^[a-z]+://(\[[^\]]*\]|[^:/?#]*)"

@@ -36,10 +36,10 @@ from typing import Protocol
 
 import numpy as np
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config, UpdateConfig
-from cycles.crawldb import connect, upgraded_sql
-from cycles.store import Store, StorePath
+from cycles.tables.crawldb import connect, upgraded_sql
+from cycles.storage.store import Store, StorePath
 from cycles.update import optimum
 from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
 

@@ -1,5 +1,5 @@
 """Update's merge of the URLs the hosts' sitemaps listed (``segments/<id>/sitemaps/``,
-``schema.SITEMAP_URLS``; read by cycles/fetch/sitemaps.py).
+``schema.SITEMAP_URLS``; read by cycles/tables/sitemaps.py).
 
 - **A URL source.** Each listed URL joins the segment's outlinks (followed, at depth
   :data:`SITEMAP_DEPTH`), so it is normalised, filtered, trap-capped and anti-joined exactly
@@ -10,7 +10,7 @@
   per ``fetch.robots_cache_s`` and a future lastmod is ignored, so a site cannot keep its
   URLs due by lying.
 - **Hints for new URLs.** ``changefreq`` sets a new URL's first refetch interval
-  (cycles/fetch/sitemaps.py ``CHANGEFREQ_S``, within ``[update.min_interval_s,
+  (cycles/tables/sitemaps.py ``CHANGEFREQ_S``, within ``[update.min_interval_s,
   update.max_interval_s]``); ``priority`` multiplies its score by ``0.5 + priority`` (the
   default 0.5 leaves it as it is). Only when the URL is added: a re-read never compounds.
 """
@@ -21,11 +21,11 @@ from collections import Counter
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.fetch.sitemaps import CHANGEFREQ_S
-from cycles.store import Store, StorePath
+from cycles.tables.sitemaps import CHANGEFREQ_S
+from cycles.storage.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
 
 SITEMAP_DEPTH = 1

@@ -2,16 +2,16 @@
 
 For each bucket of the crawl DB, DuckDB joins the old bucket with the segment's fetch
 results and its new outlinks and writes the new bucket; the new version is swapped in
-atomically (see cycles/crawldb.py). The rules:
+atomically (see cycles/tables/crawldb.py). The rules:
 
 - every fetch result updates its URL's row by the transition rules in
   :func:`transition_sql` (status, next fetch, interval, retries, validators, hashes);
 - outlinks are normalised and filtered (cycles/urls.py; every drop counted by reason),
   nofollow links dropped, deduplicated, and only URLs the crawl DB does not hold are
   added (anti-join) — the crawl DB is the exact seen-set, so no URL gets two rows;
-- the segment's leases end with its updated marker (cycles/leases.py), fetched or not;
+- the segment's leases end with its updated marker (cycles/tables/leases.py), fetched or not;
 - segments are applied in generation order, and only whole: every chunk the fetched
-  marker lists must be there (cycles/segment.py);
+  marker lists must be there (cycles/tables/segment.py);
 - a fetch result for a URL the crawl DB does not hold yet (a redirect target followed
   inline) adds that URL, with the result applied;
 - the segment's host state (last request time, robots.txt) is merged into the host DB;
@@ -31,18 +31,19 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from cycles import clock, metrics, schema
-from cycles import segment as seg
+from cycles import clock, metrics
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, connect, plain_connection, current_bucket_files,
+from cycles.tables.crawldb import (bucket_executor, connect, plain_connection, current_bucket_files,
                             install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
-from cycles.store import Store, StorePath, new_id
+from cycles.storage.store import Store, StorePath, new_id
 from cycles.update.dedup import (find_segment_duplicates, learn_variants, learned_params, read_state,
                                  variant_evidence, variant_rows, write_state)
 from cycles.update.feed import feed_candidates, write_feed_batch
-from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
+from cycles.tables.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
 from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
@@ -393,11 +394,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
     chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
     merge a :func:`cycles.update.linkgraph.merge_link_bucket` task, all run by
-    ``executor`` (cycles/executor.py; default: :func:`cycles.crawldb.bucket_executor`).
+    ``executor`` (cycles/executor.py; default: :func:`cycles.tables.crawldb.bucket_executor`).
     The manifest installed names each bucket's committed file.
     """
     if segment is None:
-        segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/segment.py)
+        segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/tables/segment.py)
         if segment is None:
             raise StageError(f"update: no fetched segment waiting in {store.uri_of(seg.segments_root(store))}; "
                              "run `crawl fetch` first")
@@ -480,7 +481,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # feed's candidate list is kept while they run.
         con.close()
         # The host DB's merge: a routing task per hosts file, then a task per bucket, on the
-        # same executor; the swap of its CURRENT here (cycles/hostdb.py).
+        # same executor; the swap of its CURRENT here (cycles/tables/hostdb.py).
         hostdb = start_hostdb(store, config, segment, inputs / "hostdb", executor.workers)
         try:
             executor.map(route_host_file, hostdb.routes)

@@ -11,7 +11,7 @@ from cycles.config import Config
 from cycles.fetch.archive import Archive
 from cycles.fetch.output import PartitionOutput
 from cycles.fetch.transfer import ABORT_NOT_HTML, Request, Transfer
-from cycles.store import Store
+from cycles.storage.store import Store
 
 URL = "http://h1.web.test/p/1.html"
 DATE = "2026-12-01T12:00:00.000000Z"

@@ -13,16 +13,16 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
-from cycles.crawldb import pattern_hash_sql, url_pattern_hash
+from cycles.tables.crawldb import pattern_hash_sql, url_pattern_hash
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.inline import InlineFetches
 from cycles.fetch.partition import FetchTask, clear_stop, fetch_partition, request_stop
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 from cycles.urls import host_hash, url_host
 from testweb.harness import TestWeb
@@ -265,8 +265,8 @@ def test_a_bloom_filter_survives_bytes():
 
 def test_a_host_is_owned_by_the_partition_the_assignment_names(store, tmp_path):
     """Named hosts by their row, every other host by its hash group's row."""
-    from cycles import schema
-    from cycles.generate.assign import assignment_table
+    from cycles.tables import schema
+    from cycles.tables.assign import assignment_table
 
     seg_dir = store.path("segments", "s1")
     groups = [1, 0, 0, 1, 1]

@@ -8,15 +8,15 @@ from collections import Counter
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
-from cycles.crawldb import url_pattern_hash
+from cycles.tables.crawldb import url_pattern_hash
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.inline import InlineFetches
-from cycles.fetch.newhosts import NewHosts
+from cycles.tables.newhosts import NewHosts
 
 
 def setup(store, known_hosts=("a.test", "b.test"), listed=("a.test",), **fetch):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.dns import FAILING_NAMES, TestDNS, idn_name, zone_for
 from testweb.harness import REPO_ROOT, TestWeb
 from testweb.hostile import InternalService

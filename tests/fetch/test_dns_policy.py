@@ -9,10 +9,10 @@ import datetime as dt
 
 import pyarrow as pa
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
 from cycles.fetch.dns import Answer, backoff_s, combine, hosts_file_names, needs_lookup, resolv_attempts
-from cycles.hostdb import merge_host_rows
+from cycles.tables.hostdb import merge_host_rows
 
 
 def test_ip_literals_resolve_pins_and_hosts_file_names_are_not_looked_up(tmp_path):

@@ -13,8 +13,8 @@ from cycles.fetch.fetch import fetch_segment, request_early_end
 from cycles.fetch.partition import progress_dir
 from cycles.fetch.worker import EARLY_END_FILE
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds

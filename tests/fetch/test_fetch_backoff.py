@@ -8,7 +8,7 @@ import email.utils
 
 import pytest
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.fetch.politeness import retry_after_s
 from testweb.harness import TestWeb
 from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, results

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
 from tests.support.fetching import assert_polite, crawldb_rows, fast_config, host_requests, make_all_due, results

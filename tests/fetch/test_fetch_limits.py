@@ -15,7 +15,7 @@ pytestmark = pytest.mark.web
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
     """One fetch of the odd host's difficult paths with tight limits."""
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     with TestWeb(hosts=0, pages=2, page_bytes=2000, special=True, max_seconds=120) as web:
         store = Store(tmp_path_factory.mktemp("limits") / "data")

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cycles.config import Config
-from cycles.store import Store
+from cycles.storage.store import Store
 from tests.conftest import loopback_servers
 from tests.support.fetching import fetch, results
 

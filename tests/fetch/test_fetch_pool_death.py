@@ -15,11 +15,11 @@ import time
 import pyarrow as pa
 import pytest
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import StageError
 from cycles.executor import LocalPool
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.update.outlinks import prepare_outlinks
 from tests.support.processes import committed, crawl, toml_config

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from cycles.fetch.fetch import Progress, fetch_segment, progress_line
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.fetching import fast_config, make_segment
 

@@ -14,8 +14,8 @@ import pytest
 
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from testweb.model import SPECIAL_HOSTS
 from cycles.update.update import update_segment

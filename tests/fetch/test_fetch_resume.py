@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.fetching import assert_polite, make_segment
 from tests.support.processes import committed, crawl, toml_config

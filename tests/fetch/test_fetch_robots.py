@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import clock, schema
-from cycles.store import Store, new_id, utcnow
+from cycles import clock
+from cycles.tables import schema
+from cycles.storage.store import Store, new_id, utcnow
 from testweb.harness import TestWeb
 from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch, host_requests, paths, results
 
@@ -171,8 +172,8 @@ def test_hostdb_merge_keeps_the_newest_robots_answer_even_when_it_is_an_error(st
     """update's merge_hostdb: a newer network error (status NULL) must not inherit the older
     200's status and body (DuckDB's arg_max skips NULLs), and the good copy survives it."""
     from cycles.config import Config
-    from cycles.hostdb import load_host_state
-    from cycles.hostdb import merge_hostdb
+    from cycles.tables.hostdb import load_host_state
+    from cycles.tables.hostdb import merge_hostdb
 
     now = utcnow()
     old, new = now - dt.timedelta(hours=30), now - dt.timedelta(hours=1)
@@ -207,8 +208,8 @@ def expire_robots_cache(web, monkeypatch, config) -> float:
 def hostdb_state(store: Store, host: str) -> dict:
     """The host DB after update's merge of every segment so far (the only source left)."""
     from cycles.config import Config
-    from cycles.hostdb import load_host_state
-    from cycles.hostdb import merge_hostdb
+    from cycles.tables.hostdb import load_host_state
+    from cycles.tables.hostdb import merge_hostdb
 
     for segment in store.segments():
         merge_hostdb(store, Config(), segment)
@@ -287,7 +288,7 @@ def test_a_robots_txt_without_validators_is_fetched_again_unconditionally(tmp_pa
 
 
 def test_host_files_written_before_the_validator_columns_are_read_with_them_null(tmp_path):
-    from cycles.hostdb import read_host_file
+    from cycles.tables.hostdb import read_host_file
 
     old_schema = pa.schema([f for f in schema.HOSTS if f.name not in ("robots_etag", "robots_last_modified")])
     path = tmp_path / "hosts.parquet"

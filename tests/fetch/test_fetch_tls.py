@@ -17,8 +17,8 @@ import json
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from cycles.hostdb import load_host_state
-from cycles.store import Store
+from cycles.tables.hostdb import load_host_state
+from cycles.storage.store import Store
 from testweb import tls as tls_web
 from testweb.harness import TestWeb
 from tests.support.fetching import assert_polite, fast_config, fetch, results
@@ -230,7 +230,7 @@ def test_the_tls_failure_survives_update_and_the_next_cycle_asks_nothing(web, tm
     keeps the reason and the back-off, so the next cycle defers the host without a handshake."""
     from cycles.fetch.fetch import fetch_segment
     from cycles.generate.generate import generate
-    from cycles.inject import inject
+    from cycles.commands.inject import inject
     from cycles.update.update import update_segment
     from tests.conftest import write_seeds
 

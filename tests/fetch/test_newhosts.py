@@ -1,4 +1,4 @@
-"""New hosts fetched inside the fetch (cycles/fetch/newhosts.py): a host nobody knows is
+"""New hosts fetched inside the fetch (cycles/tables/newhosts.py): a host nobody knows is
 claimed by exactly one worker, across processes and segments in flight, and fetched in the
 segment that found it — judged by the claims, the rows written and what the server saw.
 
@@ -23,16 +23,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.fetch.fetch import fetch_segment
-from cycles.fetch.newhosts import (NewHosts, claim_body, claimed_hosts, create_if_absent, leave_out_claimed,
+from cycles.tables.newhosts import (NewHosts, claim_body, claimed_hosts, create_if_absent, leave_out_claimed,
                                    read_claim, read_known_hosts)
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.run import RunState, run_crawl
-from cycles.store import Store, new_id
+from cycles.commands.inject import inject
+from cycles.commands.run import RunState, run_crawl
+from cycles.storage.store import Store, new_id
 from cycles.update.update import update_segment
 from cycles.urls import url_host
 from testweb.harness import TestWeb
@@ -296,7 +296,7 @@ def test_no_host_is_fetched_by_two_segments_in_flight(run_ahead):
             if seg.read_marker(store, later, seg.Generated).generated_at < done:
                 theirs = fetchlist_hosts(store, later) | worker_claims(store, later)
                 # Generated while ``earlier`` was fetched, ``later`` may go on with its
-                # fetch-list hosts (cycles/run.py generate_ahead), never with a host its
+                # fetch-list hosts (cycles/commands/run.py generate_ahead), never with a host its
                 # workers claimed, and is fetched only once ``earlier`` has ended.
                 assert not worker_claims(store, earlier) & theirs, (earlier, later)
                 if mine & theirs:

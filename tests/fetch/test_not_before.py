@@ -16,10 +16,10 @@ from cycles.config import FetchConfig
 from cycles.fetch import politeness
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.frontier import SPACING_MARGIN_S, HostSlot
-from cycles.hostdb import load_host_state
+from cycles.tables.hostdb import load_host_state
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from tests.conftest import write_seeds
@@ -131,7 +131,7 @@ def test_a_set_aside_host_keeps_its_window_and_a_huge_retry_after_is_cut():
 def test_restored_spacing_honours_not_before_within_the_cap():
     """A stored not_before holds the slot (past last_request_end's spacing); one absurdly far
     (a corrupt row, year 9000) holds it at most fetch.max_not_before_s."""
-    from cycles import schema
+    from cycles.tables import schema
 
     fc = FetchConfig(max_not_before_s=86400.0)
     wall = 1_700_000_000.0

@@ -17,7 +17,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from cycles.fetch.output import PartitionOutput, sha1_label
-from cycles.store import Store
+from cycles.storage.store import Store
 
 pytestmark = pytest.mark.web
 
@@ -116,7 +116,7 @@ def test_committed_texts_are_the_rows_texts(tmp_path):
     the same strings, and the same Parquet bytes, as the rows' own str would give."""
     import pyarrow.parquet as pq
 
-    from cycles import schema
+    from cycles.tables import schema
     from cycles.fetch.output import columns_to_table
 
     store = Store(tmp_path / "data")

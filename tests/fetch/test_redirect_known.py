@@ -9,12 +9,12 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.known import known_urls
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Manifest, Store, utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import Manifest, Store, utcnow
 from testweb.harness import TestWeb
 from cycles.update.update import update_segment
 from cycles.urls import host_hash

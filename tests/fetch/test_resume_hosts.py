@@ -17,13 +17,13 @@ import time
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.fetch.fetch import fetch_segment
-from cycles.fetch.newhosts import claim_body, create_if_absent
-from cycles.hostdb import load_host_state, read_host_file
-from cycles.store import Store
+from cycles.tables.newhosts import claim_body, create_if_absent
+from cycles.tables.hostdb import load_host_state, read_host_file
+from cycles.storage.store import Store
 from tests.support.fetching import make_segment
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import FetchConfig
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.robots_state import RobotsState, RobotsSteps

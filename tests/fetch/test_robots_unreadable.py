@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from cycles.config import FetchConfig
 from cycles.fetch.robots import RobotsRules
 from cycles.fetch.transfer import Request, Transfer
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.fetching import fast_config, fetch, paths, results
 from tests.examples import examples

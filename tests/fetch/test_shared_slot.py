@@ -9,7 +9,7 @@ import pytest
 
 from cycles.fetch.frontier import Frontier
 from cycles.generate.generate import generate
-from cycles.inject import inject
+from cycles.commands.inject import inject
 from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch
 from testweb.harness import TestWeb
 
@@ -55,7 +55,7 @@ def one_server_urls(web) -> tuple[dict, list[str]]:
 @pytest.mark.web
 @pytest.mark.parametrize("partition_by", ["ip", "host"])
 def test_two_names_on_one_address_are_spaced_as_one_server(shared_server, tmp_path, partition_by):
-    from cycles.store import Store
+    from cycles.storage.store import Store
 
     web = shared_server
     start = len(web.requests())
@@ -89,7 +89,7 @@ def test_generate_puts_names_of_one_address_in_one_partition(store, tmp_path):
     inject(store, config, seeds)
     import pyarrow.parquet as pq
 
-    from cycles.generate.assign import Assignment
+    from cycles.tables.assign import Assignment
 
     folder = store.segment_dir(generate(store, config).segment)
     listed = {h: part for part in range(4)
@@ -104,11 +104,11 @@ def test_generate_puts_names_of_one_address_in_one_partition(store, tmp_path):
 def test_a_host_outside_the_fetch_list_goes_with_its_slot_key(store):
     """A redirect or discovery target on a domain whose hosts partition 1 fetches is partition
     1's too: another worker taking it would ask the same server at the same time."""
-    from cycles import schema
-    from cycles import segment as seg
+    from cycles.tables import schema
+    from cycles.tables import segment as seg
     from cycles.config import Config
     from cycles.fetch.inline import InlineFetches
-    from cycles.generate.assign import assignment_table
+    from cycles.tables.assign import assignment_table
     from cycles.urls import host_hash
 
     seg_dir = store.path("segments", "s1")

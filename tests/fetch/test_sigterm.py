@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from cycles import segment as seg
-from cycles.store import Store
+from cycles.tables import segment as seg
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.processes import committed, crawl
 from tests.support.fetching import make_segment

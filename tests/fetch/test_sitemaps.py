@@ -1,4 +1,4 @@
-"""cycles/fetch/sitemaps.py: reading sitemap files (pure functions) and the per-host steps."""
+"""cycles/tables/sitemaps.py: reading sitemap files (pure functions) and the per-host steps."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cycles.fetch.sitemaps import (INFLATE_CHUNK, MAX_URLS_PER_FILE, SitemapSteps, parse_lastmod, read_sitemap,
+from cycles.tables.sitemaps import (INFLATE_CHUNK, MAX_URLS_PER_FILE, SitemapSteps, parse_lastmod, read_sitemap,
                                    same_origin)
 from tests.examples import examples
 

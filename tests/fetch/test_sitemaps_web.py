@@ -14,10 +14,10 @@ import duckdb
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from cycles.cycle import run_cycles
-from cycles.fetch.sitemaps import MAX_URLS_PER_FILE
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.cycle import run_cycles
+from cycles.tables.sitemaps import MAX_URLS_PER_FILE
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from testweb.sitemaps import CROSS_FOREIGN, CROSS_OWN, LISTED
 from tests.conftest import config_for, write_seeds

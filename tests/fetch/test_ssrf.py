@@ -17,9 +17,9 @@ import pytest
 from cycles.config import Config, ConfigError, config_from_dict, load_config
 from cycles.fetch.addresses import is_allowed, parse_networks
 from cycles.fetch.transfer import Request, Transfer
-from cycles.inject import inject
-from cycles.cycle import run_cycles
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.commands.cycle import run_cycles
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from testweb.hostile import InternalService, internal_urls
 from tests.conftest import config_for, write_seeds

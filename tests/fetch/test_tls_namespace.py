@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.store import Store
+from cycles.storage.store import Store
 from testweb import tls as tls_web
 from testweb.harness import REPO_ROOT
 from testweb.namespace import namespace_available

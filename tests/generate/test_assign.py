@@ -1,4 +1,4 @@
-"""cycles/generate/assign.py: the coordinator plans over K named keys and G hash groups, and
+"""cycles/tables/assign.py: the coordinator plans over K named keys and G hash groups, and
 keeps the balance of LPT over every host; every host has one partition."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from cycles.config import Config
-from cycles.generate.assign import Assignment, assign_hosts, assignment_table, bucket_load, chosen_hosts_table, \
+from cycles.tables.assign import Assignment, assign_hosts, assignment_table, bucket_load, chosen_hosts_table, \
     plan_assignment
-from cycles.hostdb import host_buckets
+from cycles.tables.hostdb import host_buckets
 
 
 def long_tail(hosts: int, seed: int = 5) -> dict[str, int]:

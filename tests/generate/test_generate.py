@@ -9,13 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
-from cycles.leases import live_lease_files
-from cycles.status import crawl_status
+from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.leases import live_lease_files
+from cycles.commands.status import crawl_status
 from cycles.errors import StageError, StoreError
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import utcnow
 
 
 @pytest.fixture
@@ -51,8 +51,8 @@ def test_generate_caps_per_host_and_in_total(store, config, tmp_path):
 
 
 def partition_of(store, config, segment):
-    """The segment's "whose is this host" (cycles/generate/assign.py Assignment)."""
-    from cycles.generate.assign import Assignment
+    """The segment's "whose is this host" (cycles/tables/assign.py Assignment)."""
+    from cycles.tables.assign import Assignment
 
     return Assignment.read(store, store.segment_dir(segment), config, config.generate.partitions).partition_of
 
@@ -124,7 +124,7 @@ def test_a_big_host_gets_a_partition_of_its_own(store, config, tmp_path):
 
 def test_balancing_weighs_each_host_by_its_delay():
     """A host with a 10 s Crawl-delay and 3 URLs (30 s) outweighs one with 20 URLs at 1 s."""
-    from cycles.generate.assign import assign_hosts
+    from cycles.tables.assign import assign_hosts
 
     urls = {"slow": 3, "many": 20, "a": 5, "b": 5}
     delays = {"slow": 10.0, "many": 1.0, "a": 1.0, "b": 1.0}
@@ -167,7 +167,7 @@ def test_an_updated_segment_releases_its_lease(store, config, tmp_path):
     assert live_lease_files(store, utcnow()) == []
     assert generate(store, config).urls == len(urls)
 def test_best_score_first(store, config, tmp_path):
-    from cycles.crawldb import replace_crawldb
+    from cycles.tables.crawldb import replace_crawldb
 
     seed(store, config, tmp_path, hosts=3, per_host=3)
     with store.lock():  # give host1/p2 the best score, host2/p0 the second best
@@ -208,7 +208,7 @@ def test_missing_bucket_file_is_named(store, config, tmp_path):
 
 
 def test_overdue_urls_outrank_equally_scored_urls_due_now(store, config, tmp_path):
-    from cycles.crawldb import replace_crawldb
+    from cycles.tables.crawldb import replace_crawldb
 
     seed(store, config, tmp_path, hosts=2, per_host=2)
     with store.lock():  # host0/p1 has been due for four intervals
@@ -225,9 +225,9 @@ def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(
     """Each bucket task writes its hosts' part of the known-hosts filter (issue #11: the
     coordinator no longer reads every host of the crawl DB); ORed, the parts are bit for bit
     the one filter of every host, sized for all of them, plus the hosts pending segments claimed."""
-    from cycles import segment as seg
-    from cycles.bloom import BloomFilter
-    from cycles.fetch.newhosts import KNOWN_HOSTS_FP, claim_body, read_known_hosts
+    from cycles.tables import segment as seg
+    from cycles.storage.bloom import BloomFilter
+    from cycles.tables.newhosts import KNOWN_HOSTS_FP, claim_body, read_known_hosts
 
     from cycles.generate import generate as gen
 

@@ -5,21 +5,21 @@ update of k-1 has just added k-1's discoveries to the crawl DB as new, due URLs.
 that k fetched by discovery inside the fetch (in no fetch list) was then listed by k+1 and
 fetched twice; and k+1's seen-set, made from the crawl DB alone, let its discovery fetch
 again what k had fetched inline (bench_crawl: 39 of 5,364 requests). Generate now leases the
-fetched rows of segments not updated (cycles/leases.py) and adds them to the seen-set
-(cycles/generate/assign.py ``write_seen_set``). Fast tier: segments written by hand."""
+fetched rows of segments not updated (cycles/tables/leases.py) and adds them to the seen-set
+(cycles/tables/assign.py ``write_seen_set``). Fast tier: segments written by hand."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from tests.conftest import write_seeds
 
 
@@ -78,7 +78,7 @@ def write_leftover(store: Store, segment: str, partition: int, urls: list[str]) 
 
 
 def test_what_a_fetch_did_not_reach_is_listed_before_its_update_and_a_damaged_file_is_skipped(store, tmp_path):
-    """crawl run at a crawl's start (cycles/run.py next_segment): nothing is due before the
+    """crawl run at a crawl's start (cycles/commands/run.py next_segment): nothing is due before the
     seeds' segment is updated, but its discovery queued pages it did not reach."""
     config = Config()
     config.generate.partitions = 1

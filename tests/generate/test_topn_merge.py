@@ -10,11 +10,11 @@ import pytest
 
 import cycles.generate.generate as gen
 from cycles.config import Config
-from cycles.crawldb import connect, current_bucket_files, replace_crawldb, upgraded_sql
+from cycles.tables.crawldb import connect, current_bucket_files, replace_crawldb, upgraded_sql
 from cycles.executor import InProcess
-from cycles.generate.assign import Assignment, assign_hosts
-from cycles.inject import inject
-from cycles.leases import leased_urls_sql
+from cycles.tables.assign import Assignment, assign_hosts
+from cycles.commands.inject import inject
+from cycles.tables.leases import leased_urls_sql
 from cycles.slotkey import registered_domain, slot_key
 
 
@@ -104,7 +104,7 @@ def test_each_partition_is_written_by_its_own_task(store, config, tmp_path):
 
 
 def test_seen_sets_hold_each_partitions_known_urls(store, config, tmp_path):
-    from cycles.bloom import BloomFilter
+    from cycles.storage.bloom import BloomFilter
 
     urls = seed_with_ties(store, config, tmp_path)
     config.fetch.follow_outlinks_depth = 1

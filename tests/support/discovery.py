@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
-from cycles.crawldb import url_pattern_hash
+from cycles.tables.crawldb import url_pattern_hash
 from cycles.fetch.inline import InlineFetches
 
 
@@ -16,7 +16,7 @@ def offer_setup(store, **fetch):
     two /p/N URLs of a.test counted for the pattern cap."""
     import pyarrow as pa
 
-    from cycles import schema
+    from cycles.tables import schema
     from cycles.fetch.discovery import Discovery
     from cycles.fetch.frontier import HostSlot
 

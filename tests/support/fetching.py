@@ -13,9 +13,9 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.fetch.fetch import fetch_segment
-from cycles.store import Store, new_id, utcnow
+from cycles.storage.store import Store, new_id, utcnow
 from cycles.urls import host_hash, url_host
 from tests.conftest import config_for
 
@@ -91,7 +91,7 @@ def crawldb_rows(store: Store) -> dict[str, dict]:
     """The current crawl DB by URL."""
     import duckdb
 
-    from cycles.crawldb import current_bucket_files
+    from cycles.tables.crawldb import current_bucket_files
 
     _, files = current_bucket_files(store)
     table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
@@ -101,7 +101,7 @@ def crawldb_rows(store: Store) -> dict[str, dict]:
 def make_all_due(store: Store) -> None:
     """Every URL due now, as if time had passed (a new crawl DB version, as update makes)."""
     from cycles.config import Config
-    from cycles.crawldb import replace_crawldb
+    from cycles.tables.crawldb import replace_crawldb
 
     with store.lock():
         replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}",

@@ -9,9 +9,9 @@ import time
 
 import pyarrow.parquet as pq
 
-from cycles import segment as seg
-from cycles.crawldb import current_bucket_files
-from cycles.store import Store
+from cycles.tables import segment as seg
+from cycles.tables.crawldb import current_bucket_files
+from cycles.storage.store import Store
 
 
 def toml_config(web, path) -> None:

@@ -6,9 +6,9 @@ import uuid
 
 import pyarrow as pa
 
-from cycles import schema
-from cycles.inject import inject
-from cycles.store import Store, utcnow
+from cycles.tables import schema
+from cycles.commands.inject import inject
+from cycles.storage.store import Store, utcnow
 
 URLS = ["http://a.example/", "http://a.example/x", "http://b.example/", "http://c.example/p"]
 

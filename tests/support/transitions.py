@@ -5,12 +5,12 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import Store, utcnow
 from cycles.update.update import update_segment
 
 URL = "http://h.example/page"
@@ -57,7 +57,7 @@ def cycle_once(store, config, tmp_path, result: dict, links=(), before=None) -> 
 
 def due_now(store):
     """Make every URL due (as if time had passed), by rewriting the crawl DB."""
-    from cycles.crawldb import replace_crawldb
+    from cycles.tables.crawldb import replace_crawldb
 
     with store.lock():
         replace_crawldb(store, Config(), lambda con, old, b: f"SELECT * REPLACE (now() - INTERVAL 1 SECOND AS next_fetch) FROM {old}", who="test")

@@ -12,9 +12,9 @@ from collections import Counter
 import duckdb
 import pytest
 
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from testweb.hostile import HUGE_ROBOTS_BYTES, InternalService, robots_blocked_hosts
 from tests.conftest import config_for, write_seeds

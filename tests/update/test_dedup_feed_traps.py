@@ -10,9 +10,9 @@ import pytest
 
 from cycles.config import Config
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.pages import read_feed
-from cycles.store import utcnow
+from cycles.commands.inject import inject
+from cycles.tables.pages import read_feed
+from cycles.storage.store import utcnow
 from cycles.update.dedup import block_masks
 from cycles.update.update import update_segment
 from tests.support.transitions import due_now, fetch_result, rows

@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 
 from cycles import clock
-from cycles import segment as seg
-from cycles.hostdb import host_buckets
-from cycles.inject import inject
-from cycles.run import run_crawl
-from cycles.schema import FETCHED
-from cycles.store import Store
+from cycles.tables import segment as seg
+from cycles.tables.hostdb import host_buckets
+from cycles.commands.inject import inject
+from cycles.commands.run import run_crawl
+from cycles.tables.schema import FETCHED
+from cycles.storage.store import Store
 from cycles.update.dedup import read_state
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
@@ -128,7 +128,7 @@ def test_a_print_parameter_proved_empty_is_not_fetched_again(crawled):
 
 
 def test_copies_are_counted_where_operators_look(crawled):
-    from cycles.status import crawl_status, format_status
+    from cycles.commands.status import crawl_status, format_status
 
     web, store = crawled["web"], crawled["store"]
     (mirror, origin), = web.mirror_hosts().items()

@@ -15,13 +15,13 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import connect, crawldb_source_sql
+from cycles.tables.crawldb import connect, crawldb_source_sql
 from cycles.errors import StoreError
 from cycles.executor import InProcess
-from cycles.hostdb import host_buckets
-from cycles.store import Store
+from cycles.tables.hostdb import host_buckets
+from cycles.storage.store import Store
 from cycles.update import dedup
 from cycles.update.dedup import find_duplicates, find_segment_duplicates, scan_groups
 from cycles.urls import host_hashes
@@ -154,9 +154,9 @@ def test_update_with_a_corrupt_bucket_commits_nothing(store, tmp_path):
     """The verification is in update's first round of tasks (dedup_scan): a flipped bit
     stops update naming the file before the host DB, the link DB or the crawl DB is swapped."""
     from cycles.generate.generate import generate
-    from cycles.inject import inject
+    from cycles.commands.inject import inject
     from cycles.update.update import update_segment
-    from cycles.crawldb import current_bucket_files
+    from cycles.tables.crawldb import current_bucket_files
     from tests.support.corruption import flip_a_bit
     from tests.support.transitions import fetch_result
 

@@ -11,10 +11,10 @@ import duckdb
 
 import pytest
 
-from cycles.crawldb import current_bucket_files
-from cycles.cycle import run_cycles
-from cycles.inject import inject
-from cycles.pages import read_feed
+from cycles.tables.crawldb import current_bucket_files
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
+from cycles.tables.pages import read_feed
 from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
 

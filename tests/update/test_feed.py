@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import duckdb
 import pyarrow as pa
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.store import Store
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.store import Store
 from cycles.update.feed import feed_candidates, write_feed_batch
 
 SEGMENT = "20260101T000000-feed"

@@ -16,7 +16,7 @@ import pytest
 from cycles import clock
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
-from cycles.inject import inject
+from cycles.commands.inject import inject
 from testweb.harness import TestWeb
 from testweb.model import CLOCK_START
 from cycles.update.update import update_segment

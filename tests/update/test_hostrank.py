@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import plain_connection
+from cycles.tables.crawldb import plain_connection
 from cycles.executor import InProcess
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.update import hostrank
 from cycles.update.hostrank import OldHostGraph, host_key_sql, rank_host_graph
 from cycles.update.route import HOST_LINKS, routed_folder

@@ -19,8 +19,8 @@ from cycles.config import Config
 from cycles.executor import InProcess
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 
 pytestmark = pytest.mark.web

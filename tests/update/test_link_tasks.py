@@ -12,10 +12,10 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
 from cycles.executor import InProcess
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.update.linkgraph import LINKDB, install_linkdb, merge_link_bucket, start_linkdb
 from cycles.update.route import HOST_LINKS, ROUTED_INLINKS, routed_folder
 from cycles.urls import host_hashes

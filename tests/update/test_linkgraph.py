@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from cycles.config import Config
-from cycles.crawldb import plain_connection
+from cycles.tables.crawldb import plain_connection
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import utcnow
 from cycles.update.linkgraph import LINKDB, host_pagerank
 from cycles.update.update import update_segment
 from tests.support.transitions import fetch_result
@@ -189,7 +189,7 @@ def test_recover_reinstates_a_lost_link_db(linked_store):
     """The link DB is versioned like the crawl DB: every file sealed, `crawl recover` puts
     back a lost CURRENT (until then generate and update stop and say so)."""
     from cycles.errors import StoreError
-    from cycles.recover import recover
+    from cycles.commands.recover import recover
 
     store, config, _ = linked_store
     manifest = store.manifest(LINKDB)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
 from cycles.update.outlinks import prepare_outlinks
 from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host

@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.executor import InProcess
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Manifest, Store
+from cycles.commands.inject import inject
+from cycles.storage.store import Manifest, Store
 from cycles.update import route
 from cycles.update.update import update_segment
 

@@ -209,7 +209,7 @@ def test_update_plans_with_the_optimal_schedule(store, tmp_path):
     planned at the shortest interval (not grown as an unchanged page would be)."""
     import datetime as dt
 
-    from cycles.store import utcnow
+    from cycles.storage.store import utcnow
     from tests.support.transitions import cycle_once, due_now
 
     config = optimal_config(refresh_budget_per_cycle=1)
@@ -295,7 +295,7 @@ def test_last_modified_tells_an_hourly_page_from_a_four_hourly_one():
 def test_a_schema_2_crawl_db_gets_unchanged_s():
     """Rows written before unchanged_s: a page refetched already has a history without it
     (null: its rate stays estimated from the counts); the others start at 0."""
-    from cycles.crawldb import upgraded_sql
+    from cycles.tables.crawldb import upgraded_sql
     con = duckdb.connect()
     con.execute("CREATE TABLE v2 AS SELECT 'http://h/' || i AS url, i AS fetch_count FROM range(4) t(i)")
     got = con.execute(f"SELECT fetch_count, unchanged_s FROM {upgraded_sql('v2', 2)} ORDER BY 1").fetchall()
@@ -401,11 +401,11 @@ def test_update_plans_on_the_buckets_histograms_the_whole_crawl_db_s_mu(store, t
     to every routed result (the coordinator's step before), computed on the same inputs."""
     import datetime as dt
 
-    from cycles import segment as seg
-    from cycles.crawldb import connect, crawldb_source_sql
+    from cycles.tables import segment as seg
+    from cycles.tables.crawldb import connect, crawldb_source_sql
     from cycles.generate.generate import generate
-    from cycles.inject import inject
-    from cycles.store import utcnow
+    from cycles.commands.inject import inject
+    from cycles.storage.store import utcnow
     from cycles.update import schedule as schedule_module
     from cycles.update import update as update_module
     from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
@@ -454,7 +454,7 @@ def generated_at(store, times_s: list[float]) -> None:
     """Segments whose generate ran at these times (seconds after 2024-01-01), oldest first."""
     import datetime as dt
 
-    from cycles import segment as seg
+    from cycles.tables import segment as seg
 
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     for i, t in enumerate(times_s):

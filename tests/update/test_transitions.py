@@ -14,12 +14,12 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files, pattern_hash_sql
+from cycles.tables.crawldb import current_bucket_files, pattern_hash_sql
 from cycles.generate.generate import generate
-from cycles.inject import inject
-from cycles.store import Store, utcnow
+from cycles.commands.inject import inject
+from cycles.storage.store import Store, utcnow
 from cycles.update.update import update_segment
 from tests.support.transitions import URL, cycle_once, due_now, fetch_result, rows
 

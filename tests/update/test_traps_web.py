@@ -13,9 +13,9 @@ import duckdb
 
 import pytest
 
-from cycles.crawldb import url_pattern_sql
-from cycles.cycle import run_cycles
-from cycles.inject import inject
+from cycles.tables.crawldb import url_pattern_sql
+from cycles.commands.cycle import run_cycles
+from cycles.commands.inject import inject
 from testweb.harness import TestWeb
 from tests.conftest import config_for, write_seeds
 

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files, pattern_hash_sql, replace_crawldb
-from cycles.store import Store, new_id
+from cycles.tables.crawldb import current_bucket_files, pattern_hash_sql, replace_crawldb
+from cycles.storage.store import Store, new_id
 from cycles.update.update import update_segment
 from cycles.urls import host_hash
 from tests.examples import examples

@@ -1,7 +1,7 @@
 """One crawl as an Airflow DAG: generate -> fetch (a task per partition) -> mark fetched -> update.
 
 Each task runs the ``crawl`` command in a subprocess and reads the one JSON line it prints
-with ``--json`` (the scheduler contract, cycles/cli.py), so the crawler's dependencies
+with ``--json`` (the scheduler contract, cycles/commands/cli.py), so the crawler's dependencies
 stay out of Airflow's environment: this file imports only Airflow and the standard
 library. Copy it into the ``dags/`` folder of your Airflow deployment (Airflow 3, tested
 with 3.3; the 2.x imports below are untested) and set, on the workers' environment or per run (trigger with config):

@@ -41,7 +41,7 @@ pattern (``seen/part-N.parquet``, schema.SEEN_COUNTS) for the trap caps. Written
 and pattern_hash columns of the crawl DB buckets that hold its hosts. Beside them, with
 ``fetch.follow_new_hosts``, the segment's known-hosts filter (``seen/hosts.bloom``: the crawl
 DB's hosts and those claimed by pending segments, written once by generate's coordinator),
-by which a worker tells a host nobody knows (cycles/fetch/newhosts.py).
+by which a worker tells a host nobody knows (cycles/tables/newhosts.py).
 """
 
 from __future__ import annotations
@@ -54,14 +54,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import schema
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import schema
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
-from cycles.crawldb import pattern_hash_sql
-from cycles.hostdb import load_host_state
+from cycles.tables.crawldb import pattern_hash_sql
+from cycles.tables.hostdb import load_host_state
 from cycles.slotkey import slot_key
-from cycles.store import Store, StorePath
+from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, host_hashes
 
 MIN_BLOOM_CAPACITY = 1000
@@ -266,7 +266,7 @@ def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb
     ``con`` has the partition's rows of the segment's assignment registered as
     ``assignment``; ``crawldb_sql`` is the SQL source of the crawl DB files (of the version
     generate read) that hold its hosts. ``pending_sql``: the fetched rows of segments not
-    updated yet (cycles/leases.py ``fetched_files``): a URL fetched there by
+    updated yet (cycles/tables/leases.py ``fetched_files``): a URL fetched there by
     discovery is in no crawl DB row until that update, and without it this segment fetched
     it again (bench_crawl, ``crawl run``: the next segment is generated before the last is
     updated). Returns counters."""

@@ -28,9 +28,9 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cycles import schema
+from cycles.tables import schema
 from cycles.errors import CrawlError, LockedError
-from cycles.store import Store, utcnow
+from cycles.storage.store import Store, utcnow
 
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -27,10 +27,10 @@ import typer
 from typer.core import TyperGroup
 
 from cycles.config import Config
-from cycles.settings import Effective
+from cycles.commands.settings import Effective
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
                            Interrupted, NothingToDo, StageError, is_damaged_parquet)
-from cycles.store import Store
+from cycles.storage.store import Store
 
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (Interrupted, EXIT_INTERRUPTED),
@@ -119,7 +119,7 @@ def find_undecodable_file(store: Store) -> str | None:
     """
     import duckdb
 
-    from cycles.crawldb import plain_connection
+    from cycles.tables.crawldb import plain_connection
 
     deadline = time.monotonic() + CORRUPT_SCAN_S
     con = plain_connection()
@@ -289,7 +289,7 @@ def main(
 ) -> None:
     """Global options: where the store is, which config to use, how much to log."""
     from cycles.logs import setup_logging
-    from cycles.settings import effective_config
+    from cycles.commands.settings import effective_config
 
     state.as_json, state.stage = False, ""
     if verbose and quiet:
@@ -302,7 +302,7 @@ def main(
     state.config = state.effective.config
     state.data_source = option_source(ctx, "data", "--data", "CRAWL_DATA")
     state.store = Store(data)
-    logging.getLogger("cycles.cli").debug(
+    logging.getLogger("cycles.commands.cli").debug(
         f"store {state.store.uri} ({state.data_source}); config {config or 'defaults'} ({config_source}); "
         f"{len(overrides or [])} settings from -s (crawl config show lists every value and its source)")
 
@@ -322,7 +322,7 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="One JSON lin
 
     Example: crawl -c crawl.toml -s fetch.delay_s=2 config show
     """
-    from cycles.settings import show_json, show_text
+    from cycles.commands.settings import show_json, show_text
 
     show = show_json if as_json else show_text
     typer.echo(show(state.effective, state.store.uri, state.data_source))
@@ -352,7 +352,7 @@ def inject(seeds: Path = typer.Argument(..., help="Text file, one URL a line; # 
 
     Example: crawl inject seeds.txt
     """
-    from cycles.inject import inject as do_inject
+    from cycles.commands.inject import inject as do_inject
 
     started = start_command("inject", as_json)
     result = run(do_inject, state.store, state.config, seeds)
@@ -376,7 +376,7 @@ def generate(top_n: Optional[int] = typer.Option(None, "--top-n", help="At most 
     Example: crawl generate --top-n 10000
     """
     from cycles.generate.generate import generate as do_generate
-    from cycles.segment import partitions_of
+    from cycles.tables.segment import partitions_of
 
     started = start_command("generate", as_json)
     result = run(do_generate, state.store, state.config, top_n=top_n)
@@ -467,7 +467,7 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
 
     Example: crawl cycle --cycles 3
     """
-    from cycles.cycle import run_cycles
+    from cycles.commands.cycle import run_cycles
 
     started = start_command("cycle", as_json)
     updated_before = {s for s in state.store.segments() if state.store.segment_state(s) == "updated"}
@@ -490,7 +490,7 @@ def abandon(segment: str = typer.Argument(..., help="Segment id."),
 
     Example: crawl abandon 20261129T223500123456Z-a1b2c3
     """
-    from cycles.segment import abandon as do_abandon
+    from cycles.tables.segment import abandon as do_abandon
 
     started = start_command("abandon", as_json)
     run(do_abandon, state.store, segment, reason)
@@ -507,7 +507,7 @@ def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New numbe
 
     Example: crawl rebucket --buckets 64
     """
-    from cycles.rebucket import rebucket as do_rebucket
+    from cycles.commands.rebucket import rebucket as do_rebucket
 
     started = start_command("rebucket", as_json)
     result = run(do_rebucket, state.store, state.config, buckets)
@@ -528,7 +528,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
     Example: crawl status --json
     """
-    from cycles.status import crawl_status, format_status
+    from cycles.commands.status import crawl_status, format_status
 
     start_command("status", as_json)
     report = run(crawl_status, state.store, state.config)
@@ -550,8 +550,8 @@ def pages(consumer: str = typer.Option(..., "--consumer", help="Consumer name; i
 
     Example: crawl pages --consumer indexer --out batch.parquet
     """
-    from cycles.pages import STDOUT, deliver_feed, read_feed
-    from cycles.status import require_crawldb
+    from cycles.tables.pages import STDOUT, deliver_feed, read_feed
+    from cycles.commands.status import require_crawldb
 
     started = start_command("pages", as_json)
     if as_json and out == STDOUT:
@@ -590,7 +590,7 @@ def sql(query: Optional[str] = typer.Argument(None, help="SQL over the views cra
     Example: crawl sql "SELECT status, count(*) FROM crawldb GROUP BY ALL"
              crawl sql "SELECT * FROM fetched" --out fetched.parquet
     """
-    from cycles.views import sql_to_output, views_script
+    from cycles.commands.views import sql_to_output, views_script
 
     if views:
         if query is not None:
@@ -616,7 +616,7 @@ def recover(previous: bool = typer.Option(False, "--previous", help="Roll back: 
 
     Example: crawl recover            (or: crawl recover --previous --table crawldb)
     """
-    from cycles.recover import TABLES, dedupe_crawldb, recover as do_recover
+    from cycles.commands.recover import TABLES, dedupe_crawldb, recover as do_recover
 
     started = start_command("recover", as_json)
     if dedupe:
@@ -642,7 +642,7 @@ def schema_(table: Optional[str] = typer.Argument(None, help="One view: crawldb,
 
     Example: crawl schema fetched
     """
-    from cycles.views import schema_text
+    from cycles.commands.views import schema_text
 
     typer.echo(run(schema_text, table))
 
@@ -656,7 +656,7 @@ def report_command(out: Path = typer.Option(Path("crawl-report"), "--out", help=
 
     Example: crawl report --out report/
     """
-    from cycles.report import build_report
+    from cycles.commands.report import build_report
 
     result = run(build_report, state.store, state.config, out)
     typer.echo(f"report: {result.html} ({len(result.images)} charts)")
@@ -727,11 +727,11 @@ def run_command(seconds: Optional[float] = typer.Option(None, "--seconds", help=
                                                     "(default), so the fetch pool never waits for generate."),
                 as_json: bool = JSON_OPTION) -> None:
     """Crawl in overlapping cycles: fetch a segment while the previous one is updated,
-    until --seconds pass, SIGTERM, or nothing is due (cycles/run.py).
+    until --seconds pass, SIGTERM, or nothing is due (cycles/commands/run.py).
 
     Example: crawl run --seconds 3600
     """
-    from cycles.run import RunState, run_crawl
+    from cycles.commands.run import RunState, run_crawl
 
     started = start_command("run", as_json)
     done = RunState()

@@ -52,11 +52,11 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import segment as seg
-from cycles.bloom import BloomFilter
+from cycles.tables import segment as seg
+from cycles.storage.bloom import BloomFilter
 from cycles.errors import StoreError
-from cycles.leases import IN_FLIGHT
-from cycles.store import Store, StorePath
+from cycles.tables.leases import IN_FLIGHT
+from cycles.storage.store import Store, StorePath
 
 KNOWN_HOSTS_FP = 0.001
 """False-positive rate of the known-hosts filter: hosts are few next to URLs (a million
@@ -116,7 +116,7 @@ def read_claim(store: Store, path: StorePath) -> dict:
 
 def claimed_hosts(store: Store, segment: str) -> set[str]:
     """The hosts claimed in ``segment`` (by its workers, or by a later generate): one listing,
-    the host read back from each claim's name (:func:`cycles.segment.newhost_claim_file`)."""
+    the host read back from each claim's name (:func:`cycles.tables.segment.newhost_claim_file`)."""
     folder = seg.newhost_claims_dir(store.segment_dir(segment, must_exist=False))
     return {unquote(path.name[:-len(".json")]) for path in store.list(folder, "*.json")}
 

@@ -5,7 +5,7 @@ Every Parquet file the crawler writes has one of the schemas below, and carries
 microseconds. A column's doc is kept in the field metadata too, so
 ``pyarrow.parquet.read_schema(path)`` shows it.
 
-Tables and where they live (see ``cycles/store.py`` for paths):
+Tables and where they live (see ``cycles/storage/store.py`` for paths):
 
 - crawl DB     ``crawldb/<version>/bucket-NNNNN.parquet``   one row per known URL
 - fetch list   ``segments/<id>/fetchlist/part-NNNNN.parquet`` written by generate
@@ -37,8 +37,8 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 3
 """2: the crawl DB lost lease_until / lease_segment (leases live in the segments' fetch
-lists, cycles/leases.py) and gained pattern_hash. 3: the crawl DB gained unchanged_s (the
-change-rate estimate from Last-Modified, cycles/update/schedule.py). cycles/crawldb.py
+lists, cycles/tables/leases.py) and gained pattern_hash. 3: the crawl DB gained unchanged_s (the
+change-rate estimate from Last-Modified, cycles/update/schedule.py). cycles/tables/crawldb.py
 upgrades an older crawl DB as it reads it."""
 
 TS = pa.timestamp("us", tz="UTC")
@@ -102,7 +102,7 @@ CRAWLDB = _schema("crawldb", [
     _field("host", pa.string(), "Lower-case host name of url", False),
     _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); bucket = host_hash % db.buckets", False),
     _field("pattern_hash", pa.uint64(), "Hash of the URL's pattern (digit and hex runs and query values "
-           "masked: cycles.crawldb.url_pattern_sql); the URLs a trap generates share it", False),
+           "masked: cycles.tables.crawldb.url_pattern_sql); the URLs a trap generates share it", False),
     _field("status", pa.string(), "DbStatus: unfetched, fetched, not_modified, redirected, gone, "
            "robots_denied, error, dead, duplicate, near_duplicate, skipped, blocked", False),
     _field("first_seen", TS, "When the URL was first added", False),
@@ -135,7 +135,7 @@ FETCHLIST = _schema("fetchlist", [
     _field("url", pa.string(), "URL to fetch", False),
     _field("host", pa.string(), "Host of url", False),
     _field("host_hash", pa.uint64(), "cycles.urls.host_hash(host); the partition is the host's in the "
-           "segment's assignment (cycles/generate/assign.py)", False),
+           "segment's assignment (cycles/tables/assign.py)", False),
     _field("score", pa.float32(), "Priority at generate time", False),
     _field("depth", pa.int16(), "Link hops from a seed", False),
     _field("etag", pa.string(), "Validator for If-None-Match"),
@@ -148,7 +148,7 @@ ASSIGNMENT = _schema("assignment", [
     _field("key_group", pa.int32(), "host_hash(key) % generate.assign_groups; on a group's row, the group "
            "it places (every group has one row)", False),
     _field("partition", pa.int32(), "The one partition that fetches the key's hosts (a named row), else the "
-           "hosts of the group's keys (cycles/generate/assign.py Assignment)", False),
+           "hosts of the group's keys (cycles/tables/assign.py Assignment)", False),
 ])
 
 BUCKET_HOSTS = _schema("bucket-hosts", [
@@ -210,7 +210,7 @@ OUTLINKS = _schema("outlinks", [
 ])
 
 SITEMAP_URLS = _schema("sitemap_urls", [
-    _field("sitemap_url", pa.string(), "Sitemap file that listed the URL (cycles/fetch/sitemaps.py)", False),
+    _field("sitemap_url", pa.string(), "Sitemap file that listed the URL (cycles/tables/sitemaps.py)", False),
     _field("url", pa.string(), "<loc> as listed, on the sitemap's own scheme, host and port (normalised by "
            "update and merged like an outlink)", False),
     _field("lastmod", TS, "<lastmod>, UTC; null if absent or unreadable. Newer than the URL's last fetch: "
@@ -310,7 +310,7 @@ LINK_HOSTS = _schema("link-hosts", [
     _field("inlink_hosts", pa.int32(), "Distinct other hosts linking to this host", False),
 ])
 
-# --- Views for analysts (cycles/views.py) --------------------------------------------------
+# --- Views for analysts (cycles/commands/views.py) --------------------------------------------------
 # What `crawl sql`, `crawl sql --views`, `crawl schema` and `cycles.open()` show: one view
 # per table over the current crawl, each column documented here (the docs become DuckDB's
 # COMMENT ON VIEW / COMMENT ON COLUMN). A view adds or redefines a few columns of its table.
@@ -339,7 +339,7 @@ VIEWS: dict[str, pa.Schema] = {
     "pages": _view(PAGES, "The indexer feed, every batch: the new or changed pages each update published"),
     "segments": pa.schema([
         _field("segment", pa.string(), "Segment (cycle) id; ids sort by the time generate made them", False),
-        _field("state", pa.string(), "Its state when the views were made (cycles/segment.py): incomplete, "
+        _field("state", pa.string(), "Its state when the views were made (cycles/tables/segment.py): incomplete, "
                "generated, fetching, fetched, updated (merged into the crawl DB) or abandoned", False),
     ], metadata={"crawl.view": "Every segment and its state: join on segment to keep, say, only updated ones"}),
 }

@@ -18,13 +18,13 @@ hundreds of hosts the update makes due do not wait for a few big ones, and the b
 do not wait for an update slower than the last ones.
 
 Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
-that claims them (cycles/fetch/newhosts.py); a segment generated while it is in flight
+that claims them (cycles/tables/newhosts.py); a segment generated while it is in flight
 leaves them out like the hosts of its fetch list.
 
 With ``generate_ahead`` (the default) the coordinator generates the next segment *while*
 the fetch runs, once the update before it is done, so it is ready the moment the fetch ends:
 the fetch pool then waits for neither update nor generate. It holds the hosts of the running
-segment too (cycles/leases.py ``continuing_lease``): a busy host goes on in the next segment
+segment too (cycles/tables/leases.py ``continuing_lease``): a busy host goes on in the next segment
 about 0.1 s after its spacing allows, where stopping, generating and starting cost it ~0.45 s
 at every boundary (bench_crawl, 8 boundaries on each time-bound host). What the running
 fetch's discovery fetches after that generate, the next fetch neither lists nor takes again:
@@ -37,22 +37,22 @@ fetched, thin, while the update runs.
 
 What stays exclusive, and why:
 
-- the **cycle lock** (cycles/segment.py ``cycle_lock``): held for the whole run, so one
+- the **cycle lock** (cycles/tables/segment.py ``cycle_lock``): held for the whole run, so one
   process at a time starts segments (a ``crawl cycle``, ``crawl generate`` or second
   ``crawl run`` exits at once);
 - the **crawl DB lock**: generate's read-and-lease and update's swap each take it; they
   never run at the same time here (generate runs only with no update under way);
 - the **fetch lock**: one segment is fetched at a time (``fetch_segment``);
 - **hosts**: generate leaves out every host of a segment generated or being fetched
-  (``generate(exclude_hosts_in_flight=True)``, cycles/leases.py ``in_flight_files``), so
+  (``generate(exclude_hosts_in_flight=True)``, cycles/tables/leases.py ``in_flight_files``), so
   a host is never in two segments' fetch lists that are not fetched yet. A host of the
   next segment was last asked in a fetched segment, whose ``hosts/`` output (or the host DB,
-  once that segment is updated: cycles/hostdb.py ``load_host_state`` reads the segments
+  once that segment is updated: cycles/tables/hostdb.py ``load_host_state`` reads the segments
   first, so an update finishing meanwhile loses nothing) gives its not-before time:
   spacing holds across segments.
 
 Updates are still applied in generation order (``update_segment`` of the oldest fetched
-segment, cycles/segment.py ``check_apply_order``), so the crawl DB stays exact: each
+segment, cycles/tables/segment.py ``check_apply_order``), so the crawl DB stays exact: each
 segment's results and links are merged once, in order, and a URL leased to a segment
 waiting for its update is not generated again.
 
@@ -83,14 +83,14 @@ from typing import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
 from cycles.fetch.fetch import fetch_segment, request_early_end
 from cycles.fetch.partition import install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 
 

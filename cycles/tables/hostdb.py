@@ -54,12 +54,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import connect, plain_connection
+from cycles.tables.crawldb import connect, plain_connection
 from cycles.errors import StoreError
-from cycles.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
+from cycles.storage.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
 
 

@@ -23,7 +23,7 @@ Layout (the same on both)::
         hosts/part-NNNNN.parquet       host state after fetching the partition (schema.HOSTS)
         stats/<stage>-*.json           counters of each stage
         _GENERATED, _FETCHING, _FETCHED, _UPDATED, _ABANDONED markers (JSON), written last
-                                       by each stage: the lifecycle, see cycles/segment.py
+                                       by each stage: the lifecycle, see cycles/tables/segment.py
 
 Rules that keep a crash harmless:
 
@@ -78,7 +78,7 @@ import pyarrow.parquet as pq
 
 from cycles.config import DbConfig
 from cycles.errors import LockedError, SegmentNotFound, StoreError
-from cycles.faults import commit_point
+from cycles.storage.faults import commit_point
 
 StorePath = Path | PurePosixPath
 """A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
@@ -511,7 +511,7 @@ class Store:
         """Rename a fsynced file into place and fsync its folder: the rename itself is then
         on disk too, so ``CURRENT`` (written last) never survives a power loss that the
         files it names did not. Every local file that matters becomes visible here: the
-        fault-injection tests kill the process at this point (cycles/faults.py)."""
+        fault-injection tests kill the process at this point (cycles/storage/faults.py)."""
         commit_point(path)
         os.replace(tmp, path)
         fsync_dir(path.parent)
@@ -749,27 +749,27 @@ class Store:
     def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"
 
-    # --- segments: thin delegates of cycles/segment.py (the one home of their layout) ------
+    # --- segments: thin delegates of cycles/tables/segment.py (the one home of their layout) ------
     def segments(self) -> list[str]:
-        from cycles import segment
+        from cycles.tables import segment
         return segment.segment_ids(self)
 
     def segment_dir(self, segment: str, must_exist: bool = True) -> StorePath:
-        from cycles import segment as seg
+        from cycles.tables import segment as seg
         return seg.segment_dir(self, segment, must_exist)
 
     def marker(self, segment: str, stage: str) -> dict | None:
         """A marker as a dict (``stage``: generated, fetching, fetched, updated, abandoned)."""
-        from cycles import segment as seg
+        from cycles.tables import segment as seg
         marker = seg.read_marker(self, segment, seg.MARKERS[stage])
         return None if marker is None else marker.__dict__.copy()
 
     def write_marker(self, segment: str, stage: str, data: dict) -> None:
-        from cycles import segment as seg
+        from cycles.tables import segment as seg
         seg.write_marker(self, seg.MARKERS[stage].from_dict({**data, "segment": segment}))
 
     def segment_state(self, segment: str) -> str:
-        from cycles import segment as seg
+        from cycles.tables import segment as seg
         return seg.state(self, segment).value
 
 

@@ -1,7 +1,7 @@
 """Fault injection at commit points: the test suite's way of killing a stage exactly where it hurts.
 
 A *commit point* is the moment a file that matters becomes visible: the rename (or the PUT
-on S3) of a Parquet file, a WARC chunk, a marker, ``CURRENT``. :class:`cycles.store.Store`
+on S3) of a Parquet file, a WARC chunk, a marker, ``CURRENT``. :class:`cycles.storage.store.Store`
 calls :func:`commit_point` just before each one. Normally that costs one dictionary lookup.
 
 With ``CRAWL_FAULT_LOG=<file>`` set, every commit point appends a line (pid and path) to that

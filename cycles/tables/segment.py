@@ -1,16 +1,16 @@
 """A segment: one cycle's folder, its layout, and its lifecycle — the one home of both.
 
-Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.store.new_id`)::
+Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.storage.store.new_id`)::
 
     fetchlist/part-NNNNN.parquet          generate: the URLs chosen (schema.FETCHLIST)
     assignment.parquet                    generate: the partition of each host (schema.ASSIGNMENT)
     seen/part-NNNNN.bloom                 generate: the URLs the crawl DB holds for the partition's
-                                          hosts, a Bloom filter (cycles/bloom.py), for discovery
+                                          hosts, a Bloom filter (cycles/storage/bloom.py), for discovery
     seen/part-NNNNN.parquet               generate: those URLs counted by host and pattern (schema.SEEN_COUNTS)
     seen/hosts.bloom                      generate: the hosts the crawl DB (or a pending segment) knows,
-                                          a Bloom filter, for new-host discovery (cycles/fetch/newhosts.py)
+                                          a Bloom filter, for new-host discovery (cycles/tables/newhosts.py)
     newhosts/<host>.json                  fetch (and a later overlapped generate): one claim per host the
-                                          crawl DB did not know, created if absent (cycles/fetch/newhosts.py)
+                                          crawl DB did not know, created if absent (cycles/tables/newhosts.py)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
     warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
@@ -52,14 +52,14 @@ from typing import ClassVar, Iterator, TypeVar
 
 from cycles.config import DbConfig
 from cycles.errors import LockedError, SegmentNotFound, StageError, StoreError
-from cycles.store import Store, StorePath, utcnow
+from cycles.storage.store import Store, StorePath, utcnow
 
 SEGMENTS = "segments"
 FETCHLIST = "fetchlist"
 FETCHED = "fetched"
 OUTLINKS = "outlinks"
 SITEMAPS = "sitemaps"
-"""URLs listed by the hosts' sitemaps (schema.SITEMAP_URLS; cycles/fetch/sitemaps.py)."""
+"""URLs listed by the hosts' sitemaps (schema.SITEMAP_URLS; cycles/tables/sitemaps.py)."""
 WARC = "warc"
 ARCHIVE = "archive"
 """``crawl export``'s indexes and text of the segment's WARC files (cycles/archive/)."""
@@ -69,7 +69,7 @@ LEFTOVER = "leftover"
 it before the segment's update (cycles/generate/generate.py ``with_leftovers_sql``)."""
 SEEN = "seen"
 NEWHOSTS = "newhosts"
-"""Claims of hosts the crawl DB did not know, fetched inside this segment (cycles/fetch/newhosts.py)."""
+"""Claims of hosts the crawl DB did not know, fetched inside this segment (cycles/tables/newhosts.py)."""
 STATS = "stats"
 UPDATE_INPUTS = "update"
 """update's routed inputs (removed after the swap)."""
@@ -136,7 +136,7 @@ class Generated(Marker):
     crawldb_version: str | None = None
     continues: str | None = None
     """The segment being fetched when this one was generated, which it may go on from (its
-    hosts listed again; ``crawl run``, cycles/leases.py ``continuing_lease``)."""
+    hosts listed again; ``crawl run``, cycles/tables/leases.py ``continuing_lease``)."""
 
     def lease_expired(self, now: dt.datetime) -> bool:
         return self.lease_until is not None and dt.datetime.fromisoformat(self.lease_until) <= now
@@ -219,7 +219,7 @@ def fetchlist_file(seg_dir: StorePath, partition: int) -> StorePath:
 
 
 def assignment_file(seg_dir: StorePath) -> StorePath:
-    """Which partition fetches each host (generate; cycles/generate/assign.py)."""
+    """Which partition fetches each host (generate; cycles/tables/assign.py)."""
     return seg_dir / "assignment.parquet"
 
 
@@ -234,12 +234,12 @@ def seen_counts_file(seg_dir: StorePath, partition: int) -> StorePath:
 
 
 def known_hosts_file(seg_dir: StorePath) -> StorePath:
-    """The hosts the crawl DB or a pending segment knew at generate: a Bloom filter (cycles/fetch/newhosts.py)."""
+    """The hosts the crawl DB or a pending segment knew at generate: a Bloom filter (cycles/tables/newhosts.py)."""
     return seg_dir / SEEN / "hosts.bloom"
 
 
 def newhost_claims_dir(seg_dir: StorePath) -> StorePath:
-    """One claim object per new host fetched in this segment (cycles/fetch/newhosts.py)."""
+    """One claim object per new host fetched in this segment (cycles/tables/newhosts.py)."""
     return seg_dir / NEWHOSTS
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cycles.config import Config, DbConfig
-from cycles.crawldb import replace_crawldb
+from cycles.tables.crawldb import replace_crawldb
 from cycles.errors import StageError, StoreError
-from cycles.store import Manifest, Store, verify_parquet_file
+from cycles.storage.store import Manifest, Store, verify_parquet_file
 
 TABLES = ("crawldb", "hostdb", "linkdb")  # linkdb: cycles/update/linkgraph.py
 

@@ -13,7 +13,7 @@ One home for the view definitions. ``crawl status``, ``crawl sql``, ``crawl sql 
 - ``pages``      the indexer feed, every batch
 - ``segments``   every segment and its state (when the views were made)
 
-Columns and views carry their docs from ``cycles/schema.py`` (``schema.VIEWS``) as
+Columns and views carry their docs from ``cycles/tables/schema.py`` (``schema.VIEWS``) as
 ``COMMENT ON``, so ``duckdb_columns()`` and ``duckdb_views()`` show them. Every view exists,
 empty with its columns when the crawl has no such files yet.
 
@@ -40,13 +40,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.config import Config, load_config
-from cycles.crawldb import connect, current_bucket_files, plain_connection, upgraded_sql
+from cycles.tables.crawldb import connect, current_bucket_files, plain_connection, upgraded_sql
 from cycles.errors import CrawlError, StageError, StoreError, is_damaged_parquet
-from cycles.hostdb import hostdb_files
-from cycles.store import Store, StorePath, utcnow
+from cycles.tables.hostdb import hostdb_files
+from cycles.storage.store import Store, StorePath, utcnow
 
 SEGMENT_VIEWS = ("fetchlist", "fetched", "outlinks")
 """Views over every segment's files of that folder, with a ``segment`` column."""
@@ -177,7 +177,7 @@ def segments_select(segments: list[tuple[str, str]]) -> str:
 
 
 def comment_statements(name: str) -> list[str]:
-    """``COMMENT ON VIEW`` and ``COMMENT ON COLUMN`` for view ``name``, from cycles/schema.py."""
+    """``COMMENT ON VIEW`` and ``COMMENT ON COLUMN`` for view ``name``, from cycles/tables/schema.py."""
     view = schema.VIEWS[name]
     doc = view.metadata[b"crawl.view"].decode()
     return ([f"COMMENT ON VIEW {name} IS {quote(doc)};"]
@@ -449,7 +449,7 @@ class Crawl:
 
 
 def iter_feed(store: Store, consumer: str | None, commit: bool, limit: int | None) -> Iterator[pa.RecordBatch]:
-    from cycles.pages import batches, commit_cursor, consumer_lock, pending_batches, read_cursor
+    from cycles.tables.pages import batches, commit_cursor, consumer_lock, pending_batches, read_cursor
 
     if consumer is None:
         if commit:

@@ -26,12 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import clock, schema
+from cycles import clock
+from cycles.tables import schema
 from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
-from cycles.store import Manifest, Store, StorePath, utcnow
+from cycles.storage.store import Manifest, Store, StorePath, utcnow
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
 

@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from cycles import metrics
 from cycles.config import Config
-from cycles.crawldb import bucket_of, new_url_rows_sql, replace_crawldb
+from cycles.tables.crawldb import bucket_of, new_url_rows_sql, replace_crawldb
 from cycles.errors import CrawlError
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
 
 SEED_SCORE = 1.0

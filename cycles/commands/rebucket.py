@@ -1,7 +1,7 @@
 """``crawl rebucket``: split the crawl DB into a different number of host-hash buckets.
 
 The crawl DB is one Parquet file per bucket, a host in bucket ``host_hash % buckets``
-(cycles/crawldb.py); every stage reads the count from the manifest (``crawldb/CURRENT``),
+(cycles/tables/crawldb.py); every stage reads the count from the manifest (``crawldb/CURRENT``),
 so ``db.buckets`` in the config only sets it when the crawl DB is created. Choose it so
 that one bucket's working set fits DuckDB's memory limit (docs/cluster.md, "Choosing the bucket
 count"); this command changes it when the crawl has grown.
@@ -24,7 +24,7 @@ between any two stages (it takes the same lock as generate and update).
 The host DB (``hostdb/``, per-host robots.txt and last request time) is bucketed the
 same way but is left as it is: its readers take its bucket count from its own manifest,
 not the crawl DB's, so it stays readable with the old count, and the next update's merge
-writes it with the new count (cycles/hostdb.py). Rewriting it here too would only
+writes it with the new count (cycles/tables/hostdb.py). Rewriting it here too would only
 move that work from the next update to this command.
 
 Which old files a new bucket needs: a host in new bucket ``b`` of ``N`` lies in old bucket
@@ -41,9 +41,9 @@ import socket
 from dataclasses import dataclass
 
 from cycles.config import Config
-from cycles.crawldb import bucket_of, checked_rows, connect, current_bucket_files
+from cycles.tables.crawldb import bucket_of, checked_rows, connect, current_bucket_files
 from cycles.errors import StageError
-from cycles.store import Manifest, Store, utcnow
+from cycles.storage.store import Manifest, Store, utcnow
 
 MAX_BUCKETS = 100_000
 """Bucket files are named ``bucket-NNNNN.parquet``."""

@@ -9,7 +9,7 @@ of the last cycle and of all), then what fails (error kinds, worst hosts), then 
 - depth and score distributions; freshness (changes found per refetch);
 - crawl DB size by bucket; politeness utilisation per cycle (cycles/metrics.py).
 
-Data: DuckDB over the store's views (:func:`cycles.status.open_views`: the current crawl DB,
+Data: DuckDB over the store's views (:func:`cycles.commands.status.open_views`: the current crawl DB,
 every segment's fetch results, the pages feed) and each segment's ``stats/<stage>.json``.
 Charts: matplotlib (the optional extra ``report``), drawn off-screen (Agg), embedded in the
 page as base64 ``data:`` PNGs, so the page needs no network and no other file; the PNGs are
@@ -26,14 +26,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import CrawlError
 from cycles.metrics import ERROR_OUTCOMES, UNANSWERED_OUTCOMES
-from cycles.schema import DbStatus
-from cycles.status import open_views, require_crawldb
-from cycles.store import Store
+from cycles.tables.schema import DbStatus
+from cycles.commands.status import open_views, require_crawldb
+from cycles.storage.store import Store
 from cycles.update.dedup import dedup_summary
 
 TOP_HOSTS = 15

@@ -2,7 +2,7 @@
 
 A URL is leased while it sits in the fetch list of a segment that has not been updated
 yet and whose lease (``lease_until`` in the segment's generated marker, generate
-time + ``generate.lease_s``) has not run out (cycles/segment.py). Update ends the lease by
+time + ``generate.lease_s``) has not run out (cycles/tables/segment.py). Update ends the lease by
 writing the segment's updated marker, ``crawl abandon`` by an abandoned one; a segment
 that is never updated lets its URLs become due again when the lease runs out (and the
 next generate abandons it: applied after its URLs were leased again, it would put older
@@ -29,10 +29,10 @@ import logging
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cycles import schema
-from cycles import segment as seg
+from cycles.tables import schema
+from cycles.tables import segment as seg
 from cycles.errors import StoreError
-from cycles.store import Store, StorePath
+from cycles.storage.store import Store, StorePath
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def live_lease_files(store: Store, now: dt.datetime) -> list[StorePath]:
 def fetched_files(files: list[StorePath]) -> list[StorePath]:
     """The fetched-row files among :func:`live_lease_files`: URLs fetched by a segment not
     updated yet, which the crawl DB may not hold (the seen-set adds them,
-    cycles/generate/assign.py ``write_seen_set``)."""
+    cycles/tables/assign.py ``write_seen_set``)."""
     return [f for f in files if f.parent.name == seg.FETCHED]
 
 
@@ -75,14 +75,14 @@ IN_FLIGHT = (seg.State.GENERATED, seg.State.FETCHING)
 def in_flight_files(store: Store, now: dt.datetime) -> list[StorePath]:
     """The fetch list files of every live segment not fetched yet (generated or fetching):
     ``crawl run`` leases their *hosts*, not only their URLs, while it generates the next
-    segment (cycles/run.py), so no host is in two segments being fetched."""
+    segment (cycles/commands/run.py), so no host is in two segments being fetched."""
     return [f for segment, _ in live_segments(store, now, IN_FLIGHT) for f in seg.files(store, segment, seg.FETCHLIST)]
 
 
 def leftover_files(store: Store, now: dt.datetime) -> list[StorePath]:
     """What the live segments fetched and not updated yet queued by discovery and did not
     reach (``segment.LEFTOVER``): URLs the crawl DB learns only at their update, which a
-    generate before it may list (cycles/run.py ``next_segment``). Listed, they are leased
+    generate before it may list (cycles/commands/run.py ``next_segment``). Listed, they are leased
     by that fetch list like any other URL, also once the update adds them."""
     return [f for segment, _ in live_segments(store, now, (seg.State.FETCHED,))
             for f in seg.files(store, segment, seg.LEFTOVER) if readable_leftover(store, f)]
@@ -102,7 +102,7 @@ def readable_leftover(store: Store, path: StorePath) -> bool:
 
 def continuing_lease(store: Store, segment: str, files: list[StorePath]) -> list[StorePath]:
     """:func:`in_flight_files` without ``segment``'s, for a segment generated while
-    ``segment`` is fetched and fetched right after it (``crawl run``, cycles/run.py): its
+    ``segment`` is fetched and fetched right after it (``crawl run``, cycles/commands/run.py): its
     hosts may be listed again, so a busy host goes on at once in the next segment. The next
     fetch starts when this one has ended and reads their spacing from its ``hosts/`` output;
     a URL listed there that this one fetched meanwhile by discovery is dropped by that

@@ -1,6 +1,6 @@
 """``crawl cycle``: generate, fetch and update in a row, as cron or Airflow would run them.
 
-Crash-only: a cycle first finishes what an interrupted one left (cycles/segment.py) —
+Crash-only: a cycle first finishes what an interrupted one left (cycles/tables/segment.py) —
 it resumes a segment's unfinished fetch, then updates fetched segments, oldest first —
 and only then generates a new segment. Killed at any moment, ``crawl cycle`` run again
 carries on. The whole run holds the store's cycle lock, taken before anything is leased:
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
-from cycles.store import Store
+from cycles.storage.store import Store
 from cycles.update.update import update_segment
 
 

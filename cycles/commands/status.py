@@ -1,7 +1,7 @@
 """``crawl status`` and ``crawl sql``: what the store holds, read with DuckDB.
 
 The views (crawldb, hosts, fetchlist, fetched, outlinks, pages, segments) are defined in
-cycles/views.py, the one home of their definitions; ``open_views`` and ``require_crawldb``
+cycles/commands/views.py, the one home of their definitions; ``open_views`` and ``require_crawldb``
 are imported from there (and importable from here, as before).
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 import duckdb
 
 from cycles import clock
-from cycles import segment as seg
+from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import CrawlError, is_damaged_parquet
-from cycles.leases import leased_urls_sql, live_lease_files
-from cycles.pages import batches, consumers, feed_lag
-from cycles.store import Store
+from cycles.tables.leases import leased_urls_sql, live_lease_files
+from cycles.tables.pages import batches, consumers, feed_lag
+from cycles.storage.store import Store
 from cycles.update.dedup import dedup_summary, format_dedup
-from cycles.views import open_views, require_crawldb
+from cycles.commands.views import open_views, require_crawldb
 
 __all__ = ["crawl_status", "format_status", "open_views", "require_crawldb", "run_sql", "sql_text"]
 
