@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from cycles.config import Config
-from cycles.tables.schema import FetchOutcome
+from cycles.tables.schema import DNS_FAILURE_KINDS, FetchOutcome
 from cycles.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,7 @@ def fetch_errors(counters: Mapping[str, float]) -> dict[str, int]:
 
 def dns_failures(counters: Mapping[str, float]) -> dict[str, int]:
     """Failed lookups by kind; every kind present (0 when none), so a dashboard's series exist."""
-    from cycles.fetch.dns import KINDS
-
-    return {kind: int(counters.get(f"dns/failures/{kind}", 0)) for kind in KINDS}
+    return {kind: int(counters.get(f"dns/failures/{kind}", 0)) for kind in DNS_FAILURE_KINDS}
 
 
 def allowed_requests(delays_s: Iterable[float], elapsed_s: float) -> float:

@@ -88,6 +88,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cycles.tables.segment import stage_marker  # noqa: E402
 from cycles.config import Config, config_from_dict  # noqa: E402
 from cycles.errors import CrawlError  # noqa: E402
 from cycles.fetch.fetch import fetch_segment  # noqa: E402
@@ -348,7 +349,7 @@ def prepare_store(root: Path, config: Config, seeds_file: Path) -> tuple[Store, 
 def segment_counters(store: Store, segment: str) -> tuple[dict, dict]:
     folder = store.segment_dir(segment)
     counters = json.loads((folder / "stats" / "fetch.json").read_text())
-    marker = store.marker(segment, "fetched") or {}
+    marker = stage_marker(store, segment, "fetched") or {}
     return counters, marker
 
 

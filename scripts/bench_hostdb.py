@@ -40,6 +40,7 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from cycles.tables.segment import write_stage_marker  # noqa: E402
 from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
 from cycles.storage.store import Manifest, Store, new_id, utcnow  # noqa: E402
@@ -114,8 +115,8 @@ def build(root: Path, args) -> None:
         for p in range(16):
             store.write_table(seg_dir / "hosts" / f"part-{p:05d}.parquet",
                               segment_rows.slice(bounds[p], bounds[p + 1] - bounds[p]), schema.HOSTS)
-        store.write_marker(segment, "generated", {"segment": segment})
-        store.write_marker(segment, "fetched", {"segment": segment})
+        write_stage_marker(store, segment, "generated", {"segment": segment})
+        write_stage_marker(store, segment, "fetched", {"segment": segment})
     (root / "lookup.json").write_text(json.dumps({"hosts": lookup, "segment_rows": segment_rows.num_rows}))
 
 

@@ -89,6 +89,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from cycles.tables.segment import segment_state, write_stage_marker  # noqa: E402
 from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
 from cycles.storage.store import Manifest, Store, utcnow  # noqa: E402
@@ -287,7 +288,7 @@ def write_live_lease(store: Store, folder: Path, now: dt.datetime, con) -> int:
     segment = "20240101T000000000000Z-leased"
     seg = store.segment_dir(segment, must_exist=False)
     store.write_table(seg / "fetchlist" / "part-00000.parquet", leased, schema.FETCHLIST)
-    store.write_marker(segment, "generated", {"segment": segment, "urls": leased.num_rows,
+    write_stage_marker(store, segment, "generated", {"segment": segment, "urls": leased.num_rows,
                                               "lease_until": (now + dt.timedelta(hours=3)).isoformat()})
     return leased.num_rows
 
@@ -604,7 +605,7 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
     counters = {f"fetch/outcome/{k}": v for k, v in outcome_counts.items()}
     counters["fetch/outlinks"] = outlinks.num_rows
     store.write_json(seg / "stats" / "fetch.json", dict(sorted(counters.items())))
-    store.write_marker(segment, "fetched", {"segment": segment, "fetched_at": utcnow().isoformat(),
+    write_stage_marker(store, segment, "fetched", {"segment": segment, "fetched_at": utcnow().isoformat(),
                                             "seconds": 0.0, "partitions": len(parts),
                                             "requests": fetched.num_rows, "synthetic": True})
     return {"segment_s": round(time.monotonic() - started, 1), "fetched": fetched.num_rows,
@@ -926,7 +927,7 @@ def bench_size(args, size: int) -> dict:
     n_hosts = min(1_000_000, size // 10)
     buckets = args.buckets or max(8, 2 ** round(math.log2(max(1, size / args.bucket_rows))))
     con = connect(args.threads, args.memory_limit, Path(args.root) / ".duckdb-tmp")
-    resume = args.resume and any(store.segment_state(s) in ("generated", "fetched") for s in store.segments())
+    resume = args.resume and any(segment_state(store, s) in ("generated", "fetched") for s in store.segments())
     if resume:
         # The crawl DB and generate's segment are there (a run stopped after generate):
         # rebuild the same hosts and counts (deterministic) and go on with the segment.

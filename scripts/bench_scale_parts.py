@@ -52,6 +52,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from cycles.tables.segment import segment_state  # noqa: E402
 from cycles.tables import schema  # noqa: E402
 from cycles.config import Config  # noqa: E402
 from cycles.storage.store import Store  # noqa: E402
@@ -98,7 +99,7 @@ def versions(store: Store) -> tuple[list[str], list[str]]:
 
 
 def segment_dir(store: Store) -> Path:
-    return store.segment_dir([s for s in store.segments() if store.segment_state(s) in ("updated", "fetched")][-1])
+    return store.segment_dir([s for s in store.segments() if segment_state(store, s) in ("updated", "fetched")][-1])
 
 
 # --- outlinks ------------------------------------------------------------------------------

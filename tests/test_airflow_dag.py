@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cycles.tables.segment import segment_state
 from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.conftest import write_seeds
@@ -125,7 +126,7 @@ def test_dag_test_runs_one_cycle_against_the_test_web(tmp_path):
     assert found["state"] == "success", found
     store = Store(data)
     [segment] = store.segments()
-    assert store.segment_state(segment) == "updated"
+    assert segment_state(store, segment) == "updated"
     partitions = sorted(int(p.name[5:10]) for p in (data / "segments" / segment / "fetchlist").iterdir())
     fetches = [ti for ti in found["tis"] if ti[0] == "fetch"]
     assert sorted(ti[1] for ti in fetches) == list(range(len(partitions))) and len(partitions) >= 2

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cycles.tables.segment import write_stage_marker
 from cycles.commands.cli import app
 from cycles.tables.crawldb import current_bucket_files
 from cycles.storage.store import Store
@@ -135,7 +136,7 @@ def test_nothing_to_do_is_exit_3(store):
         assert crawl(store.root, "generate", "--top-n", "20").exit_code == 0
     assert "no URL is due" in one_line(crawl(store.root, "generate"), 3)
     for segment in store.segments():  # as if fetched (nothing came back)
-        store.write_marker(segment, "fetched", {"segment": segment})
+        write_stage_marker(store, segment, "fetched", {"segment": segment})
     assert "no generated segment waiting" in one_line(crawl(store.root, "fetch"), 3)
     first = store.segments()[0]
     assert crawl(store.root, "update", first).exit_code == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cycles.tables.segment import segment_state
 from cycles.commands.cli import app
 from cycles.storage.store import Store
 from testweb.harness import TestWeb
@@ -77,7 +78,7 @@ def test_generate_names_segment_and_partitions(tmp_path):
     code, line = result.exit_code, json_line(result.stdout)
     assert code == 0, result.output
     store = Store(tmp_path / "data")
-    assert line["segment"] == store.segments()[0] and store.segment_state(line["segment"]) == "generated"
+    assert line["segment"] == store.segments()[0] and segment_state(store, line["segment"]) == "generated"
     assert (line["urls"], line["hosts"]) == (6, 6)
     assert line["partitions"] and line["partitions"] == sorted(set(line["partitions"]))
     listed = sorted(int(p.name[5:10]) for p in (tmp_path / "data/segments" / line["segment"] / "fetchlist").iterdir())
@@ -120,7 +121,7 @@ def test_a_cycle_task_by_task_through_json(tmp_path):
         code, finished = run_crawl(data, config, "fetch", segment, "--finish")
         assert code == 0 and finished["fetched"] and finished["pages"] == pages == 4
         assert len(web.requests()) == requests_before  # finishing fetches nothing
-        assert Store(data).segment_state(segment) == "fetched"
+        assert segment_state(Store(data), segment) == "fetched"
         code, updated = run_crawl(data, config, "update", segment)
         assert code == 0 and updated["segment"] == segment and updated["results"] == 4 and updated["new_urls"] > 0
         code, cycled = run_crawl(data, config, "cycle", "--cycles", "1")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cycles.tables.segment import segment_state
 from cycles.tables import crawldb
 from cycles.commands.cli import app
 from cycles.config import Config, config_from_dict, load_config
@@ -263,7 +264,7 @@ def test_json_lines_of_abandon_rebucket_recover_pages(tmp_path):
     segment = json_of("generate")["segment"]
     line = json_of("abandon", segment)
     assert (line["status"], line["stage"], line["segment"]) == ("done", "abandon", segment)
-    assert Store(data).segment_state(segment) == "abandoned"
+    assert segment_state(Store(data), segment) == "abandoned"
     line = json_of("rebucket", "--buckets", "3")
     assert (line["stage"], line["changed"], line["buckets"], line["rows"]) == ("rebucket", True, 3, 4)
     line = json_of("rebucket", "--buckets", "3")  # the same count: not a failure

@@ -11,6 +11,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files, replace_crawldb
@@ -55,7 +56,7 @@ def fetched_segment(store: Store, config: Config, results: list[dict]) -> str:
                       pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       schema.OUTLINKS.empty_table(), schema.OUTLINKS)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     return segment
 
 

@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files
@@ -49,7 +50,7 @@ def crawl_once(root, executor, now) -> tuple[list[dict], list[dict]]:
                       pa.Table.from_pylist(results, schema=schema.FETCHED), schema.FETCHED)
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     update_segment(store, config, segment, now=now, executor=executor)
     _, files = current_bucket_files(store)
     # A seed's first_seen (and due time, until fetched) is its injection, which differs between runs.
@@ -79,7 +80,7 @@ def test_a_failing_task_leaves_the_crawl_db_as_it_was(tmp_path):
     seeds.write_text("http://a.example/\n")
     inject(store, config, seeds)
     segment = generate(store, config).segment
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     before = store.manifest()
 
     class Failing:

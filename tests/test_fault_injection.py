@@ -29,6 +29,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
+from cycles.tables.segment import segment_state
 from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from cycles.urls import host_hash
@@ -201,7 +202,7 @@ def fetchlist_urls(data) -> list[str]:
     store = Store(data)
     urls = []
     for segment in store.segments():
-        if store.segment_state(segment) in ("generated", "fetched"):
+        if segment_state(store, segment) in ("generated", "fetched"):
             folder = store.segment_dir(segment) / "fetchlist"
             urls += [u for f in sorted(folder.glob("part-*.parquet")) for u in pq.read_table(f)["url"].to_pylist()]
     return sorted(urls)

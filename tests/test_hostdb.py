@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables import hostdb
@@ -56,15 +57,15 @@ def write_segment(store: Store, rows: list[dict], partitions: int = 3) -> str:
         part = rows[p::partitions]
         store.write_table(folder / f"part-{p:05d}.parquet", pa.Table.from_pylist(part, schema=schema.HOSTS),
                           schema.HOSTS)
-    store.write_marker(segment, "generated", {"segment": segment})
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "generated", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     return segment
 
 
 def mark_updated(store: Store) -> None:
     """Every segment updated: the host DB is then the only source load_host_state reads."""
     for segment in store.segments():
-        store.write_marker(segment, "updated", {"segment": segment})
+        write_stage_marker(store, segment, "updated", {"segment": segment})
 
 
 _reference_con = None

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.commands.cli import app
 from cycles.config import Config
@@ -76,7 +77,7 @@ def test_a_missing_current_stops_every_stage_with_one_line(store, config, tmp_pa
     seed(store, config, tmp_path, ["http://a.example/", "http://b.example/"])
     seed(store, config, tmp_path, ["http://c.example/"])
     segment = generate(store, config).segment
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     before = versions(store)
     store.path("crawldb", "CURRENT").unlink()
     seeds = tmp_path / "more.txt"
@@ -125,7 +126,7 @@ def test_recover_reinstates_the_host_db(store, config, tmp_path):
     segment = generate(store, config).segment
     folder = store.segment_dir(segment)
     store.write_table(folder / "fetched" / "part-00000-c000001.parquet", schema.FETCHED.empty_table(), schema.FETCHED)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     update_segment(store, config, segment)
     host_manifest = store.manifest("hostdb")
     assert host_manifest is not None

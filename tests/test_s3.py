@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from cycles.tables.segment import segment_state
 from cycles.tables import schema
 from cycles.commands.cli import app
 from cycles.config import Config
@@ -88,7 +89,7 @@ def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
     assert manifest.buckets == 3 and len(s3_store.version_files("crawldb", manifest)) == 3
 
     generated = generate(s3_store, config)
-    assert generated.urls == 4 and s3_store.segment_state(generated.segment) == "generated"
+    assert generated.urls == 4 and segment_state(s3_store, generated.segment) == "generated"
     fetchlist = s3_store.read_tables(s3_store.list(s3_store.segment_dir(generated.segment) / "fetchlist",
                                                    "part-*.parquet"), schema.FETCHLIST)
     assert sorted(fetchlist["url"].to_pylist()) == sorted(URLS)
@@ -105,7 +106,7 @@ def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
     assert rows["http://a.example/new"]["status"] == "unfetched"
     assert {rows[u]["status"] for u in URLS[:3]} == {"fetched"} and rows[URLS[3]]["status"] == "unfetched"
     assert live_lease_files(s3_store, utcnow()) == []
-    assert s3_store.segment_state(generated.segment) == "updated"
+    assert segment_state(s3_store, generated.segment) == "updated"
     assert update_segment(s3_store, config, generated.segment).applied is False  # idempotent
     assert s3_store.manifest("hostdb") is not None
     # no lock object outlives its stage
@@ -239,7 +240,7 @@ def test_killed_update_leaves_the_old_crawldb_intact(where, request, config, tmp
     assert len(written) == 1 and written[0].startswith("bucket-00000.")  # an attempt's own name
     assert store.manifest() == before
     assert crawldb_rows(store) == before_rows
-    assert store.segment_state(segment) == "fetched"
+    assert segment_state(store, segment) == "fetched"
 
     # Still usable: the update runs again (taking over the dead process's lock on S3) ...
     result = update_segment(store, config, segment)
@@ -362,10 +363,10 @@ def test_killed_fetch_resumes_on_s3(s3_env, tmp_path):
         kill_when(first, lambda: len(store.list(fetched_dir, "part-*.parquet")) >= 3, within_s=40, poll_s=0.1)
         time.sleep(0.5)
         before = len(store.list(fetched_dir, "part-*.parquet"))
-        assert store.segment_state(segment) == "fetching"  # started, not finished (cycles/tables/segment.py)
+        assert segment_state(store, segment) == "fetching"  # started, not finished (cycles/tables/segment.py)
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr
-        assert store.segment_state(segment) == "fetched"
+        assert segment_state(store, segment) == "fetched"
         chunks = store.list(fetched_dir, "part-*.parquet")
         assert len(chunks) > before
         rows = store.read_tables(chunks, schema.FETCHED).to_pylist()

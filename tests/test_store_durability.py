@@ -10,6 +10,7 @@ import os
 import pyarrow as pa
 import pytest
 
+from cycles.tables.segment import segment_state, write_stage_marker
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import StoreError
@@ -106,7 +107,7 @@ def state_of(store: Store) -> tuple[bytes, list[str]]:
 def test_a_flipped_bit_in_a_bucket_stops_generate_and_update_naming_the_file(store, config, tmp_path):
     injected(store, config, tmp_path)
     segment = generate(store, config).segment
-    store.write_marker(segment, "fetched", {"segment": segment})  # nothing fetched: update still reads every bucket
+    write_stage_marker(store, segment, "fetched", {"segment": segment})  # nothing fetched: update still reads every bucket
     _, files = current_bucket_files(store)
     flip_a_bit_in_a_data_page(files[0])
     before = state_of(store)
@@ -117,7 +118,7 @@ def test_a_flipped_bit_in_a_bucket_stops_generate_and_update_naming_the_file(sto
         assert str(files[0]) in message and "corrupt" in message and "crawl recover --previous" in message
         assert "\n" not in message
         assert state_of(store) == before  # nothing installed, no version folder left behind
-    assert store.segment_state(segment) == "fetched"
+    assert segment_state(store, segment) == "fetched"
 
 
 def test_recover_previous_rolls_back_past_a_corrupt_bucket(store, config, tmp_path):

@@ -50,8 +50,7 @@ from cycles.archive.wet import wet_name, write_wet
 from cycles.config import Config
 from cycles.tables.crawldb import connect
 from cycles.errors import StageError
-from cycles.fetch.archive import crawler_version
-from cycles.fetch.output import chunk_of_warc
+from cycles.tables.warcs import chunk_of_warc, crawler_version
 from cycles.storage.store import Store, StorePath
 
 PARTS = ("cdxj", "index", "wet")

@@ -26,6 +26,7 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 
+from cycles.tables.segment import segment_state
 from cycles.config import Config
 from cycles.commands.settings import Effective
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
@@ -337,7 +338,7 @@ def waiting_segment(wanted: str, stage: str, previous: str, also: tuple[str, ...
     """Raise NothingToDo when no segment waits in state ``wanted`` (or one of ``also``) for
     ``stage`` (exit 3, not an error: cron runs stages on a timer and must tell idle from failed)."""
     store = state.store
-    if any(store.segment_state(s) in (wanted, *also) for s in store.segments()):
+    if any(segment_state(store, s) in (wanted, *also) for s in store.segments()):
         return
     if store.manifest("crawldb") is None:
         raise StageError(f"{stage}: there is no crawl DB in {store.uri}; start with `crawl inject seeds.txt`")
@@ -413,7 +414,7 @@ def fetch(segment: Optional[str] = typer.Argument(None, help="Segment id (defaul
         raise CrawlError("fetch: give --partition N or --finish, not both")
     if segment is None:
         waiting_segment("generated", "fetch", "generate", also=("fetching",))  # "fetching": a fetch to resume
-    elif (done := state.store.segment_state(segment)) in ("fetched", "updated"):
+    elif (done := segment_state(state.store, segment)) in ("fetched", "updated"):
         raise NothingToDo(f"fetch: segment {segment} is already {done}; nothing to do")
     if partition is not None:
         result = run(fetch_one_partition, state.store, state.config, segment, partition)
@@ -470,14 +471,14 @@ def cycle(cycles: int = typer.Option(1, "--cycles", "-n", help="How many cycles 
     from cycles.commands.cycle import run_cycles
 
     started = start_command("cycle", as_json)
-    updated_before = {s for s in state.store.segments() if state.store.segment_state(s) == "updated"}
+    updated_before = {s for s in state.store.segments() if segment_state(state.store, s) == "updated"}
     for number, line in enumerate(run(run_cycles, state.store, state.config, cycles, top_n=top_n)):
         if number == 0 and line.endswith("; stopping"):
             raise NothingToDo(line)  # the first generate made no segment: not one cycle ran
         typer.echo(line, err=as_json)  # with --json, stdout holds only the JSON line
     if as_json:
         updated = [s for s in state.store.segments()
-                   if s not in updated_before and state.store.segment_state(s) == "updated"]
+                   if s not in updated_before and segment_state(state.store, s) == "updated"]
         emit_json("done", started, segments=updated)
 
 

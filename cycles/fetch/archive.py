@@ -44,24 +44,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import metadata as _metadata
 
 from cycles.config import Config, WarcConfig
 from cycles.fetch.output import (PartitionOutput, _http_record, _make_warc_id, payload_label, request_head,
                                  response_head, sha1_label)
 from cycles.fetch.tls import metadata_fields
+from cycles.tables.warcs import crawler_version
 from cycles.fetch.transfer import ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, Transfer
 
 PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 CURLE_OPERATION_TIMEDOUT = 28
-
-
-def crawler_version() -> str:
-    try:
-        return _metadata.version("crawl")
-    except _metadata.PackageNotFoundError:  # a source checkout that was never installed
-        return "0.1.0"
 
 
 def config_digest(config: Config) -> str:

@@ -52,6 +52,7 @@ from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.tables.crawldb import url_pattern_hash
+from cycles.tables.dedup_state import learned_by_host
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.inline import InlineFetches
 from cycles.storage.store import Store, StorePath
@@ -131,7 +132,6 @@ class Discovery:
             self.stats["discover/seen_set_unreadable"] = 1
             del exc
             return
-        from cycles.update.dedup import learned_by_host  # the fetch path imports update's module only here
         self.variant_params = learned_by_host(self.store)
         counts = self.store.read_table(counts_path).to_pydict()
         for host, pattern, urls in zip(counts["host"], counts["pattern_hash"], counts["urls"]):

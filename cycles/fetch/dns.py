@@ -41,9 +41,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cycles.config import FetchConfig
-
-KINDS = ("nxdomain", "servfail", "timeout", "no_address")
-"""Why a lookup failed (the ``dns/failures/<kind>`` counters and the host row's ``dns_error``)."""
+from cycles.tables.schema import DNS_FAILURE_KINDS as KINDS  # noqa: F401  (why a lookup failed; a table's column)
 
 _DESCRIBE = {
     "nxdomain": "the name does not exist (NXDOMAIN)",

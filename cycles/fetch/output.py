@@ -38,6 +38,7 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.storage.store import Store, StorePath
+from cycles.tables.warcs import chunk_of_warc
 
 
 FLUSH_BYTES = 32 << 20
@@ -72,7 +73,6 @@ def chunk_name(partition: int, chunk: int) -> str:
 
 
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
-_CHUNK_IN_NAME = re.compile(r"(part-\d{5}-c\d{6})")
 
 
 def writer_host() -> str:
@@ -86,12 +86,6 @@ def warc_file_name(prefix: str, segment: str, chunk: str, host: str) -> str:
     time), partition, chunk, writer — the order of Common Crawl's and Heritrix's names, so a
     sorted listing is in crawl order, and two segments' (or two machines') files never collide."""
     return f"{prefix}-{segment}-{chunk}-{host}.warc.gz"
-
-
-def chunk_of_warc(name: str) -> str | None:
-    """The chunk (``part-NNNNN-cNNNNNN``) a WARC file belongs to (old names are the chunk itself)."""
-    found = _CHUNK_IN_NAME.search(name)
-    return found.group(1) if found else None
 
 
 def chunk_warc(store: Store, segment_dir: StorePath, name: str) -> StorePath | None:

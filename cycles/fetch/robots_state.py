@@ -21,15 +21,13 @@ import datetime as dt
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cycles.config import FetchConfig
 from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, UNREADABLE, RobotsRules, robots_redirect_ok
 from cycles.fetch.transfer import ABORT_TRUNCATED, Transfer, robots_body
 from cycles.urls import resolve_location
 
-if TYPE_CHECKING:
-    from cycles.fetch.frontier import HostSlot
 
 
 @dataclass
@@ -71,6 +69,14 @@ class RobotsState:
 
 def _wall(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+
+
+class SlotOfHost(Protocol):
+    """What :meth:`RobotsSteps.settle` changes on a host's slot: cycles/fetch/frontier.py's
+    ``HostSlot``, which imports this module (so this one cannot import it back)."""
+
+    robots: RobotsState
+    delay_s: float
 
 
 class RobotsSteps:
@@ -235,7 +241,7 @@ class RobotsSteps:
         self.stats["robots/fallback_allow"] += 1
         return RobotsRules(ALLOW_ALL, "unreachable_too_long")
 
-    def settle(self, slot: HostSlot, now_wall: float | None = None) -> str | None:
+    def settle(self, slot: SlotOfHost, now_wall: float | None = None) -> str | None:
         """Put the rules in force on the slot (a Crawl-delay raises its delay).
 
         Returns why the host must be set aside (robots.txt unreachable or unreadable, or a

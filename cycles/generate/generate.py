@@ -73,7 +73,7 @@ from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_fil
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
 from cycles.storage.store import Store, StorePath, new_id
-from cycles.update.linkgraph import current_link_files
+from cycles.tables.linkdb import current_link_files
 
 
 @dataclass

@@ -80,6 +80,9 @@ from cycles.config import DbConfig
 from cycles.errors import LockedError, SegmentNotFound, StoreError
 from cycles.storage.faults import commit_point
 
+SEGMENTS = "segments"
+"""The folder of the segments, one sub-folder per cycle (cycles/tables/segment.py)."""
+
 StorePath = Path | PurePosixPath
 """A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
 
@@ -335,7 +338,7 @@ class Store:
         extra = {}
         if segment_column:
             extra = dict(partitioning=ds.DirectoryPartitioning(pa.schema([("segment", pa.string())])),
-                         partition_base_dir=str(self.path("segments")))
+                         partition_base_dir=str(self.path(SEGMENTS)))
         return ds.dataset([str(p) for p in paths], filesystem=self.fs, format="parquet", **extra)
 
     def duckdb_source(self, con, paths: list[StorePath], segment_column: bool = False) -> str:
@@ -749,28 +752,19 @@ class Store:
     def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"
 
-    # --- segments: thin delegates of cycles/tables/segment.py (the one home of their layout) ------
+    # --- segments' folders: ``segments/<id>/`` (what lies inside one is cycles/tables/segment.py's;
+    # markers and states are read there, so that storage imports nothing of the tables) ------
     def segments(self) -> list[str]:
-        from cycles.tables import segment
-        return segment.segment_ids(self)
+        """Every segment id, oldest first."""
+        return self.list_dirs(self.path(SEGMENTS))
 
     def segment_dir(self, segment: str, must_exist: bool = True) -> StorePath:
-        from cycles.tables import segment as seg
-        return seg.segment_dir(self, segment, must_exist)
-
-    def marker(self, segment: str, stage: str) -> dict | None:
-        """A marker as a dict (``stage``: generated, fetching, fetched, updated, abandoned)."""
-        from cycles.tables import segment as seg
-        marker = seg.read_marker(self, segment, seg.MARKERS[stage])
-        return None if marker is None else marker.__dict__.copy()
-
-    def write_marker(self, segment: str, stage: str, data: dict) -> None:
-        from cycles.tables import segment as seg
-        seg.write_marker(self, seg.MARKERS[stage].from_dict({**data, "segment": segment}))
-
-    def segment_state(self, segment: str) -> str:
-        from cycles.tables import segment as seg
-        return seg.state(self, segment).value
+        folder = self.path(SEGMENTS, segment)
+        if must_exist and not self.is_dir(folder):
+            known = self.segments()
+            hint = f"known segments: {', '.join(known[-5:])}" if known else "run `crawl generate` first"
+            raise SegmentNotFound(f"segment {segment!r} does not exist in {self.uri_of(self.path(SEGMENTS))}; {hint}")
+        return folder
 
 
 class S3Lock:

@@ -72,6 +72,11 @@ class DbStatus:
            DUPLICATE, NEAR_DUPLICATE, SKIPPED, BLOCKED)
 
 
+DNS_FAILURE_KINDS = ("nxdomain", "servfail", "timeout", "no_address")
+"""Why a lookup failed: the host row's ``dns_error`` and the fetch's ``dns/failures/<kind>``
+counters (cycles/fetch/dns.py; here, so that cycles/metrics.py need not import the fetch stage)."""
+
+
 # --- Fetch outcomes (what one fetch attempt gave) -----------------------------------------
 class FetchOutcome:
     OK = "ok"                        # 2xx with an HTML body, stored in WARC and parsed

@@ -51,10 +51,9 @@ from enum import Enum
 from typing import ClassVar, Iterator, TypeVar
 
 from cycles.config import DbConfig
-from cycles.errors import LockedError, SegmentNotFound, StageError, StoreError
-from cycles.storage.store import Store, StorePath, utcnow
+from cycles.errors import LockedError, StageError, StoreError
+from cycles.storage.store import SEGMENTS, Store, StorePath, utcnow
 
-SEGMENTS = "segments"
 FETCHLIST = "fetchlist"
 FETCHED = "fetched"
 OUTLINKS = "outlinks"
@@ -198,16 +197,11 @@ def segments_root(store: Store) -> StorePath:
 
 def segment_ids(store: Store) -> list[str]:
     """Every segment id, oldest first."""
-    return store.list_dirs(segments_root(store))
+    return store.segments()
 
 
 def segment_dir(store: Store, segment: str, must_exist: bool = True) -> StorePath:
-    folder = store.path(SEGMENTS, segment)
-    if must_exist and not store.is_dir(folder):
-        known = segment_ids(store)
-        hint = f"known segments: {', '.join(known[-5:])}" if known else "run `crawl generate` first"
-        raise SegmentNotFound(f"segment {segment!r} does not exist in {store.uri_of(segments_root(store))}; {hint}")
-    return folder
+    return store.segment_dir(segment, must_exist)
 
 
 def part_name(partition: int) -> str:
@@ -442,3 +436,18 @@ def output_files(store: Store, seg_dir: StorePath, sub: str) -> list[StorePath]:
     if marker is None or marker.chunks is None:
         return store.list(seg_dir / sub, PART_GLOB)
     return sorted(seg_dir / sub / f"{entry['chunk']}.parquet" for entry in marker.chunks)
+
+
+def stage_marker(store: Store, segment: str, stage: str) -> dict | None:
+    """A marker as a dict (``stage``: generated, fetching, fetched, updated, abandoned)."""
+    marker = read_marker(store, segment, MARKERS[stage])
+    return None if marker is None else marker.__dict__.copy()
+
+
+def write_stage_marker(store: Store, segment: str, stage: str, data: dict) -> None:
+    write_marker(store, MARKERS[stage].from_dict({**data, "segment": segment}))
+
+
+def segment_state(store: Store, segment: str) -> str:
+    """The segment's lifecycle state as its name (:func:`state`)."""
+    return state(store, segment).value

@@ -59,6 +59,7 @@ from cycles.fingerprint import content_hash
 from cycles.tables.hostdb import host_buckets
 from cycles.tables.schema import DbStatus
 from cycles.storage.store import Store, StorePath
+from cycles.tables.dedup_state import STATE_FILE, learned_by_host, read_state, write_state  # noqa: F401  (the state table)
 
 STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
 """SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
@@ -523,24 +524,7 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
 
 
 # --- what dedup keeps between updates: known mirrors, variant parameters ------------------------
-STATE_FILE = ("dedup", "state.json")
-"""Beside the crawl DB: ``{"segment": the last segment counted, "mirrors": {mirror: origin},
-"params": [[host, param, same, differs, learned], ...]}``. Small: one entry per mirror host
-and per (host, query parameter) seen on a copy, never per page. Written by update under the
-crawl DB lock; ``segment`` makes a retried update count its evidence once."""
-
-
-def read_state(store: Store) -> dict:
-    path = store.path(*STATE_FILE)
-    state = store.read_json(path) if store.exists(path) else {}
-    return {"segment": state.get("segment"), "mirrors": dict(state.get("mirrors", {})),
-            "params": [list(p) for p in state.get("params", [])]}
-
-
-def write_state(store: Store, state: dict) -> None:
-    store.write_json(store.path(*STATE_FILE), state)
-
-
+# (the state file's reading and writing: cycles/tables/dedup_state.py, which the fetch reads too)
 def query_params(url: str) -> list[str]:
     """The distinct names of ``url``'s query parameters, in order."""
     query = url.split("#", 1)[0].partition("?")[2]
@@ -647,13 +631,3 @@ def format_dedup(summary: dict) -> list[str]:
     lines += [f"  mirror {mirror} of {origin}" for mirror, origin in summary["mirrors"].items()]
     lines += [f"  variant ?{param}= on {host}: not fetched" for host, param in summary["variant_params"]]
     return lines
-
-
-def learned_by_host(store: Store) -> dict[str, frozenset[str]]:
-    """host → the variant parameters learned on it (for discovery inside the fetch, which
-    must not fetch a new URL that update would set aside)."""
-    by_host: dict[str, set[str]] = {}
-    for host, param, _, _, learned in read_state(store)["params"]:
-        if learned:
-            by_host.setdefault(host, set()).add(param)
-    return {host: frozenset(params) for host, params in by_host.items()}

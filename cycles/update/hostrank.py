@@ -54,6 +54,7 @@ from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import connect
 from cycles.storage.store import Store, StorePath
+from cycles.tables.linkdb import OLD_HOSTS, current_hosts_files, host_key_sql, hosts_file, part_sql  # noqa: F401  (the link DB's host files and parts)
 from cycles.update.route import HOST_LINKS, routed_files
 
 IN_MEMORY_EDGES = 4_000_000
@@ -61,7 +62,7 @@ IN_MEMORY_EDGES = 4_000_000
 an edge and 24 a host: 64 MB at most), larger ones by rounds of per-part tasks (each round
 a task start, its reads and writes: tens of ms a part, worth it only past this size)."""
 
-OLD_HOST_EDGES, OLD_HOSTS = "host_edges.parquet", "hosts.parquet"
+OLD_HOST_EDGES = "host_edges.parquet"
 """The one-file host graph of a link DB written before the parts."""
 
 NODES = pa.schema([("key", pa.uint64()), ("host", pa.string()), ("rank0", pa.float64())])
@@ -70,21 +71,8 @@ RANKS = pa.schema([("rank", pa.float64())])
 FLOWS = pa.schema([("key", pa.uint64()), ("flow", pa.float64()), ("links", pa.int32())])
 
 
-def host_key_sql(column: str) -> str:
-    """A host's 64-bit key: the low half of its MD5 (stable across DuckDB versions)."""
-    return f"md5_number_lower({column})"
-
-
-def part_sql(column: str, parts: int) -> str:
-    return f"({host_key_sql(column)} % {int(parts)})"
-
-
 def host_edges_file(folder: StorePath, part: int) -> StorePath:
     return folder / f"host_edges-{part:05d}.parquet"
-
-
-def hosts_file(folder: StorePath, part: int) -> StorePath:
-    return folder / f"hosts-{part:05d}.parquet"
 
 
 def scratch_dir(folder: StorePath) -> StorePath:
@@ -134,13 +122,6 @@ def old_host_graph(store: Store, old_folder: StorePath | None, old_parts: int) -
     if old_folder is None:
         return OldHostGraph()
     return OldHostGraph(old_folder, 0 if store.exists(old_folder / OLD_HOSTS) else old_parts)
-
-
-def current_hosts_files(store: Store, folder: StorePath, parts: int) -> tuple[StorePath, ...]:
-    """An installed version's LINK_HOSTS files (generate joins them on host)."""
-    if store.exists(folder / OLD_HOSTS):
-        return (folder / OLD_HOSTS,)
-    return tuple(hosts_file(folder, p) for p in range(parts))
 
 
 @dataclass(frozen=True)

@@ -53,19 +53,9 @@ from cycles.config import Config
 from cycles.tables.crawldb import connect
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 from cycles.update.hostrank import IN_MEMORY_EDGES  # noqa: F401  (host_pagerank's default; scripts import it here)
-from cycles.update.hostrank import current_hosts_files, iterate_in_memory, old_host_graph, rank_host_graph
+from cycles.tables.linkdb import LINKDB, current_link_files, inlinks_file, urls_file  # noqa: F401  (the link DB's files)
+from cycles.update.hostrank import iterate_in_memory, old_host_graph, rank_host_graph
 from cycles.update.route import ROUTED_INLINKS, routed_files, routed_source
-
-LINKDB = "linkdb"
-"""The store table (``linkdb/CURRENT`` and its version folders)."""
-
-# Every file at the version's top level: the seal (_COMPLETE) and `crawl recover` see only those.
-def inlinks_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
-    return folder / f"inlinks-{bucket:05d}.parquet"
-
-
-def urls_file(folder: StorePath, bucket: int, store: Store | None = None) -> StorePath:
-    return folder / f"urls-{bucket:05d}.parquet"
 
 
 def host_pagerank(con: duckdb.DuckDBPyConnection, nodes: str, edges: str, damping: float,
@@ -289,18 +279,3 @@ def install_linkdb(store: Store, config: Config, executor, update: LinkDbUpdate 
     counters["linkgraph/host_edges"] = edges
     counters["linkgraph/iterations"] = iterations
     counters["linkgraph/ms"] = int((time.monotonic() - started) * 1000)
-
-
-def current_link_files(store: Store, bucket: int, buckets: int) -> tuple[tuple, tuple]:
-    """For generate: the link DB's LINK_URLS files holding ``bucket``'s URLs (of a crawl DB
-    with ``buckets`` buckets) and its LINK_HOSTS files (every part: a host's part is not its
-    crawl DB bucket); ((), ()) when there is no link DB."""
-    manifest = store.manifest(LINKDB)
-    if manifest is None:
-        return (), ()
-    folder = store.path(LINKDB, manifest.version)
-    if manifest.buckets == buckets:
-        files = (urls_file(folder, bucket, store),)
-    else:  # after `crawl rebucket`, until the next update: every file (the join keeps the bucket's URLs)
-        files = tuple(urls_file(folder, b, store) for b in range(manifest.buckets))
-    return files, current_hosts_files(store, folder, manifest.buckets)

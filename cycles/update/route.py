@@ -50,6 +50,7 @@ from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.tables.crawldb import bucket_of, connect
 from cycles.storage.store import Store, StorePath
+from cycles.tables.linkdb import part_sql
 from cycles.update.outlinks import normalised_links
 from cycles.update.sitemaps import SITEMAP_DEPTH, HINTS, hints_of_files, sitemap_files
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
@@ -307,7 +308,6 @@ def route_link_graph(con, store: Store, task: RouteTask, inputs: StorePath, coun
         # Each host graph part's build task reads only its own pairs: a pair goes to the part
         # of its linking host (the edge's) and to its target's (a node), not the whole
         # segment's pairs to every part (issue #11: no process reads a whole segment).
-        from cycles.update.hostrank import part_sql
         con.execute(f"""CREATE OR REPLACE TEMP TABLE seg_host_links AS
             SELECT DISTINCT part AS host_hash, host, from_host FROM (
                 SELECT {part_sql('host', task.buckets)} AS part, host, from_host FROM seg_links

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from cycles.tables.segment import segment_state
 from cycles.storage.store import Store
 from testweb.harness import TestWeb
 from tests.support.fetching import assert_polite, make_segment
@@ -56,7 +57,7 @@ def killed(tmp_path_factory):
 
 def test_the_resumed_fetch_completes(killed):
     assert killed["code"] == 0, killed["err"]
-    assert killed["store"].segment_state(killed["segment"]) == "fetched"
+    assert segment_state(killed["store"], killed["segment"]) == "fetched"
     rows = committed(killed["store"], killed["segment"])
     assert sorted(r["url"] for r in rows) == sorted(killed["urls"])  # every URL, each once
     assert {r["outcome"] for r in rows} == {"ok"}

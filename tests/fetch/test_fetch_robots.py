@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cycles.tables.segment import write_stage_marker
 from cycles import clock
 from cycles.tables import schema
 from cycles.storage.store import Store, new_id, utcnow
@@ -122,8 +123,8 @@ def seed_host_state(store: Store, host: str, **values) -> None:
     row.update(host=host, **values)
     store.write_table(store.segment_dir(segment, must_exist=False) / "hosts" / "part-00000.parquet",
                       pa.Table.from_pylist([row], schema=schema.HOSTS), schema.HOSTS)
-    store.write_marker(segment, "generated", {"segment": segment})
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "generated", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
 
 
 @pytest.mark.parametrize("good_copy", [True, False], ids=["last-good-copy", "no-copy-allow-all"])
@@ -186,11 +187,11 @@ def test_hostdb_merge_keeps_the_newest_robots_answer_even_when_it_is_an_error(st
                robots_good_status=200, robots_good_body=body, robots_good_fetched_at=old)
     store.write_table(store.segment_dir(segment, must_exist=False) / "hosts" / "part-00000.parquet",
                       pa.Table.from_pylist([row], schema=schema.HOSTS), schema.HOSTS)
-    store.write_marker(segment, "generated", {"segment": segment})
+    write_stage_marker(store, segment, "generated", {"segment": segment})
     merge_hostdb(store, Config(), store.segments()[0])
     merge_hostdb(store, Config(), segment)
     for segment_id in store.segments():  # only the host DB remains as a source
-        store.write_marker(segment_id, "updated", {"segment": segment_id})
+        write_stage_marker(store, segment_id, "updated", {"segment": segment_id})
     state = load_host_state(store, {"h.test"})["h.test"]
     assert state["robots_status"] is None and state["robots_body"] is None
     assert state["robots_fetched_at"] == new and state["robots_errors_since"] == new
@@ -213,7 +214,7 @@ def hostdb_state(store: Store, host: str) -> dict:
 
     for segment in store.segments():
         merge_hostdb(store, Config(), segment)
-        store.write_marker(segment, "updated", {"segment": segment})
+        write_stage_marker(store, segment, "updated", {"segment": segment})
     return load_host_state(store, {host})[host]
 
 

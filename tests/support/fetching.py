@@ -13,6 +13,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.fetch.fetch import fetch_segment
 from cycles.storage.store import Store, new_id, utcnow
@@ -42,7 +43,7 @@ def make_segment(store: Store, urls: list[str], partitions: int = 1, etags: dict
         mine = [r for r in rows if r["host_hash"] % partitions == part]
         store.write_table(folder / f"part-{part:05d}.parquet",
                           pa.Table.from_pylist(mine, schema=schema.FETCHLIST), schema.FETCHLIST)
-    store.write_marker(segment, "generated", {"segment": segment, "generated_at": utcnow().isoformat(),
+    write_stage_marker(store, segment, "generated", {"segment": segment, "generated_at": utcnow().isoformat(),
                                               "urls": len(urls), "partitions": partitions})
     return segment
 

@@ -6,6 +6,7 @@ import uuid
 
 import pyarrow as pa
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.commands.inject import inject
 from cycles.storage.store import Store, utcnow
@@ -33,4 +34,4 @@ def write_fetched(store: Store, segment: str, urls: list[str], links=()) -> None
                       pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
     store.write_table(folder / "fetched" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(rows, schema=schema.FETCHED), schema.FETCHED)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})

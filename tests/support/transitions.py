@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files
@@ -33,7 +34,7 @@ def fetch_result(store: Store, segment: str, outcomes: list[dict], links: list[d
                       pa.Table.from_pylist(full, schema=schema.FETCHED), schema.FETCHED)
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(list(links), schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
 
 
 def cycle_once(store, config, tmp_path, result: dict, links=(), before=None) -> dict:

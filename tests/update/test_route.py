@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files
@@ -82,7 +83,7 @@ def fetched_copy(generated, target, chunks) -> Store:
                           pa.Table.from_pylist(fetched, schema=schema.FETCHED), schema.FETCHED)
         store.write_table(folder / "outlinks" / f"{name}.parquet",
                           pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     return store
 
 

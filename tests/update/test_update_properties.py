@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import current_bucket_files, pattern_hash_sql, replace_crawldb
@@ -80,8 +81,8 @@ def write_segment(store: Store, listed: list[str], results: list[dict], links: l
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist([{**{n: None for n in schema.OUTLINKS.names}, **r} for r in links],
                                            schema=schema.OUTLINKS), schema.OUTLINKS)
-    store.write_marker(segment, "generated", {"segment": segment})
-    store.write_marker(segment, "fetched", {"segment": segment})
+    write_stage_marker(store, segment, "generated", {"segment": segment})
+    write_stage_marker(store, segment, "fetched", {"segment": segment})
     return segment
 
 
