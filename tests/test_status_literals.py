@@ -78,7 +78,7 @@ def test_status_literals_in_the_modules_are_known():
     assert not unknown
     # The scan sees the places that write statuses (or it proves nothing).
     assert {"duplicate", "near_duplicate"} <= seen["update/dedup.py"]
-    assert "dead" in seen["status.py"]
+    assert "dead" in seen["commands/status.py"]
 
 
 def test_the_scan_catches_a_misspelt_status():

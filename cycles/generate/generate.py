@@ -415,7 +415,7 @@ class ChosenHostsTask:
     chosen_hosts: StorePath
     """Where the bucket's chosen hosts go, with their slot key and group (schema.CHOSEN_HOSTS)."""
     buckets: int
-    """The crawl DB's bucket count (how many heaviest keys a bucket names, assign.py)."""
+    """The crawl DB's bucket count (how many heaviest keys a bucket names, cycles/tables/assign.py)."""
     workers: int = 1
     known_hosts: KnownHostsPart | None = None
     """Also write the bucket's part of the known-hosts filter (None: none wanted)."""
