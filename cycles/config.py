@@ -481,9 +481,10 @@ class FetchConfig:
     web (docs/tls.md). Certificates are always verified (``tls_archive_anyway`` aside)."""
 
     min_tls_version: Annotated[str, Choice(("1.0", "1.1", "1.2", "1.3"))] = "1.2"
-    """Oldest TLS version offered. 1.2: TLS 1.0 and 1.1 are deprecated (RFC 8996) and
-    OpenSSL 3 refuses them at its default security level anyway; a server that speaks nothing
-    newer fails with ``protocol_too_old``."""
+    """Oldest TLS version offered. 1.2: TLS 1.0 and 1.1 are deprecated (RFC 8996); a server
+    that speaks nothing newer fails with ``protocol_too_old``. "1.0" or "1.1" also lowers
+    OpenSSL's security level to 0 (``DEFAULT:@SECLEVEL=0``), without which OpenSSL 3 refuses
+    them anyway; certificates are still verified."""
 
     tls_archive_anyway: Annotated[bool, Flag()] = False
     """Archive hosts whose certificate does not verify, as archival crawlers do (Heritrix,

@@ -15,6 +15,13 @@ Answer the test web's names over DNS (port 53 of a free 127.53.x.y; testweb/dns.
 
     python -m testweb dns --zone zone.json --log dns.jsonl --ready-file dns.json
 
+HTTPS on 90 % of the regular hosts (a third of those offering HTTP/2), the bad-TLS hosts and
+round trips of 20-300 ms; the ready file names the TLS port and the test CA (``tls_port``,
+``ca_file``)::
+
+    python -m testweb serve --hosts 50 --https 0.9 --h2 0.3 --tls --rtt-ms 20-300 \\
+        --log /tmp/web.jsonl --ready-file /tmp/web.json
+
 Measure throughput with 30 KB pages::
 
     python -m testweb bench --page-bytes 30000 --seconds 5
@@ -94,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio")
     bench.add_argument("--https", type=float, default=0.0, help="share of the hosts on HTTPS (default 0)")
     bench.add_argument("--h2", type=float, default=0.0, help="share of the HTTPS hosts offering HTTP/2 (default 0)")
+    bench.add_argument("--no-reuse", action="store_true",
+                       help="a new connection (and full TLS handshake) for every request")
 
     dns = sub.add_parser("dns", help="answer the test web's names over DNS (testweb/dns.py)",
                          description="DNS server on UDP and TCP port 53 of 127.53.x.y (needs root). Example: "
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = run_bench(page_bytes=args.page_bytes, seconds=args.seconds,
                        connections=args.connections, hosts=args.hosts, pages=args.pages,
-                       loop=args.loop, https=args.https, h2=args.h2)
+                       loop=args.loop, https=args.https, h2=args.h2, reuse=not args.no_reuse)
     print(json.dumps(result))
     return 0
 

@@ -402,14 +402,17 @@ class TestWeb:
 
 
 def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32, hosts: int = 64,
-          pages: int = 200, loop: str = "asyncio", https: float = 0.0, h2: float = 0.0) -> dict:
+          pages: int = 200, loop: str = "asyncio", https: float = 0.0, h2: float = 0.0,
+          reuse: bool = True) -> dict:
     """Measure how many pages per second the server answers over keep-alive connections.
 
     A pycurl multi loop keeps ``connections`` transfers in flight, each handle walking the
     pages of one host so its connection is reused. Returns requests/s (wall clock), the
     server's CPU seconds over the run (from /proc) and pages per server CPU second, the
     figure that says what one core of server gives. ``https``/``h2``: that share of the hosts
-    over TLS (each connection one handshake, then keep-alive) / HTTP/2 (testweb/tls.py).
+    over TLS (each connection one handshake, then keep-alive) / HTTP/2 (testweb/tls.py);
+    ``reuse=False``: a new connection (and a full TLS handshake, no session resumption) for
+    every request, which measures what a connection costs the server.
     """
     import pycurl
 
@@ -430,6 +433,9 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             h.setopt(pycurl.USERAGENT, "testweb-bench")
             if web.ca_file():
                 h.setopt(pycurl.CAINFO, web.ca_file())
+            if not reuse:
+                h.setopt(pycurl.FORBID_REUSE, 1)
+                h.setopt(pycurl.SSL_SESSIONID_CACHE, 0)
             h.host = f"h{c % hosts}.web.test"
             h.k = 0
             handles.append(h)
@@ -474,7 +480,8 @@ def bench(page_bytes: int = 30_000, seconds: float = 5.0, connections: int = 32,
             "requests": done, "errors": errors, "body_bytes": received[0],
             "pages_per_s": round(done / elapsed), "server_cpu_s": round(cpu, 2),
             "pages_per_server_cpu_s": round(done / cpu) if cpu else None,
-            "loop": web.ready.get("loop"), "https": https, "h2": h2,
+            "loop": web.ready.get("loop"), "https": https, "h2": h2, "reuse": reuse,
+            "server_cpu_ms_per_request": round(1000 * cpu / done, 3) if done else None,
         }
 
 

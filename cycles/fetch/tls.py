@@ -143,6 +143,9 @@ def configure(curl: pycurl.Curl, fc: FetchConfig, unverified_for: str | None = N
         curl.setopt(pycurl.SSL_VERIFYPEER, 1)
         curl.setopt(pycurl.SSL_VERIFYHOST, 2)
         curl.setopt(pycurl.SSLVERSION, TLS_VERSIONS[fc.min_tls_version])
+        if fc.min_tls_version in ("1.0", "1.1"):
+            # Asked for on purpose: without it OpenSSL 3 would still refuse TLS 1.0/1.1.
+            curl.setopt(pycurl.SSL_CIPHER_LIST, SECLEVEL0_CIPHERS)
         return
     curl.setopt(pycurl.SSL_VERIFYPEER, 0)
     curl.setopt(pycurl.SSL_VERIFYHOST, 0)

@@ -255,3 +255,18 @@ def test_the_tls_failure_survives_update_and_the_next_cycle_asks_nothing(web, tm
     assert rows[seeds[0]]["outcome"] == "deferred" and "not_before" in rows[seeds[0]]["error"]
     assert rows[seeds[1]]["outcome"] == "not_modified"  # the good host was asked (positive control)
     assert not [h for h in web.handshakes()[shakes_before:] if h["host"] == bad]
+
+
+def test_min_tls_version_1_0_reaches_the_old_server_still_verified(web, tmp_path):
+    store = Store(tmp_path / "data")
+    config = fast_config(web, min_tls_version="1.0")
+    old = [web.url("tls-tls10", t) for t in ("/", "/p/0.html")]
+    expired = web.url("tls-expired", "/")
+    before = len(web.requests())
+    segment, result = fetch(store, config, old + [expired])
+    rows = results(store, segment)
+    assert [rows[u]["outcome"] for u in old] == ["ok", "ok"]
+    assert rows[expired]["outcome"] == "tls_failed"  # the old protocol allowed, verification kept
+    assert {r["path"] for r in web.requests()[before:] if r["host"] == tls_web.host_name("tls10")} == \
+        {"/robots.txt", "/", "/p/0.html"}
+    assert result.counters.get("tls/failures/protocol_too_old", 0) == 0
