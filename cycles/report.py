@@ -171,6 +171,8 @@ def cycle_rows(stats: list[dict], fetched: dict, changes: dict[str, int]) -> lis
                      "seconds": f.get("fetch/seconds"), "pages_per_s": f.get("fetch/pages_per_s"),
                      "requests": f.get("fetch/requests"), "allowed": f.get("fetch/allowed_requests"),
                      "utilisation": f.get("fetch/politeness_utilisation"),
+                     "idle_with_work_s": f.get("fetch/idle_with_work_s", 0.0) if f else None,
+                     "idle_with_work_ratio": f.get("fetch/idle_with_work_ratio", 0.0) if f else None,
                      "refetches": fetched["refetches"].get(s["segment"], 0),
                      "changes": changes.get(s["segment"], 0)})
     return rows
@@ -192,6 +194,7 @@ def summarize(db: dict, fetched: dict, cycles: list[dict], buckets: list[tuple[i
         "rate_all": round(sum(c["pages"] for c in timed) / seconds, 3) if seconds else None,
         "politeness_last": last.get("utilisation"),
         "politeness_all": round(sum(c["requests"] for c in measured) / allowed, 4) if allowed else None,
+        "idle_with_work_last": last.get("idle_with_work_ratio"),
         "top_error_host": worst[0] if worst else None,
         "db_bytes": sum(b[2] for b in buckets),
     }
@@ -203,7 +206,8 @@ SUMMARY_LABELS = {
     "pages": "Pages fetched, all cycles", "errors": "Failed fetches, all cycles",
     "error_share": "Failed share of fetches", "rate_last": "Fetch rate, last cycle (pages/s)",
     "rate_all": "Fetch rate, all cycles (pages/s)", "politeness_last": "Politeness utilisation, last cycle",
-    "politeness_all": "Politeness utilisation, all cycles", "top_error_host": "Host with the most failures",
+    "politeness_all": "Politeness utilisation, all cycles",
+    "idle_with_work_last": "Idle with work, last cycle (share of the politeness budget)", "top_error_host": "Host with the most failures",
     "db_bytes": "Crawl DB size (bytes)",
 }
 
@@ -410,9 +414,10 @@ def render_html(store: Store, summary: dict, cycles: list[dict], fetched: dict, 
         if fetched["error_count"] else "<p>No host had a failed fetch.</p>",
         "<h2>Cycles</h2>",
         _table(["cycle", "segment", "state", "pages", "ok", "failed", "new URLs", "fetch s", "pages/s",
-                "politeness utilisation", "refetches", "changes"],
+                "politeness utilisation", "idle with work (host-s)", "refetches", "changes"],
                [[c["cycle"], c["segment"], c["state"], c["pages"], c["ok"], c["errors"], c["new_urls"], c["seconds"],
-                 c["pages_per_s"], c["utilisation"], c["refetches"], c["changes"]] for c in cycles], "cycles"),
+                 c["pages_per_s"], c["utilisation"], c["idle_with_work_s"], c["refetches"], c["changes"]]
+                for c in cycles], "cycles"),
         "<h2>Crawl DB by status</h2>",
         _table(["status", "URLs"], [[k, v] for k, v in db["by_status"].items()], "by-status"),
         f"<p>Freshness over the whole crawl DB: {db['changes']:,} changes found in {db['refetches']:,} refetches.</p>",
