@@ -63,7 +63,7 @@ from cycles import segment as seg
 from cycles.bloom import BloomFilter
 from cycles.config import Config
 from cycles.fetch import politeness
-from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
+from cycles.fetch.frontier import ABORTED_MARGIN_S, SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.tail import TailWatch, fits_before
 from cycles.hostdb import load_host_state
 from cycles.leases import fetched_by_continued
@@ -108,6 +108,12 @@ and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
 
 EARLY_END_CHECK_S = 0.1
 """How often the loop looks for :data:`EARLY_END_FILE` (one stat(2))."""
+
+END_GRACE_S = 2.0
+"""After a partition ended early (planned length, tail, end requested), how long transfers in
+flight may still take; those still running then are cut and their URLs handed back without
+a row (``fetch/cut_at_end``): a server dripping a byte a second must not hold the segment
+past its plan for ``fetch.timeout_s``. Long enough for a page under way to arrive."""
 
 STOP_GRACE_S = 10.0
 """After a stop signal, how long transfers in flight may take to end before the partition
@@ -630,6 +636,30 @@ class PartitionFetcher:
             self.leftover += [i for i in slot.queue if "hop" in i and "redirect_chain" not in i]
             slot.queue.clear()
 
+    def _cut_in_flight(self) -> None:
+        """End every transfer still in flight without a row (see :data:`END_GRACE_S`): its URL
+        is handed back like one not reached. The host's spacing counts from now, as after a
+        response we aborted (the server sees the close now), its slow-host delay included, so
+        the next segment asks it no sooner (written with the hosts/ output)."""
+        now, now_wall = time.monotonic(), time.time()
+        for curl, (transfer, slot) in list(self.active.items()):
+            self.multi.remove_handle(curl)
+            del self.active[curl]
+            transfer.ended, transfer.duration_s = now, now - transfer.started
+            slot.in_flight = False
+            slot.last_request_end_wall = now_wall
+            slot.next_allowed = max(slot.next_allowed, now + politeness.delay_after(slot, transfer, self.fc)
+                                    + ABORTED_MARGIN_S)
+            self.frontier.finished(slot, slot.next_allowed)
+            item = transfer.request.item
+            if transfer.request.kind == "page":
+                self.stats["fetch/handed_back"] += 1
+                if "hop" in item and "redirect_chain" not in item:
+                    self.leftover.append(item)
+            self.stats["fetch/cut_at_end"] += 1
+            curl.reset()
+            self.free.append(curl)
+
     def write_leftover(self) -> None:
         """What discovery queued and the partition did not reach (``segment.LEFTOVER``):
         before this segment's update only this file knows it (it is an outlink until then),
@@ -667,6 +697,7 @@ class PartitionFetcher:
         stopping_at: float | None = None
         self._window_start, self._window_requests = self.started_mono, 0
         handed_back = False
+        ended_at: float | None = None
         while True:
             now = time.monotonic()
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -701,6 +732,10 @@ class PartitionFetcher:
                 self.stats["fetch/end_requested"] = 1
                 handed_back = True
                 self._hand_back()
+            if handed_back and self.active:
+                ended_at = now if ended_at is None else ended_at
+                if now - ended_at > END_GRACE_S:
+                    self._cut_in_flight()
             if handed_back and not self.active:
                 self._hand_back()  # what the last responses queued (redirects, discoveries)
                 break
