@@ -331,11 +331,13 @@ def planned_urls(state: dict | None, segment_s: float, floor_s: float, max_crawl
                  now_wall: float) -> int:
     """How many URLs of a host fit a segment planned to last ``segment_s`` seconds: its time
     after the not-before wait over its spacing (generate's per-host time budget, docs/segments.md).
-    0 when the host may not be asked before the segment ends: its URLs wait for a later one."""
+    0 when the host may not be asked before the segment ends: its URLs wait for a later one.
+    Rounded to the nearest: n requests need n - 1 spacings but n response times, which
+    roughly cancel (and a host at exactly 1 s + the 5 ms margin still gets 15 in 15 s)."""
     left = segment_s - planned_wait_s(state, now_wall)
     if left <= 0:
         return 0
-    return max(1, int(left / planned_spacing_s(state, floor_s, max_crawl_delay_s)))
+    return max(1, round(left / planned_spacing_s(state, floor_s, max_crawl_delay_s)))
 
 
 # --- Writing: update folds a segment's hosts/ output into a new version --------------------

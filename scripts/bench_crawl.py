@@ -25,8 +25,8 @@ over the host list), discover everything else by following links, and run one af
 other on the same web, each for ``--seconds`` of wall time:
 
 1. **ours**: ``python -m cycles run --seconds S`` (overlapping cycles, cycles/run.py) on a
-   fresh store, with the test web's config (``TestWeb.crawl_config``: its addresses, nothing
-   else) — the defaults a user gets: ``crawl run`` plans its segments' length itself, generate
+   fresh store, with the configuration a user gets: ``Config()`` with the web's addresses
+   (``fetch.resolve``, ``fetch.allowed_networks``) and nothing else: ``crawl run`` plans its segments' length itself, generate
    gives each host what its spacing fits into it, and a fetch ends at that length or when it
    becomes a tail (docs/segments.md, issue 29). ``--set`` and ``--segment-seconds`` are knob
    studies: the default run is printed first, the run with the knobs after it.
@@ -203,7 +203,12 @@ def write_toml(config, path: Path) -> None:
 def run_ours(web: TestWeb, seeds: list[str], args, work: Path, knobs: bool = False) -> tuple[float, dict]:
     from bench_fetch import apply_override
 
-    config = web.crawl_config()
+    from cycles.config import Config
+
+    # The configuration a user gets: the web's addresses and nothing else (not even
+    # TestWeb.crawl_config's short timeouts and raised per-host cap).
+    config = Config()
+    config.fetch.resolve = dict(web.resolve_map())
     # Only the test web's own addresses: its hostile links lead to an internal service on
     # 127.0.0.1, which the SSRF guard must keep ours away from as on the real web.
     config.fetch.allowed_networks = sorted({f"{ip}/32" for ip in web.resolve_map().values()} - {"127.0.0.1/32"})
