@@ -109,11 +109,13 @@ and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
 EARLY_END_CHECK_S = 0.1
 """How often the loop looks for :data:`EARLY_END_FILE` (one stat(2))."""
 
-END_GRACE_S = 2.0
+END_GRACE_S = 5.0
 """After a partition ended early (planned length, tail, end requested), how long transfers in
 flight may still take; those still running then are cut and their URLs handed back without
 a row (``fetch/cut_at_end``): a server dripping a byte a second must not hold the segment
-past its plan for ``fetch.timeout_s``. Long enough for a page under way to arrive."""
+past its plan for ``fetch.timeout_s``. As long as ``fetch.low_speed_time_s``'s default: a
+page arriving at a rate the low-speed guard accepts is not lost for a second or two of
+load (2 s cut pages a loaded machine had been answered, tests/test_run_discovery.py)."""
 
 STOP_GRACE_S = 10.0
 """After a stop signal, how long transfers in flight may take to end before the partition
@@ -735,6 +737,7 @@ class PartitionFetcher:
             if handed_back and self.active:
                 ended_at = now if ended_at is None else ended_at
                 if now - ended_at > END_GRACE_S:
+                    self._drain()  # responses that came while the loop was busy are kept
                     self._cut_in_flight()
             if handed_back and not self.active:
                 self._hand_back()  # what the last responses queued (redirects, discoveries)
