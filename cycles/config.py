@@ -365,8 +365,22 @@ class GenerateConfig:
     top_n: Annotated[int, Int(1)] = 50_000
     """At most this many URLs in one fetch list (one segment)."""
 
+    segment_s: Annotated[float, Float(above=0, max=DAY_S)] = 120.0
+    """Target length of a segment's fetch, in seconds: the plan a fetch list is sized by
+    (docs/segments.md). Each host gets no more URLs than its spacing fits into it — its delay,
+    Crawl-delay, slow-host delay (``fetch.delay_factor``) and back-off, as the host DB last
+    saw them, after any not-before wait (:func:`cycles.hostdb.planned_urls`) — discovery inside
+    the fetch queues no more than fit either, and the fetch ends at this length (or sooner,
+    when it becomes a tail: cycles/fetch/tail.py), handing back what it did not reach without
+    a result row. Two minutes: ``crawl cycle`` from cron every five minutes ends on time, and
+    a slow host holds nothing past it. ``crawl run`` chooses its own, shorter length
+    (cycles/run.py ``run_segment_s``) and uses this as its ceiling. Raise it when generate
+    and update take a large share of a cycle (a big crawl DB); ``fetch.max_duration_s``,
+    when set, overrides the fetch's end."""
+
     max_urls_per_host: Annotated[int, Int(1)] = 100
-    """At most this many URLs of one host in one fetch list. At the 1 request/s
+    """At most this many URLs of one host in one fetch list (scaled by importance,
+    ``host_budget_*``), besides what its spacing fits into ``segment_s``. At the 1 request/s
     politeness floor a host cannot be fetched faster than 3,600 pages an hour."""
 
     partitions: Annotated[int, Int(1, 4096)] = 2
@@ -590,9 +604,12 @@ class FetchConfig:
     telling us it is busy."""
 
     max_duration_s: Annotated[float, Float(0)] = 0.0
-    """Stop fetching a segment after this many seconds (0: no limit); URLs not reached go
-    back unfetched and un-leased (no result row: due again at the next generate, counted
-    as ``fetch/handed_back``), so cron runs end on time (Nutch ``fetcher.timelimit.mins``)."""
+    """Stop fetching a segment after this many seconds. 0 (the default): at the length its
+    fetch list was planned for (``generate.segment_s``, or what ``crawl run`` chose; written
+    in the segment's generated marker), or without a limit for a segment generated before
+    plans were written. URLs not reached go back unfetched and un-leased (no result row:
+    due again at the next generate, counted as ``fetch/handed_back``), so cron runs end on
+    time (Nutch ``fetcher.timelimit.mins``). Set it only to cut every segment shorter than planned."""
 
     throughput_min_pages_s: Annotated[float, Float(0)] = 0.0
     """Throughput floor (Nutch ``fetcher.throughput.threshold.pages``): once a partition has
@@ -600,7 +617,8 @@ class FetchConfig:
     over the last ``throughput_window_s`` — its remaining work is a few slow hosts — and
     hands the URLs not reached back like ``max_duration_s`` (``fetch/throughput_stop``).
     0 (the default) is off, as in Nutch: the rate a partition can reach is its host count
-    over the host delay, so a floor that fits a 1,000-host crawl would cut a one-host one."""
+    over the host delay, so a floor that fits a 1,000-host crawl would cut a one-host one.
+    The scale-free tail rule (``tail_share``) is what ends a segment early by default."""
 
     throughput_window_s: Annotated[float, Float(above=0)] = 30.0
     """Seconds over which ``throughput_min_pages_s`` is measured."""
@@ -608,6 +626,20 @@ class FetchConfig:
     throughput_after_s: Annotated[float, Float(0)] = 60.0
     """Seconds a partition runs before the throughput floor applies (robots.txt first, and
     hosts waiting out the spacing of the previous cycle, make the first seconds slow)."""
+
+    tail_share: Annotated[float, Float(0, below=1)] = 0.25
+    """A segment's fetch ends early, handing back what it has not reached, when it has become
+    a tail (cycles/fetch/tail.py; ``fetch/tail_stop``): the requests per second its hosts
+    with work left could still make (each one over its spacing, or over the wait to its
+    not-before time) have fallen under this share of the most they could make earlier in
+    the segment, and at least ``tail_after_share`` of the planned length has passed. A
+    ratio of the segment to itself, so it holds for 3 hosts as for 30,000: a fixed pages/s
+    floor (``throughput_min_pages_s``) cannot. 0 turns it off."""
+
+    tail_after_share: Annotated[float, Float(0, 1)] = 0.5
+    """The tail rule applies from this share of the segment's planned length on: a segment
+    whose many small hosts finish in its first seconds keeps its big hosts busy for at least
+    that long, rather than paying a boundary (update, generate) every few seconds."""
 
     follow_outlinks_depth: Annotated[int, Int(0, 100)] = 4
     """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
@@ -626,7 +658,10 @@ class FetchConfig:
 
     follow_outlinks_per_host: Annotated[int, Int(0)] = 100
     """At most this many URLs discovered inside the fetch per host and segment (the rest are
-    outlinks for update, as before). At a 1 s delay, 100 pages take a host 100 s."""
+    outlinks for update, as before). Besides it, a discovered URL is queued only while the
+    host's queue still fits the segment's planned length at the host's spacing
+    (``discover/host_time_budget``: cycles/fetch/discovery.py), so a short segment's
+    time budget binds first. At a 1 s delay, 100 pages take a host 100 s."""
 
     follow_new_hosts: Annotated[bool, Flag()] = True
     """With discovery on: a link to a host the crawl DB does not know at all (and no segment
