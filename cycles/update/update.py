@@ -43,7 +43,7 @@ from cycles.update.dedup import find_segment_duplicates
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
-from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, start_linkdb
+from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, stash_pending_links, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
                                   routed_source)
 from cycles.update.schedule import plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql, with_learned_cadence
@@ -460,7 +460,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             config = with_learned_cadence(store, config)
             multiplier = plan_refresh(store, config, executor, buckets, manifest.schema_version, segment,
                                       SEEN_SQL, CHANGED_SQL)
-        if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
+        if config.update.link_graph and config.update.link_rank_interval_s > 0:
+            # The link DB on its own schedule (docs/incremental.md): the segment's links kept
+            # as pending deltas, merged and ranked by `crawl compact` when due.
+            counters["linkgraph/pending_files"] = stash_pending_links(store, inputs, segment, manifest.buckets)
+        elif config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
             # Each bucket's in-links merged by a task on the bucket tasks' executor, then
             # the host graph and its PageRank by rounds of tasks on it; only the install here.
             links = start_linkdb(store, config, inputs, manifest.buckets, executor.workers, counters)
