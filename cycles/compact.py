@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from cycles import schema
 from cycles.config import Config
@@ -145,6 +146,16 @@ def compact_buckets(store: Store, config: Config, manifest: Manifest, buckets: l
     install_version(store, config, manifest, version, manifest.buckets, who="compact", bucket_files=bases,
                     bucket_deltas=deltas)
     return rows
+
+
+def compact_when_due(store: Store, config: Config, who: str) -> Iterator[str]:
+    """``crawl compact`` after an update when a bucket's deltas or the link DB are due
+    (``crawl run`` and ``crawl cycle``): the deltas stay a small share of what generate
+    reads, and the link DB's ranks at most ``update.link_rank_interval_s`` old."""
+    if compaction_due(store, config):
+        done = compact(store, config)
+        yield (f"{who}: compacted {done.buckets} buckets in {done.seconds:.1f} s"
+               + (", link DB merged and ranked" if done.links else ""))
 
 
 def compact_summary(result: CompactResult) -> Counter:

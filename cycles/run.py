@@ -84,6 +84,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from cycles import segment as seg
+from cycles.compact import compact_when_due
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
@@ -174,18 +175,7 @@ def update_fetched(store: Store, config: Config, state: RunState, before: str | 
         state.updated.append(segment)
         state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
         yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
-        yield from compact_when_due(store, config)
-
-
-def compact_when_due(store: Store, config: Config) -> Iterator[str]:
-    """``crawl compact`` after an update when a bucket's deltas or the link DB are due
-    (cycles/compact.py): the deltas stay a small share of what generate reads."""
-    from cycles.compact import compact, compaction_due
-
-    if compaction_due(store, config):
-        done = compact(store, config)
-        yield (f"run: compacted {done.buckets} buckets in {done.seconds:.1f} s"
-               + (", link DB merged and ranked" if done.links else ""))
+        yield from compact_when_due(store, config, "run")
 
 
 def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
