@@ -500,8 +500,8 @@ def abandon(segment: str = typer.Argument(..., help="Segment id."),
 
 
 @app.command()
-def compact(all_buckets: bool = typer.Option(False, "--all", help="Every bucket with deltas, and the link DB's "
-                                             "pending links, whether due or not."),
+def compact(all_buckets: bool = typer.Option(False, "--all", help="Every bucket with deltas or a base not yet "
+                                             "sorted by due time, and the link DB's pending links, due or not."),
             as_json: bool = JSON_OPTION) -> None:
     """Merge each bucket's deltas into a new base when due (db.compact_ratio), and the link
     DB with its PageRank when due (update.link_rank_interval_s). Resumable: run it again

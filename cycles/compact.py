@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Iterator
 
 from cycles import schema
@@ -53,6 +54,10 @@ class CompactResult:
     """The link DB merge's counters, when it ran (empty otherwise)."""
 
 
+BASE_PREFIX = "base-"
+"""Name of a compacted base (``base-NNNNN.<id>.parquet``): sorted by ``next_fetch``."""
+
+
 def file_bytes(store: Store, path) -> int:
     return store.fs.get_file_info(str(path)).size or 0
 
@@ -69,13 +74,15 @@ def bucket_due(store: Store, config: Config, bucket: BucketFiles) -> bool:
 
 def due_buckets(store: Store, config: Config, manifest: Manifest, buckets: list[BucketFiles],
                 everything: bool = False) -> list[int]:
-    """The buckets to compact now: those due, every bucket with a delta (``everything``),
-    or all of them when the crawl DB is of an older schema (``everything``: a compaction
-    then rewrites it whole, as the version's manifest has one schema)."""
+    """The buckets to compact now: those due; with ``everything``, every bucket with a delta
+    or whose base is not a compacted one (written by inject, rebucket or a whole update,
+    sorted by host: ``crawl compact --all`` once sorts them by due time), and all of them
+    when the crawl DB is of an older schema (a manifest has one schema)."""
     if manifest.schema_version < schema.SCHEMA_VERSION:
         return list(range(len(buckets))) if everything else []
     if everything:
-        return [b for b, files in enumerate(buckets) if files.deltas]
+        return [b for b, files in enumerate(buckets)
+                if files.deltas or not PurePosixPath(str(files.base)).name.startswith(BASE_PREFIX)]
     return [b for b, files in enumerate(buckets) if bucket_due(store, config, files)]
 
 
@@ -133,7 +140,7 @@ def compact_buckets(store: Store, config: Config, manifest: Manifest, buckets: l
         for bucket in batch:
             for path in buckets[bucket].files:  # DuckDB checks no page checksum: verified first
                 verify_bucket_file(store, path)
-            name = f"base-{bucket:05d}.{new_id()}.parquet"
+            name = f"{BASE_PREFIX}{bucket:05d}.{new_id()}.parquet"
             sql = bucket_source_sql(store, con, buckets[bucket], manifest.schema_version)
             rows += write_base(store, con, sql, folder / name, bucket=bucket, buckets=manifest.buckets,
                                row_group_rows=config.db.compact_row_group_rows)

@@ -364,12 +364,13 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
 
 def write_base(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, *, bucket: int,
                buckets: int, row_group_rows: int) -> int:
-    """Stream the rows of ``sql`` (a bucket's merged rows) into a compacted base file, sorted
+    """Stream the rows of ``sql`` (a table expression: a bucket's merged rows,
+    :func:`bucket_source_sql`) into a compacted base file, sorted
     by ``next_fetch`` (then url) in row groups of ``row_group_rows``: each group's min/max
     ``next_fetch`` then tells generate whether anything in it is due. Rows are checked for
     their bucket as they stream (:func:`checked_bucket`); one row per URL holds by
     construction (:func:`merged_sql` keeps one row per URL of rows that held one each)."""
-    reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM ({sql}) ORDER BY next_fetch, url").to_arrow_reader(64 * 1024)
+    reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM {sql} ORDER BY next_fetch, url").to_arrow_reader(64 * 1024)
     return store.write_batches(path, checked_bucket(reader, store.uri_of(path), bucket, buckets), schema.CRAWLDB,
                                row_group_rows)
 
