@@ -166,6 +166,11 @@ class BucketFiles:
         return [self.base, *self.deltas]
 
 
+def as_bucket_files(bucket) -> BucketFiles:
+    """``bucket`` as :class:`BucketFiles` (a plain path: a base without deltas)."""
+    return bucket if isinstance(bucket, BucketFiles) else BucketFiles(bucket)
+
+
 def current_buckets(store: Store, verify: bool = False) -> tuple[Manifest | None, list[BucketFiles]]:
     """The installed manifest and each bucket's base and deltas, every file's footer checked
     (``verify``: every page too, as :func:`current_bucket_files`). The one way readers of the
@@ -215,8 +220,7 @@ def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: Buck
     (:func:`merged_sql`), in the current schema (``schema_version``: the manifest's).
     ``due_at``: only the rows due then (``next_fetch <= due_at``), the filter written as a
     literal so that DuckDB prunes the base's row groups by their ``next_fetch`` statistics."""
-    if isinstance(bucket, (str, os.PathLike)) and not isinstance(bucket, BucketFiles):
-        bucket = BucketFiles(bucket)  # a plain file: a base without deltas
+    bucket = as_bucket_files(bucket)  # a plain file: a base without deltas
     base = store.duckdb_source(con, [bucket.base])
     deltas = [store.duckdb_source(con, [d]) for d in bucket.deltas]
     where = f"next_fetch <= TIMESTAMPTZ '{due_at.isoformat()}'" if due_at is not None else ""
@@ -228,8 +232,9 @@ def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: Buck
 def buckets_source_sql(store: Store, con: duckdb.DuckDBPyConnection, buckets: list[BucketFiles],
                        schema_version: int = schema.SCHEMA_VERSION) -> str:
     """SQL over several buckets' rows, each merged with its deltas (a URL lives in one bucket)."""
-    if all(not b.deltas for b in buckets if isinstance(b, BucketFiles)):
-        bases = [b.base if isinstance(b, BucketFiles) else b for b in buckets]
+    buckets = [as_bucket_files(b) for b in buckets]
+    if all(not b.deltas for b in buckets):
+        bases = [b.base for b in buckets]
         return upgraded_sql(store.duckdb_source(con, bases), schema_version)
     parts = [bucket_source_sql(store, con, b, schema_version) for b in buckets]
     return "(" + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}" for p in parts) + ")"

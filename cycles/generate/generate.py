@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, bucket_source_sql, buckets_source_sql, connect, current_buckets,
+from cycles.crawldb import (as_bucket_files, bucket_executor, bucket_source_sql, buckets_source_sql, connect, current_buckets,
                             new_url_rows_sql, verify_bucket_file)
 from cycles.errors import StageError
 from cycles.executor import Executor
@@ -217,7 +217,7 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     store = Store(task.store_uri)
     # The first round reads every bucket: each task verifies its own (generate's
     # coordinator does not; the later rounds read only files verified here).
-    for path in task.file.files:
+    for path in as_bucket_files(task.file).files:
         verify_bucket_file(store, path)
     con = connect(store, task.config, task.workers)
     whole = bucket_source_sql(store, con, task.file, task.schema_version)

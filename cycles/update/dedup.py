@@ -44,7 +44,7 @@ import duckdb
 import pyarrow as pa
 
 from cycles.config import Config
-from cycles.crawldb import bucket_source_sql, buckets_source_sql, connect, verify_bucket_file
+from cycles.crawldb import as_bucket_files, bucket_source_sql, buckets_source_sql, connect, verify_bucket_file
 from cycles.executor import Executor
 from cycles.hostdb import host_buckets
 from cycles.schema import DbStatus
@@ -409,6 +409,7 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
     coordinator holds the segment's pages and their matches, never the crawl DB's rows
     (issue #11). The result carries ``known_hashes`` for the pages feed (feed.feed_candidates).
     """
+    files = [as_bucket_files(f) for f in files]  # a bucket's base and deltas (plain paths: bases alone)
     store.write_table(pages_file(inputs), pages, pages.schema)
     groups = scan_groups([store.read_metadata(f.base).num_rows for f in files], pages.num_rows)
     tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
