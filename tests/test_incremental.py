@@ -189,3 +189,17 @@ def test_recover_reinstates_a_version_made_of_older_folders_files(pair):
     (store.path("crawldb", "CURRENT")).unlink()
     with pytest.raises(StoreError, match=f"{manifest.version}: .*{base.name} is missing"):
         recover(store, tables=("crawldb",))
+
+
+def test_a_manifest_names_bases_and_deltas_and_reads_as_before_without_them():
+    from cycles.store import Manifest
+
+    plain = Manifest("v2", 2, schema.SCHEMA_VERSION, "t", "w")
+    assert "bucket_deltas" not in plain.to_json() and Manifest.from_json(plain.to_json()) == plain
+    assert plain.entries() == [] and plain.folders() == {"v2"} and plain.delta_names(1) == ()
+    named = Manifest("v3", 2, schema.SCHEMA_VERSION, "t", "w", bucket_files=("v1/bucket-00000.parquet", "b.parquet"),
+                     bucket_deltas=(("v2/delta-00000.a.parquet", "d.parquet"), ()))
+    again = Manifest.from_json(named.to_json())
+    assert again == named and again.delta_names(0) == ("v2/delta-00000.a.parquet", "d.parquet")
+    assert again.entries() == ["v1/bucket-00000.parquet", "v3/b.parquet", "v2/delta-00000.a.parquet", "v3/d.parquet"]
+    assert again.folders() == {"v1", "v2", "v3"}
