@@ -6,6 +6,10 @@ lives in exactly one. Every stage that changes it (inject, generate, update) goe
 bucket plus the stage's inputs for that bucket, streamed to a new version folder, and the
 version is installed by one atomic swap of ``CURRENT``. Memory stays bounded by one
 bucket's working set (and DuckDB spills past its memory limit).
+
+A bucket is a base file plus delta files (update writes only what a segment changed,
+docs/incremental.md); readers merge them with :func:`bucket_source_sql`, the newest row of a
+URL winning, and ``crawl compact`` (cycles/compact.py) folds deltas back into a base.
 """
 
 from __future__ import annotations
@@ -131,8 +135,9 @@ VERIFY_THREADS = 4
 
 
 def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | None, list[StorePath]]:
-    """The installed manifest and its bucket files, each checked to be readable Parquet
-    (its footer: one small read per bucket).
+    """The installed manifest and its buckets' BASE files, each checked to be readable Parquet
+    (its footer: one small read per bucket). A bucket's rows are its base merged with its
+    deltas: read them with :func:`current_buckets` and :func:`bucket_source_sql`.
 
     With ``verify`` every page of every bucket is read and its checksum checked
     (:meth:`Store.verify_parquet`) before a stage lets DuckDB — which checks none — read

@@ -1,8 +1,9 @@
 """``crawl update``: merge a fetched segment into the crawl DB.
 
 For each bucket of the crawl DB, DuckDB joins the old bucket with the segment's fetch
-results and its new outlinks and writes the new bucket; the new version is swapped in
-atomically (see cycles/crawldb.py). The rules:
+results and its new outlinks and writes the rows that changed or are new as the bucket's
+delta, beside its untouched base (``db.delta_updates``; off: the whole new bucket); the new
+version is swapped in atomically (see cycles/crawldb.py, docs/incremental.md). The rules:
 
 - every fetch result updates its URL's row by the transition rules in
   :func:`transition_sql` (status, next fetch, interval, retries, validators, hashes);
