@@ -894,12 +894,13 @@ class UpdateConfig:
     """At most this many PageRank iterations (each one pass over the host edges); the error
     shrinks by ``link_damping`` per iteration, so 50 leave at most 0.85^50 ≈ 3e-4 of it."""
 
-    link_rank_interval_s: Annotated[float, Float(0, 365 * DAY_S)] = 3600.0
+    link_rank_interval_s: Annotated[float, Float(0, 365 * DAY_S)] = 21_600.0
     """How often the link DB is merged and the host graph's PageRank run (``crawl compact``,
     or ``crawl run`` when due). Between two, each update only adds its segment's links as
     pending deltas (``linkdb/pending/``): generate ranks by the last merged link DB, so inlink
-    counts and host ranks lag by up to this long (docs/incremental.md). 0: in every update,
-    as before (the link step then costs each update the whole link DB)."""
+    counts and host ranks lag by up to this long (docs/incremental.md). Six hours: with a
+    cycle an hour, the merge (which costs the whole link DB) is paid once per six cycles.
+    0: in every update, as before."""
 
     link_tolerance: Annotated[float, Float(0, 1)] = 1e-6
     """PageRank stops early once the ranks (which sum to 1) moved by less than this in all,
