@@ -284,6 +284,10 @@ def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | 
     """
     if not files:
         return "empty_crawldb"
+    if any(isinstance(f, BucketFiles) for f in files):  # buckets: each base merged with its deltas
+        if store is None:
+            store = Store(os.path.dirname(os.path.dirname(os.path.dirname(str(as_bucket_files(files[0]).base)))))
+        return buckets_source_sql(store, con, list(files), schema_version)
     if store is not None:
         return upgraded_sql(store.duckdb_source(con, files), schema_version)
     quoted = ", ".join(f"'{f}'" for f in files)
