@@ -318,6 +318,29 @@ class DbConfig:
     keep_versions: Annotated[int, Int(1, 1000)] = 2
     """How many crawl DB versions to keep on disk (the current one included)."""
 
+    delta_updates: Annotated[bool, Flag()] = True
+    """Update writes per bucket only a delta file: the rows the segment changed or added,
+    beside the untouched base, so its cost follows the segment, not the crawl DB (readers
+    merge base and deltas, the newest row of a URL winning; docs/incremental.md). Off: every
+    update rewrites every bucket whole (the Nutch 1.x way)."""
+
+    compact_ratio: Annotated[float, Float(0.0, 100.0)] = 0.25
+    """``crawl compact`` (and ``crawl run`` when due) merges a bucket's deltas into a new base
+    once their bytes pass this share of the base's: readers then merge at most about this much
+    more than the base, and the rewrite of a bucket is paid once per that much change."""
+
+    compact_max_deltas: Annotated[int, Int(1, 10_000)] = 16
+    """...or once a bucket has this many delta files (each is a file readers open)."""
+
+    compact_buckets_per_version: Annotated[int, Int(1, 100_000)] = 8
+    """``crawl compact`` installs a crawl DB version after this many buckets: a killed
+    compaction loses at most that much work, and a resumed one goes on with the rest."""
+
+    compact_row_group_rows: Annotated[int, Int(1024)] = 131_072
+    """Rows per row group of a compacted base, which is sorted by ``next_fetch``: generate
+    skips every row group whose smallest ``next_fetch`` is not due (Parquet statistics), so
+    smaller groups skip more finely (and compress a little worse)."""
+
     duckdb_memory_limit: Annotated[str, MEMORY] = "4GB"
     """DuckDB's memory limit for generate and update; past it DuckDB spills to disk."""
 
@@ -1004,6 +1027,14 @@ class UpdateConfig:
     link_iterations: Annotated[int, Int(1, 1000)] = 50
     """At most this many PageRank iterations (each one pass over the host edges); the error
     shrinks by ``link_damping`` per iteration, so 50 leave at most 0.85^50 ≈ 3e-4 of it."""
+
+    link_rank_interval_s: Annotated[float, Float(0, 365 * DAY_S)] = 21_600.0
+    """How often the link DB is merged and the host graph's PageRank run (``crawl compact``,
+    or ``crawl run`` when due). Between two, each update only adds its segment's links as
+    pending deltas (``linkdb/pending/``): generate ranks by the last merged link DB, so inlink
+    counts and host ranks lag by up to this long (docs/incremental.md). Six hours: with a
+    cycle an hour, the merge (which costs the whole link DB) is paid once per six cycles.
+    0: in every update, as before."""
 
     link_tolerance: Annotated[float, Float(0, 1)] = 1e-6
     """PageRank stops early once the ranks (which sum to 1) moved by less than this in all,

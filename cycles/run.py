@@ -90,6 +90,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from cycles import segment as seg
+from cycles.compact import compact_when_due
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
@@ -180,6 +181,7 @@ def update_fetched(store: Store, config: Config, state: RunState, before: str | 
         state.updated.append(segment)
         state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
         yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
+        yield from compact_when_due(store, config, "run")
 
 
 def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,

@@ -13,7 +13,7 @@ import pytest
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files, replace_crawldb
+from cycles.crawldb import current_bucket_files, read_crawldb, replace_crawldb
 from cycles.errors import StageError
 from cycles.generate.generate import generate
 from cycles.inject import inject
@@ -35,9 +35,7 @@ def config() -> Config:
 
 
 def crawldb_rows(store: Store) -> list[dict]:
-    _, files = current_bucket_files(store)
-    quoted = ", ".join(repr(str(f)) for f in files)
-    return duckdb.sql(f"SELECT * FROM read_parquet([{quoted}])").to_arrow_table().to_pylist()
+    return read_crawldb(store).to_pylist()  # bases and deltas merged: one row per URL
 
 
 def injected(store: Store, config: Config, tmp_path) -> None:

@@ -59,8 +59,8 @@ import pyarrow.parquet as pq
 from cycles import clock, metrics, schema
 from cycles import segment as seg
 from cycles.config import Config
-from cycles.crawldb import (bucket_executor, connect, current_bucket_files, new_url_rows_sql, upgraded_sql,
-                            verify_bucket_file)
+from cycles.crawldb import (as_bucket_files, bucket_executor, bucket_source_sql, buckets_source_sql, connect, current_buckets,
+                            new_url_rows_sql, verify_bucket_file)
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.bloom import BloomFilter
@@ -176,6 +176,7 @@ class GenerateBucketTask:
     config: Config
     bucket: int
     file: StorePath
+    """The bucket's files: a crawldb.BucketFiles (its base and deltas)."""
     schema_version: int
     lease_files: tuple
     now: dt.datetime
@@ -224,16 +225,19 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     store = Store(task.store_uri)
     # The first round reads every bucket: each task verifies its own (generate's
     # coordinator does not; the later rounds read only files verified here).
-    verify_bucket_file(store, task.file)
+    for path in as_bucket_files(task.file).files:
+        verify_bucket_file(store, path)
     con = connect(store, task.config, task.workers)
-    source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    whole = bucket_source_sql(store, con, task.file, task.schema_version)
+    # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
+    source = bucket_source_sql(store, con, task.file, task.schema_version, due_at=task.now)
     hosts = 0
     if task.hosts_out is not None:
-        table = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()
+        table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
         store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
         hosts = table.num_rows
     if task.leftover_files:
-        source = with_leftovers_sql(store, con, source, task)
+        source = with_leftovers_sql(store, con, source, task, known=whole)
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/run.py).
@@ -259,7 +263,7 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     return BucketDue(dict(histogram), hosts)
 
 
-def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
+def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask, known: str | None = None) -> str:
     """The bucket's rows and, as new unfetched rows, the leftover URLs of its hosts that it
     does not hold (one row per URL: the best score, the least depth). What a fetch queued
     and did not reach waits otherwise for that segment's update; at the start of a crawl
@@ -271,8 +275,9 @@ def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask)
             f"GROUP BY url)")
     con.execute(f"CREATE OR REPLACE TEMP TABLE leftover AS {new_url_rows_sql(mine, task.config)}",
                 {"now": task.now})
+    # ``known``: every row of the bucket, when ``source`` holds only the due ones.
     return (f"(SELECT * FROM {source} UNION ALL BY NAME SELECT * FROM leftover WHERE url NOT IN "
-            f"(SELECT url FROM {source} WHERE host IN (SELECT host FROM leftover)))")
+            f"(SELECT url FROM {known or source} WHERE host IN (SELECT host FROM leftover)))")
 
 
 def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
@@ -599,7 +604,7 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
         buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
-        crawldb_sql = upgraded_sql(store.duckdb_source(con, files), task.schema_version)
+        crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
         pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
         counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
     con.close()
@@ -669,7 +674,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store, verify=False)  # select_bucket_due verifies
+        manifest, files = current_buckets(store, verify=False)  # select_bucket_due verifies
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
@@ -678,7 +683,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         seg.abandon_expired(store, now)
         segment = new_id(now)
         candidates = seg.segment_dir(store, segment, must_exist=False) / seg.CANDIDATES
-        executor = bucket_executor(store, config, files, executor)
+        executor = bucket_executor(store, config, [b.base for b in files], executor)
         lease_files = tuple(live_lease_files(store, now))
         host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
         if continuing is not None:

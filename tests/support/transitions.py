@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from cycles import schema
 from cycles.config import Config
-from cycles.crawldb import current_bucket_files
+from cycles.crawldb import read_crawldb
 from cycles.generate.generate import generate
 from cycles.inject import inject
 from cycles.store import Store, utcnow
@@ -17,8 +17,7 @@ URL = "http://h.example/page"
 
 
 def rows(store: Store) -> dict[str, dict]:
-    _, files = current_bucket_files(store)
-    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    table = read_crawldb(store)  # base and deltas merged, one row per URL
     return {r["url"]: r for r in table.to_pylist()}
 
 
