@@ -318,6 +318,29 @@ class DbConfig:
     keep_versions: Annotated[int, Int(1, 1000)] = 2
     """How many crawl DB versions to keep on disk (the current one included)."""
 
+    delta_updates: Annotated[bool, Flag()] = True
+    """Update writes per bucket only a delta file: the rows the segment changed or added,
+    beside the untouched base, so its cost follows the segment, not the crawl DB (readers
+    merge base and deltas, the newest row of a URL winning; docs/incremental.md). Off: every
+    update rewrites every bucket whole (the Nutch 1.x way)."""
+
+    compact_ratio: Annotated[float, Float(0.0, 100.0)] = 0.25
+    """``crawl compact`` (and ``crawl run`` when due) merges a bucket's deltas into a new base
+    once their bytes pass this share of the base's: readers then merge at most about this much
+    more than the base, and the rewrite of a bucket is paid once per that much change."""
+
+    compact_max_deltas: Annotated[int, Int(1, 10_000)] = 16
+    """...or once a bucket has this many delta files (each is a file readers open)."""
+
+    compact_buckets_per_version: Annotated[int, Int(1, 100_000)] = 8
+    """``crawl compact`` installs a crawl DB version after this many buckets: a killed
+    compaction loses at most that much work, and a resumed one goes on with the rest."""
+
+    compact_row_group_rows: Annotated[int, Int(1024)] = 131_072
+    """Rows per row group of a compacted base, which is sorted by ``next_fetch``: generate
+    skips every row group whose smallest ``next_fetch`` is not due (Parquet statistics), so
+    smaller groups skip more finely (and compress a little worse)."""
+
     duckdb_memory_limit: Annotated[str, MEMORY] = "4GB"
     """DuckDB's memory limit for generate and update; past it DuckDB spills to disk."""
 
@@ -365,8 +388,22 @@ class GenerateConfig:
     top_n: Annotated[int, Int(1)] = 50_000
     """At most this many URLs in one fetch list (one segment)."""
 
+    segment_s: Annotated[float, Float(above=0, max=DAY_S)] = 120.0
+    """Target length of a segment's fetch, in seconds: the plan a fetch list is sized by
+    (docs/segments.md). Each host gets no more URLs than its spacing fits into it — its delay,
+    Crawl-delay, slow-host delay (``fetch.delay_factor``) and back-off, as the host DB last
+    saw them, after any not-before wait (:func:`cycles.tables.hostdb.planned_urls`) — discovery inside
+    the fetch queues no more than fit either, and the fetch ends at this length (or sooner,
+    when it becomes a tail: cycles/fetch/tail.py), handing back what it did not reach without
+    a result row. Two minutes: ``crawl cycle`` from cron every five minutes ends on time, and
+    a slow host holds nothing past it. ``crawl run`` chooses its own, shorter length
+    (cycles/commands/run.py ``run_segment_s``) and uses this as its ceiling. Raise it when generate
+    and update take a large share of a cycle (a big crawl DB); ``fetch.max_duration_s``,
+    when set, overrides the fetch's end."""
+
     max_urls_per_host: Annotated[int, Int(1)] = 100
-    """At most this many URLs of one host in one fetch list. At the 1 request/s
+    """At most this many URLs of one host in one fetch list (scaled by importance,
+    ``host_budget_*``), besides what its spacing fits into ``segment_s``. At the 1 request/s
     politeness floor a host cannot be fetched faster than 3,600 pages an hour."""
 
     partitions: Annotated[int, Int(1, 4096)] = 2
@@ -590,9 +627,12 @@ class FetchConfig:
     telling us it is busy."""
 
     max_duration_s: Annotated[float, Float(0)] = 0.0
-    """Stop fetching a segment after this many seconds (0: no limit); URLs not reached go
-    back unfetched and un-leased (no result row: due again at the next generate, counted
-    as ``fetch/handed_back``), so cron runs end on time (Nutch ``fetcher.timelimit.mins``)."""
+    """Stop fetching a segment after this many seconds. 0 (the default): at the length its
+    fetch list was planned for (``generate.segment_s``, or what ``crawl run`` chose; written
+    in the segment's generated marker), or without a limit for a segment generated before
+    plans were written. URLs not reached go back unfetched and un-leased (no result row:
+    due again at the next generate, counted as ``fetch/handed_back``), so cron runs end on
+    time (Nutch ``fetcher.timelimit.mins``). Set it only to cut every segment shorter than planned."""
 
     throughput_min_pages_s: Annotated[float, Float(0)] = 0.0
     """Throughput floor (Nutch ``fetcher.throughput.threshold.pages``): once a partition has
@@ -600,7 +640,8 @@ class FetchConfig:
     over the last ``throughput_window_s`` — its remaining work is a few slow hosts — and
     hands the URLs not reached back like ``max_duration_s`` (``fetch/throughput_stop``).
     0 (the default) is off, as in Nutch: the rate a partition can reach is its host count
-    over the host delay, so a floor that fits a 1,000-host crawl would cut a one-host one."""
+    over the host delay, so a floor that fits a 1,000-host crawl would cut a one-host one.
+    The scale-free tail rule (``tail_share``) is what ends a segment early by default."""
 
     throughput_window_s: Annotated[float, Float(above=0)] = 30.0
     """Seconds over which ``throughput_min_pages_s`` is measured."""
@@ -608,6 +649,20 @@ class FetchConfig:
     throughput_after_s: Annotated[float, Float(0)] = 60.0
     """Seconds a partition runs before the throughput floor applies (robots.txt first, and
     hosts waiting out the spacing of the previous cycle, make the first seconds slow)."""
+
+    tail_share: Annotated[float, Float(0, below=1)] = 0.25
+    """A segment's fetch ends early, handing back what it has not reached, when it has become
+    a tail (cycles/fetch/tail.py; ``fetch/tail_stop``): the requests per second its hosts
+    with work left could still make (each one over its spacing, or over the wait to its
+    not-before time) have fallen under this share of the most they could make earlier in
+    the segment, and at least ``tail_after_share`` of the planned length has passed. A
+    ratio of the segment to itself, so it holds for 3 hosts as for 30,000: a fixed pages/s
+    floor (``throughput_min_pages_s``) cannot. 0 turns it off."""
+
+    tail_after_share: Annotated[float, Float(0, 1)] = 0.5
+    """The tail rule applies from this share of the segment's planned length on: a segment
+    whose many small hosts finish in its first seconds keeps its big hosts busy for at least
+    that long, rather than paying a boundary (update, generate) every few seconds."""
 
     follow_outlinks_depth: Annotated[int, Int(0, 100)] = 4
     """Discovery inside the fetch (Nutch ``fetcher.follow.outlinks.depth``): a link parsed
@@ -626,7 +681,10 @@ class FetchConfig:
 
     follow_outlinks_per_host: Annotated[int, Int(0)] = 100
     """At most this many URLs discovered inside the fetch per host and segment (the rest are
-    outlinks for update, as before). At a 1 s delay, 100 pages take a host 100 s."""
+    outlinks for update, as before). Besides it, a discovered URL is queued only while the
+    host's queue still fits the segment's planned length at the host's spacing
+    (``discover/host_time_budget``: cycles/fetch/discovery.py), so a short segment's
+    time budget binds first. At a 1 s delay, 100 pages take a host 100 s."""
 
     follow_new_hosts: Annotated[bool, Flag()] = True
     """With discovery on: a link to a host the crawl DB does not know at all (and no segment
@@ -969,6 +1027,14 @@ class UpdateConfig:
     link_iterations: Annotated[int, Int(1, 1000)] = 50
     """At most this many PageRank iterations (each one pass over the host edges); the error
     shrinks by ``link_damping`` per iteration, so 50 leave at most 0.85^50 ≈ 3e-4 of it."""
+
+    link_rank_interval_s: Annotated[float, Float(0, 365 * DAY_S)] = 21_600.0
+    """How often the link DB is merged and the host graph's PageRank run (``crawl compact``,
+    or ``crawl run`` when due). Between two, each update only adds its segment's links as
+    pending deltas (``linkdb/pending/``): generate ranks by the last merged link DB, so inlink
+    counts and host ranks lag by up to this long (docs/incremental.md). Six hours: with a
+    cycle an hour, the merge (which costs the whole link DB) is paid once per six cycles.
+    0: in every update, as before."""
 
     link_tolerance: Annotated[float, Float(0, 1)] = 1e-6
     """PageRank stops early once the ranks (which sum to 1) moved by less than this in all,

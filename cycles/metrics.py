@@ -20,6 +20,13 @@ seconds allows ``1 + T / d`` requests (:func:`allowed_requests`); summed over a 
 hosts and then over partitions. 1.0 means every host was asked as often as its delay
 allows; a host with few URLs cannot use its budget, so the ratio is meaningful once the
 frontier holds more URLs than the time allows.
+
+Idle with work (issue 29) sits beside it: host-seconds in which a host had a fetchable URL,
+its spacing allowed a request, and none was in flight (``fetch/idle_with_work_s``,
+cycles/fetch/frontier.py), and as a share of the politeness budget the requests those
+seconds would have allowed over the allowed requests (``fetch/idle_with_work_ratio``). A
+stall — the loop too busy to start what is ready, ``fetch.max_in_flight`` full — shows at
+once; both are written even when 0.
 """
 
 from __future__ import annotations
@@ -114,6 +121,8 @@ def fetch_summary(counters: Mapping[str, float], seconds: float) -> dict[str, fl
     ratio = utilisation(requests, counters.get("fetch/allowed_requests", 0))
     if ratio is not None:
         summary["fetch/politeness_utilisation"] = ratio
+    summary["fetch/idle_with_work_s"] = round(float(counters.get("fetch/idle_with_work_s", 0.0)), 3)
+    summary["fetch/idle_with_work_ratio"] = idle_with_work_ratio(counters)
     return summary
 
 
@@ -131,6 +140,13 @@ def tls_summary(counters: Mapping[str, float]) -> dict[str, float]:
             **{f"fetch/tls_failures/{k}": v for k, v in sorted(failures.items())},
             "fetch/tls_handshakes": handshakes, "fetch/tls_seconds": round(seconds, 3),
             "fetch/tls_ms_per_handshake": round(1000 * seconds / handshakes, 1) if handshakes else 0.0}
+
+
+def idle_with_work_ratio(counters: Mapping[str, float]) -> float:
+    """Requests the idle-with-work seconds would have allowed / requests the delays allowed
+    (0 when nothing was allowed: the series is always written)."""
+    allowed = counters.get("fetch/allowed_requests", 0)
+    return round(counters.get("fetch/idle_with_work_requests", 0.0) / allowed, 4) if allowed else 0.0
 
 
 def generate_summary(urls: int, hosts: int, partitions: int, seconds: float) -> dict[str, float]:
@@ -260,6 +276,11 @@ def fetch_families(counters: Mapping[str, float], seconds: float, segment: str |
         _gauge("crawl_fetch_bytes_per_second", "Body bytes over the stage's wall time", summary["fetch/bytes_per_s"]),
         _gauge("crawl_fetch_allowed_requests", "Requests the per-host delays allowed over the wall time",
                counters.get("fetch/allowed_requests", 0)),
+        _gauge("crawl_fetch_idle_with_work_seconds", "Host-seconds in which a host had a fetchable URL, its "
+               "spacing allowed a request and none was in flight", summary["fetch/idle_with_work_s"]),
+        _gauge("crawl_fetch_idle_with_work_ratio", "Requests those idle host-seconds would have allowed / "
+               "requests the per-host delays allowed (share of the politeness budget)",
+               summary["fetch/idle_with_work_ratio"]),
         _gauge("crawl_fetch_hosts_active", "Hosts with a request in flight", hosts_active),
         _gauge("crawl_fetch_hosts_waiting", "Hosts with work waiting for their delay", hosts_waiting),
     ]

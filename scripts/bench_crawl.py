@@ -5,7 +5,7 @@ Usage::
 
     .venv/bin/python scripts/bench_crawl.py                       # ours then Scrapy, 120 s each
     .venv/bin/python scripts/bench_crawl.py --seconds 30 --hosts 100
-    .venv/bin/python scripts/bench_crawl.py --only ours --set fetch.max_duration_s=60
+    .venv/bin/python scripts/bench_crawl.py --only ours --set generate.segment_s=60   # defaults, then the knob
     .venv/bin/python scripts/bench_crawl.py --ours-command cycle  # `crawl cycle` instead of `crawl run`
     .venv/bin/python scripts/bench_crawl.py --large               # host 0 with 2,000 pages
 
@@ -25,10 +25,13 @@ over the host list), discover everything else by following links, and run one af
 other on the same web, each for ``--seconds`` of wall time:
 
 1. **ours**: ``python -m cycles run --seconds S`` (overlapping cycles, cycles/commands/run.py) on a
-   fresh store, with the test web's config (``TestWeb.crawl_config``) and
-   ``fetch.max_duration_s = --segment-seconds`` (a segment's fetch is cut there, so one slow
-   host does not hold the next segment) and ``generate.max_urls_per_host`` = what a host's
-   1 s delay allows in that time (the rest of a big host stays due for the next segment).
+   fresh store, with the configuration a user gets: ``Config()`` with the web's addresses
+   (``fetch.resolve``, ``fetch.allowed_networks``) and nothing else: ``crawl run`` plans its segments' length itself, generate
+   gives each host what its spacing fits into it, and a fetch ends at that length or when it
+   becomes a tail (docs/segments.md, issue 29). ``--set`` and ``--segment-seconds`` are knob
+   studies: the default run is printed first, the run with the knobs after it.
+   ``--segment-seconds S`` is the configuration this benchmark used before issue 29:
+   ``fetch.max_duration_s = S`` and ``generate.max_urls_per_host = S / 1 s``.
    ``--ours-command run-after`` adds ``--no-generate-ahead`` (each segment generated when the
    fetch before it has ended: the default before issue #10's last boundary fix); ``--ours-command cycle`` runs
    ``crawl cycle --cycles 1000`` instead (killed at the bound), the sequential baseline.
@@ -197,19 +200,24 @@ def write_toml(config, path: Path) -> None:
     write(config, path)
 
 
-def run_ours(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, dict]:
+def run_ours(web: TestWeb, seeds: list[str], args, work: Path, knobs: bool = False) -> tuple[float, dict]:
     from bench_fetch import apply_override
 
-    config = web.crawl_config()
+    from cycles.config import Config
+
+    # The configuration a user gets: the web's addresses and nothing else (not even
+    # TestWeb.crawl_config's short timeouts and raised per-host cap).
+    config = Config()
+    config.fetch.resolve = dict(web.resolve_map())
     # Only the test web's own addresses: its hostile links lead to an internal service on
     # 127.0.0.1, which the SSRF guard must keep ours away from as on the real web.
     config.fetch.allowed_networks = sorted({f"{ip}/32" for ip in web.resolve_map().values()} - {"127.0.0.1/32"})
-    config.fetch.max_duration_s = args.segment_seconds
-    # A host gets what its delay allows in one segment; the rest stays due for the next
-    # segment, generated as soon as this one's fetch ends (cycles/commands/run.py).
-    config.generate.max_urls_per_host = max(1, int(args.segment_seconds / DELAY_S))
-    config.fetch.progress_s = 0.0
-    for item in args.set or []:
+    config.fetch.progress_s = 0.0  # no terminal to draw on (output, not behaviour)
+    if knobs and args.segment_seconds:
+        # The pre-issue-29 knobs: a fixed cut and what a 1 s delay allows in it.
+        config.fetch.max_duration_s = args.segment_seconds
+        config.generate.max_urls_per_host = max(1, int(args.segment_seconds / DELAY_S))
+    for item in (args.set or []) if knobs else []:
         config = apply_override(config, item)
     store = Store(work / "data")
     seeds_file = work / "seeds.txt"
@@ -242,7 +250,26 @@ def run_ours(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, d
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     segments = sorted(p.name for p in (store.root / "segments").iterdir()) if (store.root / "segments").exists() else []
-    return t0, {"rc": proc.returncode, "segments": len(segments), "log": (work / "ours.log").read_text()[-2000:]}
+    return t0, {"rc": proc.returncode, "segments": len(segments), "log": (work / "ours.log").read_text()[-2000:],
+                **segment_figures(store, segments)}
+
+
+def segment_figures(store: Store, segments: list[str]) -> dict:
+    """Over the segments fetched: how many were updated, and idle-with-work host-seconds and
+    share of the politeness budget (their stats/fetch.json, cycles/metrics.py)."""
+    idle = idle_requests = allowed = 0.0
+    updated = 0
+    for name in segments:
+        folder = store.root / "segments" / name
+        updated += (folder / "_UPDATED").exists()
+        stats_path = folder / "stats" / "fetch.json"
+        if stats_path.exists():
+            stats = json.loads(stats_path.read_text())
+            idle += stats.get("fetch/idle_with_work_s", 0.0)
+            idle_requests += stats.get("fetch/idle_with_work_requests", 0.0)
+            allowed += stats.get("fetch/allowed_requests", 0.0)
+    return {"updated": updated, "idle_with_work_s": idle,
+            "idle_with_work_ratio": idle_requests / allowed if allowed else 0.0}
 
 
 def run_scrapy(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, dict]:
@@ -282,6 +309,10 @@ def print_table(results: list[tuple[str, dict]], args, loads: tuple) -> None:
         ("faults: inside Crawl-delay", lambda r: str(r["faults"].get("crawl_delay", 0))),
         ("faults: inside Retry-After", lambda r: str(r["faults"].get("retry_after", 0))),
         ("requests to the internal service", lambda r: str(r["internal_requests"])),
+        ("segments fetched / updated", lambda r: f"{r['segments']} / {r['updated']}" if "updated" in r else "-"),
+        ("idle with work (host-s, % budget)", lambda r: (f"{r['idle_with_work_s']:.0f} s, "
+                                                          f"{100 * r['idle_with_work_ratio']:.1f} %")
+         if "idle_with_work_s" in r else "-"),
     ]
     names = [name for name, _ in results]
     width = max(len(label) for label, _ in rows)
@@ -307,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page-bytes", type=int, default=8000, help="HTML size of a page (default 8000)")
     ap.add_argument("--seeds", type=int, default=10, help="seed home pages (default 10)")
     ap.add_argument("--seconds", type=float, default=120.0, help="wall time of each crawler (default 120)")
-    ap.add_argument("--segment-seconds", type=float, default=15.0,
-                    help="ours: fetch.max_duration_s, the longest a segment's fetch runs (default 15)")
+    ap.add_argument("--segment-seconds", type=float, default=None,
+                    help="knob study after the default run: fetch.max_duration_s = S and "
+                         "generate.max_urls_per_host = S (the settings before issue 29)")
     ap.add_argument("--ours-command", choices=("run", "run-after", "cycle"), default="run",
                     help="ours: `crawl run` (overlapping cycles, default), `crawl run --no-generate-ahead`, "
                          "or `crawl cycle` (sequential)")
@@ -339,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
             good = web.expected_reachable()
             rules = host_rules(web)
             print(f"[web] {len(good):,} reachable pages", flush=True)
-            crawlers = [("ours", run_ours), ("scrapy", run_scrapy)]
+            crawlers = [("ours", run_ours)]
+            if args.set or args.segment_seconds:  # the knob study, after the default run
+                crawlers.append(("ours-knobs", lambda *a: run_ours(*a, knobs=True)))
+            crawlers.append(("scrapy", run_scrapy))
             for name, run in crawlers:
-                if args.only and name != args.only:
+                if args.only and name.split("-")[0] != args.only:
                     continue
                 (work / name).mkdir()
                 before = len(internal.requests)
@@ -350,10 +385,14 @@ def main(argv: list[str] | None = None) -> int:
                 figures = judge(web, web.requests(), t0, args.seconds, rules, good,
                                 len(internal.requests) - before)
                 label = (f"ours (crawl {args.ours_command})" if name == "ours"
-                         else f"scrapy {info.get('version', '?')}")
+                         else "ours + " + " ".join([*(args.set or []), *([f"segment {args.segment_seconds:g}s"]
+                                                                        if args.segment_seconds else [])])
+                         if name == "ours-knobs" else f"scrapy {info.get('version', '?')}")
                 print(f"[{name}] exit {info['rc']}; {figures['good_pages']} good pages" +
                       (f"; {info['segments']} segments" if "segments" in info else ""), flush=True)
-                if name == "ours" and info["rc"] not in (0, 4, -15):
+                figures.update({k: info[k] for k in ("segments", "updated", "idle_with_work_s",
+                                                     "idle_with_work_ratio") if k in info})
+                if name.startswith("ours") and info["rc"] not in (0, 4, -15):
                     print(info["log"], file=sys.stderr)
                 results.append((label, figures))
         loads.append(os.getloadavg()[0])

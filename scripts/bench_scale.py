@@ -774,6 +774,17 @@ def run_stage(args) -> None:
         time_bucket_tasks(gen, phases)
         result = gen.generate(store, config, top_n=args.top_n)
         out = {"segment": result.segment, "urls": result.urls, "hosts": result.hosts}
+    elif args.stage == "compact":  # crawl compact: the crawl DB's buckets (--all: every one with deltas or unsorted)
+        from cycles.commands import compact as cmp
+        phases.wrap(cmp, "compact_buckets")
+        result = cmp.compact(store, config, everything=args.all, links=False)
+        out = {"buckets": result.buckets, "versions": result.versions, "rows": result.rows}
+    elif args.stage == "links":  # the link DB's pending deltas merged, the host graph ranked
+        from cycles.update import linkgraph
+        for name in ("start_linkdb", "install_linkdb"):
+            phases.wrap(linkgraph, name)
+        with store.lock("crawldb", db=config.db):
+            out = {"counters": dict(linkgraph.merge_pending_links(store, config))}
     else:
         from cycles.update import update as upd
         for name in ("read_segment_table", "prepare_outlinks", "merge_hostdb", "host_hashes",
@@ -959,6 +970,10 @@ def bench_size(args, size: int) -> dict:
             shutil.rmtree(seg_dir / sub, ignore_errors=True)
         (seg_dir / "_FETCHED").unlink(missing_ok=True)
     else:
+        if incremental():  # once: the built bases sorted by due time, as compaction leaves them
+            s_wall, s_rss, s = child(base + ["--stage", "compact", "--all"], Path(args.root) / f"sort-{human(size)}.log")
+            print(f"[{human(size)}] first compaction (bases sorted by next_fetch, once): {s_wall:.1f} s "
+                  f"(CPU {s['own_cpu_s']} s), {s_rss / 2**30:.2f} GiB, {s['buckets']} buckets", flush=True)
         g_wall, g_rss, g = child(base + ["--stage", "generate", "--top-n", str(top_n)],
                                  Path(args.root) / f"generate-{human(size)}.log", spy("generate"))
     print(f"[{human(size)}] generate: {g_wall:.1f} s (CPU {g['cpu_s']} s, load {g['load']}), {g_rss / 2**30:.2f} GiB, {g['urls']:,} URLs of "
@@ -973,6 +988,18 @@ def bench_size(args, size: int) -> dict:
           f"phases {u['phases']}", flush=True)
     print(f"[{human(size)}]   peak RSS (GiB) raised by: generate {g.get('peak_after')}, update {u.get('peak_after')}", flush=True)
     print(f"[{human(size)}]   counters {json.dumps(u['counters'])}", flush=True)
+    c_wall = c_rss = l_wall = l_rss = float("nan")
+    c = {}
+    if incremental():
+        # The deltas this update wrote merged into new bases (forced: the default policy
+        # compacts a bucket once its deltas pass db.compact_ratio of its base), then the link
+        # DB's pending deltas merged and the host graph ranked (update.link_rank_interval_s).
+        c_wall, c_rss, c = child(base + ["--stage", "compact", "--all"], Path(args.root) / f"compact-{human(size)}.log")
+        print(f"[{human(size)}] compact --all: {c_wall:.1f} s (CPU {c['own_cpu_s']} s), {c_rss / 2**30:.2f} GiB, "
+              f"{c['buckets']} buckets, {c['rows']:,} rows", flush=True)
+        l_wall, l_rss, l_out = child(base + ["--stage", "links"], Path(args.root) / f"links-{human(size)}.log")
+        print(f"[{human(size)}] link DB merge + PageRank: {l_wall:.1f} s (CPU {l_out['own_cpu_s']} s), "
+              f"{l_rss / 2**30:.2f} GiB; {json.dumps(l_out['counters'])}", flush=True)
     if args.py_spy:
         for stage in ("generate", "update"):
             print(f"[{human(size)}] py-spy {stage} (share of samples by innermost cycles/ line):")
@@ -981,10 +1008,16 @@ def bench_size(args, size: int) -> dict:
     row = {"size": size, "buckets": buckets, **facts, **seg, "generate_s": g_wall, "generate_rss": g_rss,
            "update_s": u_wall, "update_rss": u_rss, "generate_cpu": g["cpu_s"], "update_cpu": u["cpu_s"],
            "generate_load": g["load"], "update_load": u["load"], "generate_phases": g["phases"], "update_phases": u["phases"],
-           "selected": g["urls"], "db_bytes_after": du(root / "crawldb")}
+           "selected": g["urls"], "db_bytes_after": du(root / "crawldb"), "compact_s": c_wall, "compact_rss": c_rss,
+           "compact_cpu": c.get("own_cpu_s", float("nan")), "links_s": l_wall, "links_rss": l_rss}
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return row
+
+
+def incremental() -> bool:
+    """Whether the code measured has the crawl DB's deltas and `crawl compact` (docs/incremental.md)."""
+    return (Path(_src_dir()) / "cycles" / "compact.py").exists()
 
 
 def link_seconds(row: dict) -> float:
@@ -1001,7 +1034,8 @@ def print_table(rows: list[dict]) -> None:
     """Wall seconds, peak RSS, seconds per million URLs; CPU seconds (user+sys) beside."""
     head = (f"{'size':>6} {'bkts':>4} {'selected':>10} {'generate s':>10} {'(CPU s)':>8} {'gen RSS GiB':>11} {'gen s/M':>8} "
             f"{'update s':>9} {'(CPU s)':>8} {'upd RSS GiB':>11} {'upd s/M':>8} {'total s':>8} {'DB GB':>6} "
-            f"{'link s':>7} {'link s/M':>8}")
+            f"{'link s':>7} {'link s/M':>8} {'compact s':>9} {'(CPU s)':>8} {'cmp RSS GiB':>11} {'links s':>7} "
+            f"{'lnk RSS GiB':>11}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -1009,7 +1043,10 @@ def print_table(rows: list[dict]) -> None:
         print(f"{human(r['size']):>6} {r['buckets']:>4} {r['selected']:>10,} {r['generate_s']:>10.1f} "
               f"{r['generate_cpu']:>8.1f} {r['generate_rss'] / 2**30:>11.2f} {r['generate_s'] / m:>8.2f} {r['update_s']:>9.1f} "
               f"{r['update_cpu']:>8.1f} {r['update_rss'] / 2**30:>11.2f} {r['update_s'] / m:>8.2f} {r['generate_s'] + r['update_s']:>8.1f} "
-              f"{r['db_bytes'] / 1e9:>6.2f} {link_seconds(r):>7.1f} {link_seconds(r) / m:>8.2f}")
+              f"{r['db_bytes'] / 1e9:>6.2f} {link_seconds(r):>7.1f} {link_seconds(r) / m:>8.2f} "
+              f"{r.get('compact_s', float('nan')):>9.1f} {r.get('compact_cpu', float('nan')):>8.1f} "
+              f"{r.get('compact_rss', float('nan')) / 2**30:>11.2f} {r.get('links_s', float('nan')):>7.1f} "
+              f"{r.get('links_rss', float('nan')) / 2**30:>11.2f}")
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         ma, mb = a["size"] / 1e6, b["size"] / 1e6
@@ -1055,7 +1092,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fine", action="store_true", help="also time each Normalizer.normalize call (adds overhead)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     # child mode
-    p.add_argument("--stage", choices=("generate", "update"), help=argparse.SUPPRESS)
+    p.add_argument("--stage", choices=("generate", "update", "compact", "links"), help=argparse.SUPPRESS)
+    p.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--top-n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--segment", help=argparse.SUPPRESS)

@@ -124,8 +124,8 @@ def main() -> None:
         resolve = "\n".join(f'"{host}" = "{ip}"' for host, ip in sorted(web.resolve_map().items()))
         config.write_text(
             "# Written by scripts/demo.py: the demo web lives on loopback addresses.\n"
+            "# Everything else is the default configuration a user gets (docs/segments.md).\n"
             "[fetch]\nuser_agent = \"crawlbot/0.1 (demo; +https://example.invalid/crawlbot)\"\n"
-            "timeout_s = 10.0\nlow_speed_time_s = 3\n"
             "# Loopback is refused by default (SSRF guard); the demo web lives there.\n"
             "allowed_networks = [\"127.0.0.0/8\"]\n\n"
             f"[fetch.resolve]\n{resolve}\n")

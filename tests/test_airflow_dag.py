@@ -80,6 +80,7 @@ def test_dagbag_loads_the_dag_without_errors(tmp_path):
     assert tasks["generate"]["upstream"] == [] and tasks["fetch"]["upstream"] == ["generate"]
     assert tasks["mark_fetched"]["upstream"] == ["fetch"] and tasks["update"]["upstream"] == ["mark_fetched"]
     assert tasks["fetch"]["mapped"] and not tasks["update"]["mapped"]
+    assert tasks["compact"]["upstream"] == ["update"]  # deltas and the link DB, when due (docs/incremental.md)
     assert all(t["retries"] >= 1 and t["timeout_s"] for t in tasks.values())
     assert tasks["update"]["outlets"] and tasks["update"]["outlets"][0].endswith("/data/pages")
     assert {"data", "config", "crawl"} <= set(found["params"])
@@ -130,7 +131,7 @@ def test_dag_test_runs_one_cycle_against_the_test_web(tmp_path):
     partitions = sorted(int(p.name[5:10]) for p in (data / "segments" / segment / "fetchlist").iterdir())
     fetches = [ti for ti in found["tis"] if ti[0] == "fetch"]
     assert sorted(ti[1] for ti in fetches) == list(range(len(partitions))) and len(partitions) >= 2
-    assert all(ti[2] == "success" for ti in found["tis"]) and len(found["tis"]) == 3 + len(partitions)
+    assert all(ti[2] == "success" for ti in found["tis"]) and len(found["tis"]) == 4 + len(partitions)
     assert set(web.seeds()) <= requested  # what the server saw: every seed, fetched by the mapped tasks
     status = subprocess.run([*crawl.split(), "--data", str(data), "status", "--json"], env=env, cwd=REPO,
                             capture_output=True, text=True, timeout=120)

@@ -26,7 +26,7 @@ import pytest
 
 from cycles.tables import schema
 from cycles.cluster import cluster_executor
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.commands.inject import inject
 from cycles.storage.store import Store
@@ -109,8 +109,7 @@ def dask_cluster(s3_env, tmp_path_factory):  # noqa: F811
 
 def crawl_db(store: Store) -> dict[str, tuple]:
     """URL -> (status, content hash) of the current crawl DB."""
-    _, files = current_bucket_files(store)
-    rows = store.read_tables(files, schema.CRAWLDB).to_pylist()
+    rows = read_crawldb(store).to_pylist()  # bases and deltas merged, through the store (S3)
     return {r["url"]: (r["status"], r["content_hash"]) for r in rows}
 
 

@@ -14,7 +14,7 @@ import pytest
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files, replace_crawldb
+from cycles.tables.crawldb import current_bucket_files, read_crawldb, replace_crawldb
 from cycles.errors import StageError
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
@@ -36,9 +36,7 @@ def config() -> Config:
 
 
 def crawldb_rows(store: Store) -> list[dict]:
-    _, files = current_bucket_files(store)
-    quoted = ", ".join(repr(str(f)) for f in files)
-    return duckdb.sql(f"SELECT * FROM read_parquet([{quoted}])").to_arrow_table().to_pylist()
+    return read_crawldb(store).to_pylist()  # bases and deltas merged: one row per URL
 
 
 def injected(store: Store, config: Config, tmp_path) -> None:

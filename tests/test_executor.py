@@ -17,7 +17,7 @@ import pytest
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.executor import InProcess, LocalPool, share_of_memory
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
@@ -52,10 +52,10 @@ def crawl_once(root, executor, now) -> tuple[list[dict], list[dict]]:
                       pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
     write_stage_marker(store, segment, "fetched", {"segment": segment})
     update_segment(store, config, segment, now=now, executor=executor)
-    _, files = current_bucket_files(store)
+    merged = read_crawldb(store)  # bases and deltas merged
     # A seed's first_seen (and due time, until fetched) is its injection, which differs between runs.
-    rows = duckdb.sql(f"SELECT * EXCLUDE (first_seen) REPLACE (CASE WHEN fetch_count = 0 AND depth = 0 "
-                      f"AND last_fetched IS NULL THEN NULL ELSE next_fetch END AS next_fetch) FROM read_parquet([{', '.join(repr(str(f)) for f in files)}]) ORDER BY url").to_arrow_table()
+    rows = duckdb.sql("SELECT * EXCLUDE (first_seen) REPLACE (CASE WHEN fetch_count = 0 AND depth = 0 "
+                      "AND last_fetched IS NULL THEN NULL ELSE next_fetch END AS next_fetch) FROM merged ORDER BY url").to_arrow_table()
     assert not store.exists(folder / "update")  # the routed inputs are cleaned up
     return sorted(listed, key=lambda r: r["url"]), rows.to_pylist()
 

@@ -29,8 +29,9 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.tables.segment import segment_state
+from cycles.tables.crawldb import current_buckets, read_bucket_rows
 from cycles.storage.store import Store
+from cycles.tables.segment import segment_state
 from testweb.harness import TestWeb
 from cycles.urls import host_hash
 from tests.support.fetching import assert_polite
@@ -98,8 +99,10 @@ def crawldb_state(data) -> dict[str, str]:
     manifest = store.manifest("crawldb")
     assert manifest is not None, "CURRENT is gone"
     rows: dict[str, str] = {}
+    _, buckets = current_buckets(store, verify=True)
     for bucket in range(manifest.buckets):
-        table = pq.read_table(store.version_bucket_file("crawldb", manifest, bucket))
+        # Base and deltas merged (docs/incremental.md): what every reader sees.
+        table = read_bucket_rows(store, buckets[bucket], manifest.schema_version)
         for row in table.select(["url", "host", "host_hash", "status"]).to_pylist():
             assert row["url"] not in rows, f"two rows for {row['url']}"
             assert row["host_hash"] % manifest.buckets == bucket, f"{row['url']} in bucket {bucket}"
@@ -137,6 +140,7 @@ def world(tmp_path_factory):
         ok(crawl(data, config, "fetch"))
         copy_store(data, snaps.setdefault("before_update", tmp / "snap-update"))
         ok(crawl(data, config, "update"))
+        copy_store(data, snaps.setdefault("before_compact", tmp / "snap-compact"))  # with deltas
         yield {"web": web, "config": config, "seeds": seeds, "snaps": snaps, "tmp": tmp,
                "final": crawldb_state(data)}
 
@@ -260,3 +264,35 @@ def test_fetch_killed_at_commit_points(world):
         assert_polite(requests)
         counts = Counter((r["host"], r["path"]) for r in requests if r["path"] != "/robots.txt")
         assert max(counts.values(), default=1) <= 2, f"kill at {n} ({points[n - 1]}): asked more than twice"
+
+
+def linkdb_state(data) -> list[tuple]:
+    """The current link DB's (url, from_host) pairs, sorted."""
+    store = Store(data)
+    manifest = store.manifest("linkdb")
+    assert manifest is not None, "linkdb/CURRENT is gone"
+    folder = store.path("linkdb", manifest.version)
+    return sorted((r["url"], r["from_host"]) for f in sorted(folder.glob("inlinks-*.parquet"))
+                  for r in pq.read_table(f).to_pylist())
+
+
+def test_compact_killed_at_every_commit_point(world):
+    """`crawl compact --all` (every bucket's deltas into a new base, the pending links into
+    the link DB) killed at each commit point, then run again: the crawl DB holds the same
+    rows all along, and ends with no delta and the link DB of an uninterrupted run."""
+    before = Store(world["snaps"]["before_compact"]).manifest("crawldb")
+    assert any(before.bucket_deltas), "the update wrote no delta: nothing to compact"
+    after, points = reference(world, "before_compact", "compact", "--all")
+    links = linkdb_state(world["tmp"] / "ref-before_compact")
+    assert after == world["final"] and links
+    assert any("/crawldb/" in p for p in points)
+    from cycles.update.linkgraph import pending_files
+
+    if pending_files(Store(world["snaps"]["before_compact"])):  # links pending: merged by the same run
+        assert any("/linkdb/" in p for p in points)
+    for n in range(1, len(points) + 1):
+        after_kill, resumed, _ = kill_and_resume(world, "before_compact", ("compact", "--all"), ("compact", "--all"), n)
+        assert after_kill == resumed == after, f"kill at {n} ({points[n - 1]})"
+        manifest = Store(world["tmp"] / "run").manifest("crawldb")
+        assert not any(manifest.bucket_deltas), f"kill at {n} ({points[n - 1]}): deltas left"
+        assert linkdb_state(world["tmp"] / "run") == links, f"kill at {n} ({points[n - 1]})"

@@ -51,6 +51,18 @@ def test_fetch_summary_rates_errors_and_utilisation():
     assert "fetch/politeness_utilisation" not in metrics.fetch_summary({"fetch/requests": 1}, 1.0)
 
 
+def test_idle_with_work_is_summed_and_always_written():
+    """fetch/idle_with_work_s and its share of the politeness budget (requests the idle
+    host-seconds would have allowed / requests allowed): written even when 0."""
+    s = metrics.fetch_summary({"fetch/allowed_requests": 200.0, "fetch/idle_with_work_s": 12.5,
+                               "fetch/idle_with_work_requests": 10.0}, 10.0)
+    assert s["fetch/idle_with_work_s"] == 12.5 and s["fetch/idle_with_work_ratio"] == 0.05
+    empty = metrics.fetch_summary({}, 0.0)
+    assert empty["fetch/idle_with_work_s"] == 0 and empty["fetch/idle_with_work_ratio"] == 0
+    names = {f.name for f in metrics.fetch_families({}, 0.0, None, running=True, started_wall=0.0)}
+    assert {"crawl_fetch_idle_with_work_seconds", "crawl_fetch_idle_with_work_ratio"} <= names
+
+
 def test_textfile_dir_relative_to_the_store_absolute_as_is_or_off(tmp_path):
     store, config = Store(tmp_path / "data"), Config()
     assert metrics.textfile_path(store, config, "fetch") == tmp_path / "data" / "metrics" / "crawl_fetch.prom"
@@ -144,6 +156,7 @@ def test_fetch_loop_sums_the_partitions_and_says_when_it_stopped(tmp_path):
     assert live[("crawl_fetch_requests_total", ())] == 12 and live[("crawl_fetch_hosts_waiting", ())] == 5
     assert live[("crawl_fetch_partitions_reporting", ())] == 2 and live[("crawl_fetch_partitions", ())] == 3
     assert live[("crawl_fetch_politeness_utilisation_ratio", ())] == 0.25
+    assert live[("crawl_fetch_idle_with_work_seconds", ())] == 0  # no stall published: still a series
     stopped = samples(path.read_text())
     assert stopped[("crawl_fetch_running", ())] == 0 and stopped[("crawl_fetch_hosts_waiting", ())] == 0
     assert ("crawl_fetch_last_success_timestamp_seconds", ()) not in stopped  # stopped is not finished
@@ -203,6 +216,9 @@ def test_fetch_prom_file_agrees_with_the_stats_json(crawled):
     assert p[("crawl_fetch_duration_seconds", ())] == s["fetch/seconds"]
     assert p[("crawl_fetch_pages_per_second", ())] == s["fetch/pages_per_s"]
     assert p[("crawl_fetch_politeness_utilisation_ratio", ())] == s["fetch/politeness_utilisation"]
+    # issue 29's names (a Grafana dashboard reads them), present whatever their value
+    assert p[("crawl_fetch_idle_with_work_seconds", ())] == s["fetch/idle_with_work_s"] >= 0
+    assert p[("crawl_fetch_idle_with_work_ratio", ())] == s["fetch/idle_with_work_ratio"] >= 0
     outcomes = {k.removeprefix("fetch/outcome/"): v for k, v in s.items() if k.startswith("fetch/outcome/")}
     assert {dict(labels)["outcome"]: v for (name, labels), v in p.items()
             if name == "crawl_fetch_outcomes_total"} == outcomes
@@ -247,5 +263,8 @@ def test_crawl_status_shows_the_last_fetch_rate_and_politeness_utilisation(crawl
     report = crawl_status(store, crawled["config"])
     assert report["last_fetch"] == {"segment": last, "seconds": s["fetch/seconds"],
                                     "pages_per_s": s["fetch/pages_per_s"],
-                                    "politeness_utilisation": s["fetch/politeness_utilisation"]}
+                                    "politeness_utilisation": s["fetch/politeness_utilisation"],
+                                    "idle_with_work_s": s["fetch/idle_with_work_s"],
+                                    "idle_with_work_ratio": s["fetch/idle_with_work_ratio"]}
     assert f"politeness utilisation {s['fetch/politeness_utilisation']:.0%}" in format_status(report)
+    assert f"idle with work {s['fetch/idle_with_work_s']:g} host-s" in format_status(report)

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cycles.commands.cli import app
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, current_buckets, read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.errors import StageError
 from cycles.fetch.fetch import fetch_segment
@@ -31,17 +31,16 @@ runner = CliRunner()
 
 
 def all_rows(store: Store) -> pa.Table:
-    _, files = current_bucket_files(store)
-    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by([("url", "ascending")])
+    return read_crawldb(store).sort_by([("url", "ascending")])  # bases and deltas merged
 
 
 def check_layout(store: Store, buckets: int) -> None:
     """Every row in bucket host_hash % buckets, every host in one file, files sorted by host, url."""
-    manifest, files = current_bucket_files(store)
+    manifest, files = current_buckets(store)
     assert manifest.buckets == buckets and len(files) == buckets
-    assert sorted(p.name for p in files[0].parent.glob("bucket-*.parquet")) == [f.name for f in files]
+    # A bucket is its base and deltas (docs/incremental.md): each file of it holds only its hosts.
     seen: dict[str, int] = {}
-    for bucket, path in enumerate(files):
+    for bucket, path in ((b, path) for b, one in enumerate(files) for path in one.files):
         table = pq.read_table(path, columns=["url", "host", "host_hash"])
         assert all(h % buckets == bucket for h in table["host_hash"].to_pylist()), path
         for host in set(table["host"].to_pylist()):
@@ -132,7 +131,8 @@ def test_failure_midway_keeps_the_old_version(crawl, monkeypatch, fail_second_wr
     monkeypatch.undo()
     assert store.manifest() == manifest
     versions = [p.name for p in store.path("crawldb").iterdir() if p.name.startswith("v")]
-    assert manifest.version in versions and len(versions) <= config.db.keep_versions
+    # Kept: the installed versions, and the folders whose files the current one names (bases).
+    assert manifest.version in versions and len(set(versions) - manifest.folders()) <= config.db.keep_versions - 1
     assert all_rows(store).equals(rows)
 
 

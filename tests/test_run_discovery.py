@@ -62,6 +62,12 @@ def page_requests(requests: list[dict]) -> list[dict]:
     return [r for r in requests if r["path"] != "/robots.txt"]
 
 
+def answered(requests: list[dict]) -> list[dict]:
+    """Page requests the server answered whole: not the ones the crawler hung up on (a transfer
+    cut at a segment's end is handed back without a row, docs/segments.md)."""
+    return [r for r in page_requests(requests) if not r.get("client_closed")]
+
+
 @pytest.mark.web
 def test_segments_overlapped_and_discovery_fetched_inside_them(followed):
     store, state = followed["store"], followed["state"]
@@ -155,10 +161,12 @@ def test_a_killed_overlapped_run_resumes_and_fetches_nothing_committed_twice(kil
     committed_before = {r["url"] for r in killed_run["before"] if r["outcome"] == "ok"}
     assert all(asked[u] == 1 for u in committed_before), [u for u in committed_before if asked[u] > 1]
     assert max(asked.values()) <= 2
-    # Every page the server answered is in some segment's committed rows, or was asked once
-    # more after the kill (then committed by the resumed run).
+    # Every page the server answered whole is in some segment's committed rows, or was asked
+    # once more after the kill (then committed by the resumed run). A request the crawler hung
+    # up on (cut at a segment's end) was handed back without a row: it is due again.
     committed = {r["url"] for r in all_committed(store)}
-    assert set(asked) <= committed, sorted(set(asked) - committed)[:5]
+    whole = {killed_run["web"].url(r["host"], r["path"]) for r in answered(killed_run["requests"])}
+    assert whole and whole <= committed, sorted(whole - committed)[:5]
     rows = crawldb_rows(store)
     assert len(crawldb_urls(store)) == len(rows)
 

@@ -28,7 +28,7 @@ from cycles.tables.segment import segment_state
 from cycles.tables import schema
 from cycles.commands.cli import app
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.errors import LockedError, StoreError
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
@@ -56,8 +56,7 @@ def config() -> Config:
 
 
 def crawldb_rows(store: Store) -> dict[str, dict]:
-    _, files = current_bucket_files(store)
-    return {r["url"]: r for r in store.read_tables(files, schema.CRAWLDB).to_pylist()}
+    return {r["url"]: r for r in read_crawldb(store).to_pylist()}  # bases and deltas merged
 
 
 def test_store_paths_and_files_on_s3(s3_store):
@@ -105,6 +104,7 @@ def test_inject_generate_update_status_pages_on_s3(s3_store, config, tmp_path):
     rows = crawldb_rows(s3_store)
     assert rows["http://a.example/new"]["status"] == "unfetched"
     assert {rows[u]["status"] for u in URLS[:3]} == {"fetched"} and rows[URLS[3]]["status"] == "unfetched"
+    assert any(s3_store.manifest().bucket_deltas)  # the rows above were merged from deltas on S3
     assert live_lease_files(s3_store, utcnow()) == []
     assert segment_state(s3_store, generated.segment) == "updated"
     assert update_segment(s3_store, config, generated.segment).applied is False  # idempotent
@@ -210,7 +210,7 @@ KILL_AFTER_FIRST_BUCKET = textwrap.dedent("""
 
     def write_then_die(self, path, batches, schema):
         rows = write_batches(self, path, batches, schema)
-        if "crawldb" in str(path) and path.name.startswith("bucket-00000."):  # bucket-00000.<attempt>.parquet
+        if "crawldb" in str(path) and path.name.startswith(("bucket-", "delta-")):  # a bucket task's first file
             os.kill(os.getpid(), signal.SIGKILL)  # kill -9 between two bucket writes
         return rows
 
@@ -237,7 +237,7 @@ def test_killed_update_leaves_the_old_crawldb_intact(where, request, config, tmp
     partial = [v for v in versions if v > before.version]
     assert len(partial) == 1
     written = [p.name for p in store.list(store.path("crawldb", partial[0]), "*.parquet")]
-    assert len(written) == 1 and written[0].startswith("bucket-00000.")  # an attempt's own name
+    assert len(written) == 1 and written[0].startswith(("bucket-", "delta-"))  # an attempt's own name
     assert store.manifest() == before
     assert crawldb_rows(store) == before_rows
     assert segment_state(store, segment) == "fetched"
@@ -300,7 +300,7 @@ def test_s3_crawl_fetched_every_reachable_page_once(crawled_s3):
 
 
 def test_s3_crawl_db_holds_one_row_per_url(crawled_s3):
-    rows = crawled_s3["store"].read_tables(current_bucket_files(crawled_s3["store"])[1], schema.CRAWLDB)
+    rows = read_crawldb(crawled_s3["store"])  # bases and deltas merged, through the S3 store
     assert rows.num_rows == len(set(rows["url"].to_pylist())) > 20
 
 

@@ -261,6 +261,9 @@ def bind_dns(address: str | None = None, port: int = DNS_PORT) -> tuple[str, soc
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
+            # A burst of queries while this process waits for a CPU must not overflow the
+            # default ~200 KB receive buffer: a real name server is not starved by its clients.
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             udp.bind((candidate, port))
             tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             tcp.bind((candidate, port))

@@ -501,6 +501,27 @@ def abandon(segment: str = typer.Argument(..., help="Segment id."),
 
 
 @app.command()
+def compact(all_buckets: bool = typer.Option(False, "--all", help="Every bucket with deltas or a base not yet "
+                                             "sorted by due time, and the link DB's pending links, due or not."),
+            as_json: bool = JSON_OPTION) -> None:
+    """Merge each bucket's deltas into a new base when due (db.compact_ratio), and the link
+    DB with its PageRank when due (update.link_rank_interval_s). Resumable: run it again
+    after a kill. `crawl run` runs it when due (docs/incremental.md).
+
+    Example: crawl compact
+    """
+    from cycles.commands.compact import compact as do_compact, compact_summary
+
+    started = start_command("compact", as_json)
+    result = run(do_compact, state.store, state.config, everything=all_buckets)
+    counters = compact_summary(result)
+    if as_json:
+        return emit_json("done", started, **{k.replace("/", "_"): v for k, v in counters.items()})
+    typer.echo(f"compacted {result.buckets} buckets ({result.rows} rows, {result.versions} versions) in "
+               f"{result.seconds:.1f} s" + ("; link DB merged and ranked" if result.links else ""))
+
+
+@app.command()
 def rebucket(buckets: int = typer.Option(..., "--buckets", "-b", help="New number of host-hash buckets "
                                          "(see docs/cluster.md: Choosing the bucket count)."),
              as_json: bool = JSON_OPTION) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cycles.tables import segment as seg
+from cycles.commands.compact import compact_when_due
 from cycles.config import Config
 from cycles.fetch.fetch import fetch_segment
 from cycles.generate.generate import generate
@@ -29,6 +30,7 @@ def finish_segment(store: Store, config: Config, segment: str, number: int,
                f"pages in {fetched.seconds:.1f}s")
     updated = update_segment(store, config, segment)
     yield f"cycle {number}: updated, {updated.counters.get('outlinks/new', 0)} new URLs"
+    yield from compact_when_due(store, config, f"cycle {number}")  # as `crawl run` (docs/incremental.md)
 
 
 def run_cycles(store: Store, config: Config, cycles: int, top_n: int | None = None,

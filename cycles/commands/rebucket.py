@@ -41,7 +41,8 @@ import socket
 from dataclasses import dataclass
 
 from cycles.config import Config
-from cycles.tables.crawldb import bucket_of, checked_rows, connect, current_bucket_files
+from cycles.tables import schema
+from cycles.tables.crawldb import bucket_of, buckets_source_sql, checked_rows, connect, current_buckets
 from cycles.errors import StageError
 from cycles.storage.store import Manifest, Store, utcnow
 
@@ -73,7 +74,8 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
                          "see docs/cluster.md, 'Choosing the bucket count'")
     buckets = int(buckets)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store)
+        manifest, old_buckets = current_buckets(store, verify=True)
+        files = [b.base for b in old_buckets]
         if manifest is None:
             raise StageError(f"rebucket: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if manifest.buckets == buckets:
@@ -82,16 +84,21 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
         # Rows are copied in the schema they were written in (the manifest keeps its
         # schema_version): the first stage that rewrites them upgrades them, as usual.
         file_schema = store.read_metadata(files[0]).schema.to_arrow_schema()
-        old_rows = sum(store.read_metadata(f).num_rows for f in files)
-        columns = ", ".join(f'"{name}"' for name in file_schema.names)
         con = connect(store, config)
+        if any(b.deltas for b in old_buckets):  # deltas are in the current schema, as their base then
+            file_schema = schema.CRAWLDB
+            old_rows = con.sql(f"SELECT count(*) FROM {buckets_source_sql(store, con, old_buckets)}").fetchall()[0][0]
+        else:
+            old_rows = sum(store.read_metadata(f).num_rows for f in files)
+        columns = ", ".join(f'"{name}"' for name in file_schema.names)
         version, folder = store.new_version_dir("crawldb")
         rows = 0
         try:
             for bucket in range(buckets):
-                sources = [files[o] for o in old_buckets_for(bucket, manifest.buckets, buckets)]
+                sources = [old_buckets[o] for o in old_buckets_for(bucket, manifest.buckets, buckets)]
+                # Each old bucket's base merged with its deltas, in the schema it was written in.
                 reader = con.sql(f"""
-                    SELECT {columns} FROM {store.duckdb_source(con, sources)}
+                    SELECT {columns} FROM {buckets_source_sql(store, con, sources, schema.SCHEMA_VERSION)}
                     WHERE {bucket_of('host_hash', buckets)} = {bucket}
                     ORDER BY host, url""").to_arrow_reader(64 * 1024)
                 # write_batches leaves a file even when the bucket is empty; the rows are

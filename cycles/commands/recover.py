@@ -95,7 +95,9 @@ def complete_version(store: Store, table: str, version: str) -> tuple[Manifest |
     manifest, why = store.sealed_manifest(table, version)
     if manifest is None:
         return None, why
-    for path in store.list(store.path(table, version), "*.parquet"):
+    # Its own files and those of older versions its manifest names (bases carried over, deltas).
+    own = store.list(store.path(table, version), "*.parquet")
+    for path in own + [p for p in store.sealed_files(table, version) if p not in own]:
         try:
             verify_parquet_file(path, filesystem=store.fs)
         except StoreError as exc:

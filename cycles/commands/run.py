@@ -17,6 +17,12 @@ updates took (:func:`thin_segment_seconds`), not by ``fetch.max_duration_s``, so
 hundreds of hosts the update makes due do not wait for a few big ones, and the big ones
 do not wait for an update slower than the last ones.
 
+Segment length: each segment is planned for :func:`run_segment_s` seconds — generate sizes
+every host's share to fit it and the fetch ends there, or sooner once it is a tail
+(cycles/fetch/tail.py; docs/segments.md). ``crawl run`` chooses it itself: long enough
+that the update of one segment ends while the next is fetched (``RUN_SEGMENT_UPDATES`` ×
+the last updates), at least ``RUN_SEGMENT_MIN_S``, at most ``generate.segment_s``.
+
 Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
 that claims them (cycles/tables/newhosts.py); a segment generated while it is in flight
 leaves them out like the hosts of its fetch list.
@@ -84,6 +90,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from cycles.tables import segment as seg
+from cycles.commands.compact import compact_when_due
 from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
@@ -174,6 +181,7 @@ def update_fetched(store: Store, config: Config, state: RunState, before: str | 
         state.updated.append(segment)
         state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
         yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
+        yield from compact_when_due(store, config, "run")
 
 
 def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
@@ -182,7 +190,7 @@ def generate_next(store: Store, config: Config, state: RunState, top_n: int | No
     but those of ``continuing``, the segment being fetched, after which this one is fetched.
     ``leftovers``: from what fetched segments' discovery did not reach, too (:func:`next_segment`)."""
     result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True,
-                      continuing=continuing, leftovers=leftovers)
+                      continuing=continuing, leftovers=leftovers, segment_s=run_segment_s(config, state))
     if result.segment is None:
         yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
         return
@@ -245,6 +253,26 @@ def next_segment(store: Store, config: Config, state: RunState, top_n: int | Non
     if next_to_fetch(store) is None and seg.oldest(store, seg.State.FETCHED) is not None:
         yield from update_fetched(store, config, state)
         yield from generate_next(store, config, state, top_n, overlapped=False)
+
+
+RUN_SEGMENT_MIN_S = 15.0
+"""The shortest segment ``crawl run`` plans. bench_crawl's study of fixed lengths (5, 8, 15,
+30, 60 s on its 322-host web, loaded machine): 15 s and longer within the noise, shorter
+ones paid for generate and update too often (scripts/bench_crawl.py's docstring)."""
+
+RUN_SEGMENT_UPDATES = 3.0
+"""A segment ``crawl run`` plans lasts at least this many times its last updates: segment
+k's update runs while k+1 is fetched, so an update longer than a fetch would hold what k
+discovered back by more than one segment, and updates would queue."""
+
+
+def run_segment_s(config: Config, state: RunState) -> float:
+    """The length ``crawl run`` plans its next segment for (module doc): ``RUN_SEGMENT_UPDATES``
+    × the longer of the last two updates, within [``RUN_SEGMENT_MIN_S``, ``generate.segment_s``].
+    Short: what a segment's fetch discovers is due again one update later; bounded below so
+    that generate and update do not run more often than they pay for."""
+    recent = max(state.update_seconds[-2:], default=0.0)
+    return min(config.generate.segment_s, max(RUN_SEGMENT_MIN_S, RUN_SEGMENT_UPDATES * recent))
 
 
 class Coordinator(threading.Thread):
@@ -368,6 +396,9 @@ def fetch_config(store: Store, config: Config, segment: str, state: RunState) ->
     and a note for the progress line."""
     seconds = thin_segment_seconds(store, segment, state)
     limit = config.fetch.max_duration_s
+    if limit <= 0 and seconds is not None:  # the segment's own plan (cycles/fetch/worker.py)
+        marker = seg.read_marker(store, segment, seg.Generated)
+        limit = (marker.planned_s or 0.0) if marker is not None else 0.0
     if seconds is None or (limit > 0 and limit <= seconds and segment not in state.from_leftovers):
         return config, ""
     bound = THIN_BOUND_FACTOR * seconds if limit <= 0 else min(limit, THIN_BOUND_FACTOR * seconds)

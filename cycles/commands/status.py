@@ -58,7 +58,9 @@ def last_fetch(store: Store, segments: list[dict]) -> dict | None:
             stats = store.read_json(path)
             return {"segment": s["segment"], "seconds": stats.get("fetch/seconds"),
                     "pages_per_s": stats.get("fetch/pages_per_s"),
-                    "politeness_utilisation": stats.get("fetch/politeness_utilisation")}
+                    "politeness_utilisation": stats.get("fetch/politeness_utilisation"),
+                    "idle_with_work_s": stats.get("fetch/idle_with_work_s", 0.0),
+                    "idle_with_work_ratio": stats.get("fetch/idle_with_work_ratio", 0.0)}
     return None
 
 
@@ -86,7 +88,9 @@ def format_status(report: dict) -> str:
         ratio = fetch["politeness_utilisation"]
         lines.append(f"last fetch {fetch['segment']}: {fetch['pages_per_s']} pages/s over {fetch['seconds']} s, "
                      f"politeness utilisation {'?' if ratio is None else f'{ratio:.0%}'} "
-                     "(requests made / allowed by the per-host delays)")
+                     "(requests made / allowed by the per-host delays), idle with work "
+                     f"{fetch.get('idle_with_work_s') or 0:g} host-s ({fetch.get('idle_with_work_ratio') or 0:.1%} "
+                     "of that budget)")
     pending = [s for s in report["segments"] if s.get("next")]
     if pending:
         # Applied in generation order: the oldest pending segment is the one to move on.

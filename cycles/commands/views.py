@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config, load_config
-from cycles.tables.crawldb import connect, current_bucket_files, plain_connection, upgraded_sql
+from cycles.tables.crawldb import connect, current_buckets, merged_sql, plain_connection, upgraded_sql
 from cycles.errors import CrawlError, StageError, StoreError, is_damaged_parquet
 from cycles.tables.hostdb import hostdb_files
 from cycles.storage.store import Store, StorePath, utcnow
@@ -83,12 +83,15 @@ class CrawlFiles:
     tables: dict[str, list[StorePath]] = field(default_factory=dict)
     segments: list[tuple[str, str]] = field(default_factory=list)
     """(segment id, state) of every segment, oldest first."""
+    crawldb_buckets: list = field(default_factory=list)
+    """The crawl DB's buckets (crawldb.BucketFiles: base and deltas), merged by the view."""
 
 
 def crawl_files(store: Store, verify: bool) -> CrawlFiles:
     """The current crawl's files. ``verify``: check every crawl DB page's checksum first
     (DuckDB checks none), as the stages do, before this process reads them."""
-    manifest, crawldb = current_bucket_files(store, verify=verify)
+    manifest, buckets = current_buckets(store, verify=verify)
+    crawldb = [path for bucket in buckets for path in bucket.files]
     host_manifest = store.manifest("hostdb")
     tables = {"crawldb": crawldb, "hosts": hostdb_files(store, host_manifest) if host_manifest else []}
     states = seg.states(store)
@@ -100,7 +103,7 @@ def crawl_files(store: Store, verify: bool) -> CrawlFiles:
     tables["pages"] = store.list(store.path("pages"), "*.parquet")
     return CrawlFiles(manifest.version if manifest else None,
                       manifest.schema_version if manifest else schema.SCHEMA_VERSION, tables,
-                      [(s, str(state)) for s, state in states])
+                      [(s, str(state)) for s, state in states], buckets)
 
 
 # --- the view definitions -----------------------------------------------------------------------
@@ -160,12 +163,23 @@ def view_select(store: Store, name: str, files: CrawlFiles, con: duckdb.DuckDBPy
     if not paths:
         return f"SELECT * FROM {empty_sql(name)}"
     source = source_sql(store, name, paths, con)
+    if name == "crawldb" and any(b.deltas for b in files.crawldb_buckets):
+        source = crawldb_merged_sql(store, files.crawldb_buckets, con)  # one row per URL: deltas merged
     if name == "crawldb":
         source = upgraded_sql(source, files.schema_version)  # an older crawl DB, read in the current schema
     columns = ", ".join(column_sql(name, f.name) for f in schema.VIEWS[name])
     # By name after the typed empty table: a column no file has yet (files written before it
     # was added to schema.py) reads as null instead of failing the view.
     return f"SELECT {columns} FROM ({empty_sql(name)} UNION ALL BY NAME SELECT * FROM {source})"
+
+
+def crawldb_merged_sql(store: Store, buckets: list, con: duckdb.DuckDBPyConnection | None) -> str:
+    """The crawl DB's rows, each bucket's base merged with its deltas (crawldb.merged_sql),
+    in plain SQL naming the files (or, on S3 with ``con``, datasets registered on it)."""
+    def one(path: StorePath) -> str:
+        return source_sql(store, "crawldb", [path], con)
+    parts = [merged_sql(one(b.base), [one(d) for d in b.deltas]) for b in buckets]
+    return "(" + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}" for p in parts) + ")"
 
 
 def segments_select(segments: list[tuple[str, str]]) -> str:

@@ -24,6 +24,10 @@ link that update would add to the crawl DB as a new URL and that this worker may
 - the crawl DB does not hold it: not in the partition's seen-set (generate's Bloom filter of
   the URLs the crawl DB holds for these hosts; a false positive leaves the URL to the next
   cycle), and no row in this segment yet (:meth:`InlineFetches.claim`);
+- the host's queue still ends before the segment's planned end at the host's spacing
+  (cycles/fetch/tail.py ``fits_before``): a URL past it is not queued but kept for the next
+  segment (:attr:`Discovery.beyond_plan`, the partition's leftover file;
+  ``discover/host_time_budget``), so discovery cannot hold a segment past its plan;
 - the host has taken fewer than ``fetch.follow_outlinks_per_host`` this segment, and the
   trap caps update applies to new URLs hold: the host's known URLs plus those taken here
   stay within ``update.max_urls_per_host_total``, the pattern's within
@@ -112,6 +116,11 @@ class Discovery:
         self.variant_params: dict[str, frozenset[str]] = {}
         """host → query parameters update learned carry no content there (cycles/update/dedup.py):
         a new URL with one is a copy, not fetched (``discover/variant_param``)."""
+        self.fits: Callable[[HostSlot], bool] = lambda slot: True
+        """Does one more URL fit ``slot``'s queue before the segment's planned end (set by the worker)."""
+        self.beyond_plan: list[dict] = []
+        """URLs taken for a host whose queue was full up to the planned end: written with the
+        partition's leftovers (cycles/fetch/worker.py ``write_leftover``) for the next segment."""
 
     def load(self, expected_links: int, earlier_inline: list[tuple[str, str]]) -> None:
         """Read the seen-set; ``earlier_inline``: (url, host) of rows an earlier run of this
@@ -231,10 +240,14 @@ class Discovery:
                 continue
             self._count(host, pattern)
             link["inline"] = True
-            slot.queue.append({"url": url, "host": host, "host_hash": host_hash(host),
-                               "score": 1.0 / (depth + 1), "depth": depth, "etag": None,
-                               "last_modified": None,
-                               "hop": 0 if self.claim_level(host) > level else hop})
+            entry = {"url": url, "host": host, "host_hash": host_hash(host), "score": 1.0 / (depth + 1),
+                     "depth": depth, "etag": None, "last_modified": None,
+                     "hop": 0 if self.claim_level(host) > level else hop}
+            if not self.fits(slot):
+                self.stats["discover/host_time_budget"] += 1
+                self.beyond_plan.append(entry)
+                continue
+            slot.queue.append(entry)
             self.stats["discover/queued"] += 1
             slots[host] = slot
         return list(slots.values())

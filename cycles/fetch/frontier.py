@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -71,6 +72,12 @@ class HostSlot:
     """Wall-clock end of the last response, persisted so the next cycle keeps the spacing."""
     gate: ServerGate | None = None
     """Shared with the other hosts of its slot key (``generate.partition_by``); None: its own."""
+    cycle_s: float = 0.0
+    """The last request cycle: response time plus the delay after it (cycles/fetch/tail.py)."""
+    pending: bool = False
+    """On the heap with work, waiting to be started (the idle-with-work clock runs from ``ready_from``)."""
+    ready_from: float = 0.0
+    """Monotonic time the host last had work and was scheduled (see :attr:`Frontier.idle_with_work_s`)."""
 
 
 class Frontier:
@@ -83,6 +90,14 @@ class Frontier:
         self.key_of = key_of
         """host → slot key (cycles/slotkey.py); None: every host its own slot."""
         self.gates: dict[str, ServerGate] = {}
+        self.idle_with_work_s = 0.0
+        """Host-seconds in which a host had a fetchable URL, its spacing allowed a request
+        and none was in flight (the loop was busy, or ``fetch.max_in_flight`` full):
+        counted when the host is started, from the later of its allowed time and when it got
+        work (``fetch/idle_with_work_s``)."""
+        self.idle_with_work_requests = 0.0
+        """The same, in requests its delay would have allowed: its share of the politeness
+        budget (cycles/metrics.py ``fetch/idle_with_work_ratio``)."""
 
     def slot(self, host: str) -> HostSlot:
         slot = self.slots.get(host)
@@ -122,6 +137,9 @@ class Frontier:
     def schedule(self, slot: HostSlot) -> None:
         """Put a host (back) on the heap at its next-allowed time, if it has work."""
         if not slot.in_flight and slot.set_aside is None and (slot.queue or slot.robots.url):
+            if not slot.pending:
+                slot.pending = True
+                slot.ready_from = time.monotonic()
             heapq.heappush(self._heap, (slot.next_allowed, next(self._seq), slot.host))
 
     def pop_ready(self, now: float) -> HostSlot | None:
@@ -131,6 +149,7 @@ class Frontier:
             slot = self.slots[host]
             # Stale heap entries (the slot was rescheduled or set aside) are skipped.
             if slot.in_flight or slot.set_aside or not (slot.queue or slot.robots.url):
+                slot.pending = False  # work gone (or set aside): its idle clock starts again with new work
                 continue
             if slot.next_allowed > now:
                 self.schedule(slot)
@@ -142,8 +161,17 @@ class Frontier:
             if gate is not None and gate.next_allowed > now:
                 heapq.heappush(self._heap, (gate.next_allowed, next(self._seq), host))
                 continue
+            self._count_idle(slot, now)
             return slot
         return None
+
+    def _count_idle(self, slot: HostSlot, now: float) -> None:
+        """``slot`` is started at ``now``: the time it could have been, with work, is idle."""
+        allowed = max(slot.ready_from, slot.next_allowed, slot.gate.next_allowed if slot.gate else 0.0)
+        slot.pending = False
+        if now > allowed:
+            self.idle_with_work_s += now - allowed
+            self.idle_with_work_requests += (now - allowed) / max(slot.delay_s, 0.001)
 
     def seconds_to_next(self, now: float) -> float | None:
         if not self._heap:

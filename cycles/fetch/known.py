@@ -35,8 +35,29 @@ def known_urls(store: Store, manifest: Manifest, host: str, now: dt.datetime) ->
     ``now``, due at ``now``: ``next_fetch <= now``, what generate lists), crawl clock.
 
     Reads only the host's bucket file, only the row groups whose host range holds it (bucket
-    files are sorted by host, url), only four columns, batch by batch."""
-    path = store.version_bucket_file("crawldb", manifest, host_hash(host) % manifest.buckets)
+    files are sorted by host, url), only four columns, batch by batch. The bucket's deltas
+    are read after its base, the newest row of a URL winning (docs/incremental.md)."""
+    bucket = host_hash(host) % manifest.buckets
+    kinds: dict[str, str] = {}
+    deltas = store.version_delta_files("crawldb", manifest, bucket)
+    for path in (store.version_bucket_file("crawldb", manifest, bucket), *deltas):
+        not_due, due = file_known_urls(store, path, host, now)
+        if path in deltas:
+            kinds.update({url: "" for url in _urls_of_host(store, path, host)})
+        kinds.update({url: "not_due" for url in not_due})
+        kinds.update({url: "due" for url in due})
+    return ({u for u, k in kinds.items() if k == "not_due"}, {u for u, k in kinds.items() if k == "due"})
+
+
+def _urls_of_host(store: Store, path, host: str) -> list[str]:
+    """Every URL of ``host`` in one crawl DB file (a delta's row may make a URL neither
+    fetched-not-due nor due)."""
+    table = pq.read_table(str(path), filesystem=store.fs, columns=["host", "url"], filters=[("host", "=", host)])
+    return table.column("url").to_pylist()
+
+
+def file_known_urls(store: Store, path, host: str, now: dt.datetime) -> tuple[set[str], set[str]]:
+    """:func:`known_urls` of one crawl DB file."""
     now_scalar = pa.scalar(now, type=schema.TS)
     not_due: set[str] = set()
     due: set[str] = set()

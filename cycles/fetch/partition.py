@@ -125,6 +125,7 @@ def _run(store: Store, task: FetchTask, resumed: bool, lease: PartitionLease | N
         fetcher.close()
     fetcher.stats["fetch/seconds"] = round(time.monotonic() - started, 3)
     fetcher.stats["fetch/allowed_requests"] = fetcher.allowed_requests(time.monotonic())
+    fetcher.count_idle()
     counters = dict(fetcher.stats)
     if counters.get("fetch/interrupted"):
         return counters

@@ -33,8 +33,10 @@ refused page request records that URL ``blocked``. Neither counts as a host fail
 (``fetch/blocked_address``).
 
 A partition ends early, handing the URLs not reached back (no row: the lease ends with the
-segment's update, so they are due at the next generate; ``fetch/handed_back``), at
-``fetch.max_duration_s``, when its rate falls under ``fetch.throughput_min_pages_s`` —
+segment's update, so they are due at the next generate; ``fetch/handed_back``), at the
+segment's planned length (``fetch.max_duration_s`` when set, else the generated marker's
+``planned_s``: ``fetch/time_limit_stop``), when it has become a tail (cycles/fetch/tail.py,
+``fetch/tail_stop``), when its rate falls under ``fetch.throughput_min_pages_s`` —
 its remaining work is a few slow hosts (``fetch/throughput_stop``) — or when the file
 :data:`EARLY_END_FILE` appears in the segment's progress folder (``fetch/end_requested``:
 ``crawl run`` ends a thin segment so when the update beside it ends, cycles/commands/run.py).
@@ -64,7 +66,8 @@ from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.fetch import politeness
-from cycles.fetch.frontier import SPACING_MARGIN_S, Frontier, HostSlot
+from cycles.fetch.frontier import ABORTED_MARGIN_S, SPACING_MARGIN_S, Frontier, HostSlot
+from cycles.fetch.tail import TailWatch, fits_before
 from cycles.tables.hostdb import load_host_state
 from cycles.tables.leases import fetched_by_continued
 from cycles.slotkey import slot_key
@@ -113,6 +116,14 @@ and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
 
 EARLY_END_CHECK_S = 0.1
 """How often the loop looks for :data:`EARLY_END_FILE` (one stat(2))."""
+
+END_GRACE_S = 5.0
+"""After a partition ended early (planned length, tail, end requested), how long transfers in
+flight may still take; those still running then are cut and their URLs handed back without
+a row (``fetch/cut_at_end``): a server dripping a byte a second must not hold the segment
+past its plan for ``fetch.timeout_s``. As long as ``fetch.low_speed_time_s``'s default: a
+page arriving at a rate the low-speed guard accepts is not lost for a second or two of
+load (2 s cut pages a loaded machine had been answered, tests/test_run_discovery.py)."""
 
 STOP_GRACE_S = 10.0
 """After a stop signal, how long transfers in flight may take to end before the partition
@@ -215,6 +226,10 @@ class PartitionFetcher:
         (cycles/fetch/resumed_hosts.py)."""
         self.leftover: list[dict] = []
         """Discovered URLs queued and not reached when the partition ended (:meth:`write_leftover`)."""
+        self.planned_s: float | None = None
+        """The segment's planned length (its generated marker), read by :meth:`load`."""
+        self.deadline: float | None = None
+        """Monotonic time the fetch ends at (:meth:`run`; None: no end planned)."""
 
     # --- set-up -----------------------------------------------------------------------
     def load(self) -> None:
@@ -247,6 +262,7 @@ class PartitionFetcher:
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
         self.discovery.add_fetched_before(earlier)
+        self.discovery.fits = lambda slot: fits_before(slot, time.monotonic(), self.deadline)
         if self.discovery.enabled and self.fc.follow_new_hosts:
             self.new_hosts.load()
             self.inline.new_hosts = self.new_hosts
@@ -275,8 +291,10 @@ class PartitionFetcher:
         self._size_connection_cache(len(self.frontier.slots))
 
     def _partition_count(self) -> int:
-        """Partitions of the segment, from generate's marker (else its fetch list files)."""
+        """Partitions of the segment, from generate's marker (else its fetch list files);
+        the marker's planned length goes to :attr:`planned_s`."""
         marker = seg.read_marker(self.store, self.segment, seg.Generated)
+        self.planned_s = marker.planned_s if marker is not None else None
         listed = len(seg.partitions_of(self.store, self.segment))
         return max(1, int((marker.partitions if marker else 0) or listed))
 
@@ -690,6 +708,7 @@ class PartitionFetcher:
         # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and
         # a back-off may already have pushed next_allowed further.
         politeness.space_after_response(slot, transfer, self.fc)
+        slot.cycle_s = transfer.duration_s + politeness.delay_after(slot, transfer, self.fc)
         self.frontier.finished(slot, transfer.ended + politeness.delay_after(slot, transfer, self.fc) + SPACING_MARGIN_S)
         curl.reset()
         self.free.append(curl)
@@ -724,11 +743,35 @@ class PartitionFetcher:
             self.leftover += [i for i in slot.queue if "hop" in i and "redirect_chain" not in i]
             slot.queue.clear()
 
+    def _cut_in_flight(self) -> None:
+        """End every transfer still in flight without a row (see :data:`END_GRACE_S`): its URL
+        is handed back like one not reached. The host's spacing counts from now, as after a
+        response we aborted (the server sees the close now), its slow-host delay included, so
+        the next segment asks it no sooner (written with the hosts/ output)."""
+        now, now_wall = time.monotonic(), time.time()
+        for curl, (transfer, slot) in list(self.active.items()):
+            self.multi.remove_handle(curl)
+            del self.active[curl]
+            transfer.ended, transfer.duration_s = now, now - transfer.started
+            slot.in_flight = False
+            slot.last_request_end_wall = now_wall
+            slot.next_allowed = max(slot.next_allowed, now + politeness.delay_after(slot, transfer, self.fc)
+                                    + ABORTED_MARGIN_S)
+            self.frontier.finished(slot, slot.next_allowed)
+            item = transfer.request.item
+            if transfer.request.kind == "page":
+                self.stats["fetch/handed_back"] += 1
+                if "hop" in item and "redirect_chain" not in item:
+                    self.leftover.append(item)
+            self.stats["fetch/cut_at_end"] += 1
+            curl.reset()
+            self.free.append(curl)
+
     def write_leftover(self) -> None:
         """What discovery queued and the partition did not reach (``segment.LEFTOVER``):
         before this segment's update only this file knows it (it is an outlink until then),
         and ``crawl run`` lists it for the fetch that follows (cycles/generate/generate.py)."""
-        rows = [{k: i[k] for k in schema.LEFTOVER.names} for i in self.leftover]
+        rows = [{k: i[k] for k in schema.LEFTOVER.names} for i in self.leftover + self.discovery.beyond_plan]
         import pyarrow as pa
         self.store.write_table(seg.leftover_file(self.seg_dir, self.partition),
                                pa.Table.from_pylist(rows, schema=schema.LEFTOVER), schema.LEFTOVER)
@@ -754,10 +797,14 @@ class PartitionFetcher:
             keep_memory_mapped()
         self.started_mono = time.monotonic()
         self._early_end_checked = 0.0
-        deadline = time.monotonic() + self.fc.max_duration_s if self.fc.max_duration_s > 0 else None
+        limit = self.fc.max_duration_s if self.fc.max_duration_s > 0 else (self.planned_s or 0.0)
+        deadline = self.deadline = self.started_mono + limit if limit > 0 else None
+        tail = TailWatch(self.fc.tail_share if limit > 0 else 0.0, self.fc.tail_after_share * limit,
+                         self.started_mono)
         stopping_at: float | None = None
         self._window_start, self._window_requests = self.started_mono, 0
         handed_back = False
+        ended_at: float | None = None
         while True:
             now = time.monotonic()
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
@@ -778,6 +825,12 @@ class PartitionFetcher:
                 self.stats["fetch/time_limit_stop"] = 1
                 handed_back = True
                 self._hand_back()
+            if not handed_back and tail.is_tail(self.frontier.slots.values(), now):
+                # A few hosts waiting out long spacings: the next segment has every due host.
+                self.stats["fetch/tail_stop"] = 1
+                self.stats["fetch/tail_stop_at_s"] = round(now - self.started_mono, 1)
+                handed_back = True
+                self._hand_back()
             if not handed_back and self._throughput_low(now):
                 self.stats["fetch/throughput_stop"] = 1
                 handed_back = True
@@ -786,6 +839,11 @@ class PartitionFetcher:
                 self.stats["fetch/end_requested"] = 1
                 handed_back = True
                 self._hand_back()
+            if handed_back and self.active:
+                ended_at = now if ended_at is None else ended_at
+                if now - ended_at > END_GRACE_S:
+                    self._drain()  # responses that came while the loop was busy are kept
+                    self._cut_in_flight()
             if handed_back and not self.active:
                 self._hand_back()  # what the last responses queued (redirects, discoveries)
                 break
@@ -838,6 +896,7 @@ class PartitionFetcher:
         active = len(self.active)
         waiting = self.frontier.waiting_hosts()
         self.stats["fetch/hosts_waiting_peak"] = max(self.stats["fetch/hosts_waiting_peak"], waiting)
+        self.count_idle()
         counters = {**self.stats, "fetch/allowed_requests": self.allowed_requests(now)}
         data = {"partition": self.partition, "time": time.time(), "hosts_active": active,
                 "hosts_waiting": waiting, "counters": counters}
@@ -846,6 +905,12 @@ class PartitionFetcher:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, path)
+
+    def count_idle(self) -> None:
+        """The frontier's idle-with-work figures into the stats (always, 0 too: a dashboard
+        reads the series whether or not a stall happened)."""
+        self.stats["fetch/idle_with_work_s"] = round(self.frontier.idle_with_work_s, 3)
+        self.stats["fetch/idle_with_work_requests"] = round(self.frontier.idle_with_work_requests, 3)
 
     def allowed_requests(self, now: float) -> float:
         """Requests this partition's hosts' delays allowed since :meth:`run` started

@@ -60,15 +60,15 @@ from cycles import clock, metrics
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import (bucket_executor, connect, current_bucket_files, new_url_rows_sql, upgraded_sql,
-                            verify_bucket_file)
+from cycles.tables.crawldb import (as_bucket_files, bucket_executor, bucket_source_sql, buckets_source_sql, connect, current_buckets,
+                            new_url_rows_sql, verify_bucket_file)
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.storage.bloom import BloomFilter
 from cycles.tables.newhosts import KNOWN_HOSTS_FP, MIN_KNOWN_HOSTS_CAPACITY, claimed_elsewhere, pending_claims
 from cycles.tables.assign import BucketLoad, bucket_load, chosen_hosts_table, partition_hosts_sql, \
     plan_assignment, write_seen_set
-from cycles.tables.hostdb import host_buckets
+from cycles.tables.hostdb import host_buckets, load_host_state, planned_urls
 from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
@@ -137,13 +137,18 @@ def host_budget_sql(config: Config) -> str:
             f"greatest({g.host_budget_min_factor!r}, host_importance))))")
 
 
-def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
-    """SQL of the due URLs to fetch next, best first, capped per host (:func:`host_budget_sql`)
+def due_sql(source: str, leased: str, config: Config, top_n: int, time_budget: bool = False) -> str:
+    """SQL of the due URLs to fetch next, best first, capped per host (:func:`host_budget_sql`,
+    and with ``time_budget`` the ``time_budget`` column :func:`with_time_budget_sql` adds)
     and pattern and in total, with their priority and due time; ``$now`` is left to bind.
     ``leased``: SQL source of the URLs leased to live segments (cycles/tables/leases.py). With
     ``generate.ranking = 'links'`` ``source`` is :func:`ranked_by_links_sql`'s."""
     priority = priority_sql(config)
     importance = ", host_importance" if config.generate.ranking == "links" else ""
+    budget = host_budget_sql(config)
+    if time_budget:
+        importance += ", time_budget"
+        budget = f"least({budget}, time_budget)"
     return f"""
         SELECT url, host, host_hash, score, depth, etag, last_modified, priority, next_fetch
         FROM (
@@ -159,7 +164,7 @@ def due_sql(source: str, leased: str, config: Config, top_n: int) -> str:
             )
             WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
         )
-        WHERE host_rank <= {host_budget_sql(config)}
+        WHERE host_rank <= {budget}
         ORDER BY priority DESC, next_fetch, url
         LIMIT {int(top_n)}"""
 
@@ -172,6 +177,7 @@ class GenerateBucketTask:
     config: Config
     bucket: int
     file: StorePath
+    """The bucket's files: a crawldb.BucketFiles (its base and deltas)."""
     schema_version: int
     lease_files: tuple
     now: dt.datetime
@@ -193,6 +199,9 @@ class GenerateBucketTask:
     """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
     (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
     filter from them rather than scanning the bucket's hosts a second time."""
+    segment_s: float = 0.0
+    """The segment's planned length (``generate.segment_s``, or ``crawl run``'s): each host
+    gets no more URLs than its spacing fits into it (:func:`with_time_budget_sql`). 0: no time budget."""
 
 
 @dataclass(frozen=True)
@@ -217,26 +226,32 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     store = Store(task.store_uri)
     # The first round reads every bucket: each task verifies its own (generate's
     # coordinator does not; the later rounds read only files verified here).
-    verify_bucket_file(store, task.file)
+    for path in as_bucket_files(task.file).files:
+        verify_bucket_file(store, path)
     con = connect(store, task.config, task.workers)
-    source = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+    whole = bucket_source_sql(store, con, task.file, task.schema_version)
+    # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
+    source = bucket_source_sql(store, con, task.file, task.schema_version, due_at=task.now)
     hosts = 0
     if task.hosts_out is not None:
-        table = con.sql(f"SELECT DISTINCT host FROM {source}").to_arrow_table()
+        table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
         store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
         hosts = table.num_rows
     if task.leftover_files:
-        source = with_leftovers_sql(store, con, source, task)
+        source = with_leftovers_sql(store, con, source, task, known=whole)
     if task.host_lease_files:
         # A host being fetched by an earlier segment must not be in this one too: two
         # fetches of it at once would break its spacing (cycles/commands/run.py).
         source = (f"(SELECT * FROM {source} WHERE host NOT IN "
                   f"(SELECT host FROM {leased_hosts_sql(store, con, list(task.host_lease_files))}))")
+    timed = task.segment_s > 0
+    if timed:
+        source = with_time_budget_sql(store, con, source, task)
     if task.config.generate.ranking == "links":
         source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
                                      link_source(store, con, task.link_hosts, schema.LINK_HOSTS), task.config)
     leased = leased_urls_sql(store, con, list(task.lease_files))
-    reader = con.sql(due_sql(source, leased, task.config, task.top_n),
+    reader = con.sql(due_sql(source, leased, task.config, task.top_n, timed),
                      params={"now": task.now}).to_arrow_reader(64 * 1024)
     histogram: Counter = Counter()
 
@@ -249,7 +264,7 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     return BucketDue(dict(histogram), hosts)
 
 
-def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
+def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask, known: str | None = None) -> str:
     """The bucket's rows and, as new unfetched rows, the leftover URLs of its hosts that it
     does not hold (one row per URL: the best score, the least depth). What a fetch queued
     and did not reach waits otherwise for that segment's update; at the start of a crawl
@@ -261,8 +276,35 @@ def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask)
             f"GROUP BY url)")
     con.execute(f"CREATE OR REPLACE TEMP TABLE leftover AS {new_url_rows_sql(mine, task.config)}",
                 {"now": task.now})
+    # ``known``: every row of the bucket, when ``source`` holds only the due ones.
     return (f"(SELECT * FROM {source} UNION ALL BY NAME SELECT * FROM leftover WHERE url NOT IN "
-            f"(SELECT url FROM {source} WHERE host IN (SELECT host FROM leftover)))")
+            f"(SELECT url FROM {known or source} WHERE host IN (SELECT host FROM leftover)))")
+
+
+def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
+    """``source`` with a ``time_budget`` column: how many URLs of the row's host fit the
+    segment's planned length (cycles/tables/hostdb.py :func:`~cycles.tables.hostdb.planned_urls`: spacing
+    and not-before from the host DB and the segments not updated yet).
+
+    Only hosts with more due URLs than fit at the longest spacing a host may have
+    (``fetch.max_crawl_delay_s``) are looked up: any other host fits whatever its spacing
+    (a not-before wait aside, which the fetch's set-aside rule handles), so the host DB is
+    read for the few big hosts, not for the long tail."""
+    fc = task.config.fetch
+    floor = task.config.effective_delay_s()
+    always_fit = max(1, int(task.segment_s / max(floor, fc.max_crawl_delay_s)))
+    big = [host for (host,) in con.sql(
+        f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > {always_fit}",
+        params={"now": task.now}).fetchall()]
+    states = load_host_state(store, set(big)) if big else {}
+    now_wall = task.now.timestamp()
+    budgets = pa.table({"host": pa.array(big, pa.string()),
+                        "time_budget": pa.array([planned_urls(states.get(h), task.segment_s, floor,
+                                                              fc.max_crawl_delay_s, now_wall) for h in big],
+                                                pa.int64())})
+    con.register("host_time_budget", budgets)
+    return (f"(SELECT s.*, coalesce(b.time_budget, {always_fit}) AS time_budget FROM {source} s "
+            f"LEFT JOIN host_time_budget b ON b.host = s.host)")
 
 
 def known_hosts_wanted(config: Config) -> bool:
@@ -563,7 +605,7 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
         buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
-        crawldb_sql = upgraded_sql(store.duckdb_source(con, files), task.schema_version)
+        crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
         pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
         counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
     con.close()
@@ -596,7 +638,8 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
 def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
              top_n: int | None = None, executor: Executor | None = None,
              cycle_locked: bool = False, exclude_hosts_in_flight: bool = False,
-             continuing: str | None = None, leftovers: bool = False) -> GenerateResult:
+             continuing: str | None = None, leftovers: bool = False,
+             segment_s: float | None = None) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
@@ -613,13 +656,17 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     which this one is fetched: its hosts are not left out, so a busy host goes on at once in
     the next segment (cycles/tables/leases.py ``continuing_lease``). ``leftovers``: the URLs fetched
     segments queued by discovery and did not reach are candidates too (``crawl run`` before
-    an update, when nothing else is due: :func:`with_leftovers_sql`).
+    an update, when nothing else is due: :func:`with_leftovers_sql`). ``segment_s``: the
+    segment's planned length (default ``generate.segment_s``; ``crawl run`` chooses its own):
+    each host's share fits it (:func:`with_time_budget_sql`), and the fetch ends there
+    (written in the generated marker).
     """
     if not cycle_locked:
         with seg.cycle_lock(store, "generate", config.db):
             return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True,
                             exclude_hosts_in_flight=exclude_hosts_in_flight, continuing=continuing,
-                            leftovers=leftovers)
+                            leftovers=leftovers, segment_s=segment_s)
+    segment_s = config.generate.segment_s if segment_s is None else segment_s
     started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
     top_n = config.generate.top_n if top_n is None else top_n
@@ -628,7 +675,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_bucket_files(store, verify=False)  # select_bucket_due verifies
+        manifest, files = current_buckets(store, verify=False)  # select_bucket_due verifies
         if manifest is None:
             raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
                              "with `crawl inject seeds.txt`")
@@ -637,7 +684,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         seg.abandon_expired(store, now)
         segment = new_id(now)
         candidates = seg.segment_dir(store, segment, must_exist=False) / seg.CANDIDATES
-        executor = bucket_executor(store, config, files, executor)
+        executor = bucket_executor(store, config, [b.base for b in files], executor)
         lease_files = tuple(live_lease_files(store, now))
         host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
         if continuing is not None:
@@ -648,7 +695,7 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
                                     top_n, store.bucket_file(candidates, bucket), executor.workers,
                                     *current_link_files(store, bucket, len(files)), host_lease_files,
-                                    left_files, len(files), hosts_files[bucket])
+                                    left_files, len(files), hosts_files[bucket], segment_s)
                  for bucket, file in enumerate(files)]
         try:
             outs = [t.out for t in tasks]
@@ -687,7 +734,8 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
         # generate running next sees either no segment or a complete, leased one.
         seg.write_marker(store, seg.Generated(
             segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
-            lease_until=lease_until.isoformat(), crawldb_version=manifest.version, continues=continuing))
+            lease_until=lease_until.isoformat(), crawldb_version=manifest.version, continues=continuing,
+            planned_s=segment_s))
     write_generate_stats(store, config, segment, urls, hosts, partitions,
                          time.monotonic() - started, started_wall)
     return GenerateResult(segment, urls, hosts, partitions)

@@ -147,7 +147,13 @@ class Manifest:
     """Each bucket's file in the version folder, in bucket order, when its writer named them
     (update's bucket tasks write ``bucket-NNNNN.<attempt>.parquet``: a retried task's two
     attempts never share a file, and this names the committed one); empty: the plain
-    ``bucket-NNNNN.parquet`` (other writers, and manifests written before)."""
+    ``bucket-NNNNN.parquet`` (other writers, and manifests written before). A name with a
+    ``/`` is relative to the table's folder (``<older version>/<file>``): a base carried over
+    unchanged from the version that wrote it (docs/incremental.md)."""
+    bucket_deltas: tuple[tuple[str, ...], ...] = ()
+    """Each bucket's delta files, oldest first, named like ``bucket_files`` (update writes
+    only the rows a segment changed or added; readers merge them over the base, the newest
+    row of a URL winning: cycles/tables/crawldb.py :func:`bucket_source_sql`); empty: no deltas."""
 
     def to_json(self) -> str:
         data = self.__dict__.copy()
@@ -155,6 +161,9 @@ class Manifest:
         data["bucket_files"] = list(self.bucket_files)
         if not self.bucket_files:  # manifests without names read as before (and by older versions)
             del data["bucket_files"]
+        data["bucket_deltas"] = [list(d) for d in self.bucket_deltas]
+        if not any(self.bucket_deltas):
+            del data["bucket_deltas"]
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -162,11 +171,29 @@ class Manifest:
         data = json.loads(text)
         data["applied_segments"] = tuple(data.get("applied_segments", ()))
         data["bucket_files"] = tuple(data.get("bucket_files", ()))
+        data["bucket_deltas"] = tuple(tuple(d) for d in data.get("bucket_deltas", ()))
         return cls(**data)
 
     def bucket_file_name(self, bucket: int) -> str:
         """The name of ``bucket``'s file in this version's folder."""
         return self.bucket_files[bucket] if self.bucket_files else f"bucket-{bucket:05d}.parquet"
+
+    def delta_names(self, bucket: int) -> tuple[str, ...]:
+        """``bucket``'s delta files, oldest first (names as :meth:`bucket_file_name`'s)."""
+        return self.bucket_deltas[bucket] if self.bucket_deltas else ()
+
+    def entry_in_table(self, entry: str) -> str:
+        """A file name of this version as seen from the table's folder: ``<version>/<name>``."""
+        return entry if "/" in entry else f"{self.version}/{entry}"
+
+    def entries(self) -> list[str]:
+        """Every Parquet file this version is made of (bases, then deltas), table-relative."""
+        names = list(self.bucket_files) + [n for deltas in self.bucket_deltas for n in deltas]
+        return [self.entry_in_table(n) for n in names]
+
+    def folders(self) -> set[str]:
+        """The version folders holding this version's files: its own and those it names."""
+        return {self.version} | {entry.split("/", 1)[0] for entry in self.entries()}
 
 
 _source_names = itertools.count()
@@ -669,6 +696,10 @@ class Store:
         last file and before ``CURRENT``: ``crawl recover`` reinstates only sealed versions."""
         folder = self.path(name, manifest.version)
         files = {p.name: self.read_metadata_checked(p).num_rows for p in self.list(folder, "*.parquet")}
+        # Files of older versions it names (carried-over bases and deltas) are checked too.
+        for entry in manifest.entries():
+            if not entry.startswith(manifest.version + "/"):
+                files[entry] = self.read_metadata_checked(self.path(name, *entry.split("/"))).num_rows
         seal = {"manifest": json.loads(manifest.to_json()), "files": files, "rows": sum(files.values())}
         self.write_json(folder / COMPLETE, seal)
         return seal
@@ -689,12 +720,35 @@ class Store:
             return None, f"its {COMPLETE} marker names version {manifest.version}"
         for file, rows in files.items():
             try:
-                found = self.read_metadata_checked(folder / file).num_rows
+                found = self.read_metadata_checked(self.sealed_file(name, version, file)).num_rows
             except StoreError as exc:
                 return None, str(exc).split(";")[0]
             if found != rows:
                 return None, f"{file} holds {found} rows, {rows} were written"
         return manifest, ""
+
+    def sealed_file(self, name: str, version: str, file: str) -> StorePath:
+        """A file a version's seal lists: in its folder, or (``<version>/<name>``) an older one's."""
+        return self.path(name, *file.split("/")) if "/" in file else self.path(name, version, file)
+
+    def sealed_files(self, name: str, version: str) -> list[StorePath]:
+        """Every file a sealed version's seal lists (its own and the older ones it names)."""
+        try:
+            files = self.read_json(self.path(name, version, COMPLETE)).get("files", {})
+        except (FileNotFoundError, StoreError, AttributeError):
+            return []
+        return [self.sealed_file(name, version, f) for f in files]
+
+    def _referenced_folders(self, name: str, versions: list[str]) -> set[str]:
+        """The folders the seals of ``versions`` name files in (their own included)."""
+        folders = set(versions)
+        for version in versions:
+            try:
+                seal = self.read_json(self.path(name, version, COMPLETE))
+                folders |= Manifest.from_json(json.dumps(seal["manifest"])).folders()
+            except (FileNotFoundError, StoreError, ValueError, TypeError, KeyError):
+                continue
+        return folders
 
     def install(self, name: str, manifest: Manifest, keep: int) -> None:
         """Make ``manifest.version`` current (atomic rename or PUT), then prune old versions.
@@ -717,7 +771,9 @@ class Store:
         kept = installed[-max(2, keep):]
         self.write_json(self.path(name, HISTORY), {"installed": kept})
         self.write_bytes(self.path(name, "CURRENT"), manifest.to_json().encode())
-        for old in sorted(existing - set(kept)):
+        # A folder whose files a kept version still names (a base carried over, deltas) stays.
+        referenced = self._referenced_folders(name, kept) | manifest.folders()
+        for old in sorted(existing - set(kept) - referenced):
             if old < manifest.version:
                 self.delete_dir(self.path(name, old))
 
@@ -742,12 +798,16 @@ class Store:
     def version_files(self, name: str, manifest: Manifest) -> list[StorePath]:
         """The version's Parquet files: those the manifest names, else every one in its folder."""
         if manifest.bucket_files:
-            return [self.path(name, manifest.version, file) for file in manifest.bucket_files]
+            return [self.path(name, *entry.split("/")) for entry in manifest.entries()]
         return self.list(self.path(name, manifest.version), "*.parquet")
 
     def version_bucket_file(self, name: str, manifest: Manifest, bucket: int) -> StorePath:
-        """``bucket``'s file of the version ``manifest`` names (:meth:`Manifest.bucket_file_name`)."""
-        return self.path(name, manifest.version, manifest.bucket_file_name(bucket))
+        """``bucket``'s base file of the version ``manifest`` names (:meth:`Manifest.bucket_file_name`)."""
+        return self.path(name, *manifest.entry_in_table(manifest.bucket_file_name(bucket)).split("/"))
+
+    def version_delta_files(self, name: str, manifest: Manifest, bucket: int) -> tuple[StorePath, ...]:
+        """``bucket``'s delta files, oldest first (:meth:`Manifest.delta_names`)."""
+        return tuple(self.path(name, *manifest.entry_in_table(n).split("/")) for n in manifest.delta_names(bucket))
 
     def bucket_file(self, folder: StorePath, bucket: int) -> StorePath:
         return folder / f"bucket-{bucket:05d}.parquet"

@@ -59,7 +59,7 @@ from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.tables.crawldb import pattern_hash_sql
-from cycles.tables.hostdb import load_host_state
+from cycles.tables.hostdb import load_host_state, planned_spacing_s
 from cycles.slotkey import slot_key
 from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, host_hashes
@@ -69,11 +69,12 @@ MIN_BLOOM_CAPACITY = 1000
 
 
 def host_delays(store: Store, config: Config, hosts: list[str]) -> dict[str, float]:
-    """Each host's delay between requests as the fetch worker will start it: the floor, or
-    the host DB's Crawl-delay when longer (cycles/fetch/worker.py ``_init_slot``)."""
+    """Each host's spacing between requests as the host DB last saw it: the floor, its
+    Crawl-delay, a slow host's or back-off's longer wait (cycles/tables/hostdb.py
+    ``planned_spacing_s``, the spacing generate's per-host time budget uses too)."""
     floor = config.effective_delay_s()
     states = load_host_state(store, set(hosts)) if hosts else {}
-    return {host: max(floor, float((states.get(host) or {}).get("crawl_delay_s") or 0.0)) for host in hosts}
+    return {host: planned_spacing_s(states.get(host), floor, config.fetch.max_crawl_delay_s) for host in hosts}
 
 
 def lpt(costs: dict[Hashable, float], partitions: int) -> dict[Hashable, int]:

@@ -6,6 +6,10 @@ lives in exactly one. Every stage that changes it (inject, generate, update) goe
 bucket plus the stage's inputs for that bucket, streamed to a new version folder, and the
 version is installed by one atomic swap of ``CURRENT``. Memory stays bounded by one
 bucket's working set (and DuckDB spills past its memory limit).
+
+A bucket is a base file plus delta files (update writes only what a segment changed,
+docs/incremental.md); readers merge them with :func:`bucket_source_sql`, the newest row of a
+URL winning, and ``crawl compact`` (cycles/commands/compact.py) folds deltas back into a base.
 """
 
 from __future__ import annotations
@@ -132,8 +136,9 @@ VERIFY_THREADS = 4
 
 
 def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | None, list[StorePath]]:
-    """The installed manifest and its bucket files, each checked to be readable Parquet
-    (its footer: one small read per bucket).
+    """The installed manifest and its buckets' BASE files, each checked to be readable Parquet
+    (its footer: one small read per bucket). A bucket's rows are its base merged with its
+    deltas: read them with :func:`current_buckets` and :func:`bucket_source_sql`.
 
     With ``verify`` every page of every bucket is read and its checksum checked
     (:meth:`Store.verify_parquet`) before a stage lets DuckDB — which checks none — read
@@ -151,6 +156,115 @@ def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | 
     if verify:
         store.verify_parquet(files, threads=min(VERIFY_THREADS, os.cpu_count() or 1))
     return manifest, files
+
+
+@dataclass(frozen=True)
+class BucketFiles:
+    """One bucket of the current crawl DB version: its base file and its delta files, oldest
+    first (docs/incremental.md). Read it through :func:`bucket_source_sql`, never the base
+    alone: a URL's row in the newest delta that holds it replaces the base's."""
+
+    base: StorePath
+    deltas: tuple = ()
+
+    @property
+    def files(self) -> list[StorePath]:
+        return [self.base, *self.deltas]
+
+
+def as_bucket_files(bucket) -> BucketFiles:
+    """``bucket`` as :class:`BucketFiles` (a plain path: a base without deltas)."""
+    return bucket if isinstance(bucket, BucketFiles) else BucketFiles(bucket)
+
+
+def current_buckets(store: Store, verify: bool = False) -> tuple[Manifest | None, list[BucketFiles]]:
+    """The installed manifest and each bucket's base and deltas, every file's footer checked
+    (``verify``: every page too, as :func:`current_bucket_files`). The one way readers of the
+    crawl DB's rows find its files: generate, update, the views, rebucket, recover."""
+    manifest = store.manifest("crawldb")
+    if manifest is None:
+        return None, []
+    buckets = [BucketFiles(store.version_bucket_file("crawldb", manifest, b),
+                           store.version_delta_files("crawldb", manifest, b)) for b in range(manifest.buckets)]
+    files = [f for bucket in buckets for f in bucket.files]
+    store.check_parquet(files)
+    if verify:
+        store.verify_parquet(files, threads=min(VERIFY_THREADS, os.cpu_count() or 1))
+    return manifest, buckets
+
+
+DELTA_ORDER = "_delta"
+"""Column numbering a bucket's deltas while they are merged (higher: newer)."""
+
+
+def merged_sql(base: str, deltas: list[str], where: str = "") -> str:
+    """SQL merging a bucket's base (SQL source) with its deltas (SQL sources, oldest first):
+    per URL the row of the newest delta that holds it, else the base's. The deltas are small
+    (one segment's changes each) and read whole; the base is streamed once and probed
+    against the deltas' URLs (an anti join), so a filter on it (generate's ``next_fetch <=
+    $now``) still reaches the Parquet scan and skips row groups by their statistics.
+
+    ``where``: a condition on the merged rows (generate's due time), applied to the base's
+    scan and to the newest delta rows; a base row replaced by a delta is dropped whatever
+    the condition says of it."""
+    if not deltas:
+        return f"(SELECT * FROM {base} WHERE {where})" if where else base
+    condition = f" WHERE {where}" if where else ""
+    numbered = " UNION ALL ".join(f"SELECT *, {i}::INTEGER AS {DELTA_ORDER} FROM {d}" for i, d in enumerate(deltas))
+    newest = (f"(SELECT * EXCLUDE ({DELTA_ORDER}) FROM ({numbered}) "
+              f"QUALIFY row_number() OVER (PARTITION BY url ORDER BY {DELTA_ORDER} DESC) = 1)")
+    if len(deltas) == 1:
+        newest = deltas[0]  # one delta holds a URL once (checked_rows)
+    return (f"(SELECT * FROM {newest}{condition} UNION ALL BY NAME "
+            f"SELECT b.* FROM (SELECT * FROM {base}{condition}) b ANTI JOIN (SELECT url FROM {newest}) d "
+            "ON b.url = d.url)")
+
+
+def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: BucketFiles,
+                      schema_version: int = schema.SCHEMA_VERSION, due_at: dt.datetime | None = None) -> str:
+    """SQL table expression over one bucket's rows: its base merged with its deltas
+    (:func:`merged_sql`), in the current schema (``schema_version``: the manifest's).
+    ``due_at``: only the rows due then (``next_fetch <= due_at``), the filter written as a
+    literal so that DuckDB prunes the base's row groups by their ``next_fetch`` statistics."""
+    bucket = as_bucket_files(bucket)  # a plain file: a base without deltas
+    base = store.duckdb_source(con, [bucket.base])
+    deltas = [store.duckdb_source(con, [d]) for d in bucket.deltas]
+    where = f"next_fetch <= TIMESTAMPTZ '{due_at.isoformat()}'" if due_at is not None else ""
+    if where and schema_version < schema.SCHEMA_VERSION:
+        return f"(SELECT * FROM {upgraded_sql(merged_sql(base, deltas), schema_version)} WHERE {where})"
+    return upgraded_sql(merged_sql(base, deltas, where), schema_version)
+
+
+def buckets_source_sql(store: Store, con: duckdb.DuckDBPyConnection, buckets: list[BucketFiles],
+                       schema_version: int = schema.SCHEMA_VERSION) -> str:
+    """SQL over several buckets' rows, each merged with its deltas (a URL lives in one bucket)."""
+    buckets = [as_bucket_files(b) for b in buckets]
+    if all(not b.deltas for b in buckets):
+        bases = [b.base for b in buckets]
+        return upgraded_sql(store.duckdb_source(con, bases), schema_version)
+    parts = [bucket_source_sql(store, con, b, schema_version) for b in buckets]
+    return "(" + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}" for p in parts) + ")"
+
+
+def read_bucket_rows(store: Store, bucket: BucketFiles, schema_version: int = schema.SCHEMA_VERSION,
+                     columns: list[str] | None = None) -> pa.Table:
+    """One bucket's merged rows as Arrow (small readers and tests), sorted by host, url."""
+    con = plain_connection()
+    try:
+        wanted = ", ".join(columns or schema.CRAWLDB.names)
+        return con.sql(f"SELECT {wanted} FROM {bucket_source_sql(store, con, bucket, schema_version)} "
+                       "ORDER BY host, url").to_arrow_table()
+    finally:
+        con.close()
+
+
+def read_crawldb(store: Store, columns: list[str] | None = None) -> pa.Table:
+    """The whole current crawl DB, one row per URL, base and deltas merged (tests, small tools)."""
+    manifest, buckets = current_buckets(store)
+    if manifest is None:
+        return schema.CRAWLDB.empty_table().select(columns or schema.CRAWLDB.names)
+    tables = [read_bucket_rows(store, b, manifest.schema_version, columns) for b in buckets]
+    return pa.concat_tables(tables)
 
 
 def verify_bucket_file(store: Store, path: StorePath) -> None:
@@ -171,6 +285,10 @@ def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | 
     """
     if not files:
         return "empty_crawldb"
+    if any(isinstance(f, BucketFiles) for f in files):  # buckets: each base merged with its deltas
+        if store is None:
+            store = Store(os.path.dirname(os.path.dirname(os.path.dirname(str(as_bucket_files(files[0]).base)))))
+        return buckets_source_sql(store, con, list(files), schema_version)
     if store is not None:
         return upgraded_sql(store.duckdb_source(con, files), schema_version)
     quoted = ", ".join(f"'{f}'" for f in files)
@@ -239,7 +357,7 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
     half-written version is deleted and the old one stays current. (Update runs its
     buckets as tasks instead, with :func:`write_bucket` and :func:`install_version`.)
     """
-    manifest, files = current_bucket_files(store)
+    manifest, files = current_buckets(store, verify=True)
     buckets = manifest.buckets if manifest else config.db.buckets
     con = con or connect(store, config)
     register_empty(con)
@@ -247,8 +365,8 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
     rows = 0
     try:
         for bucket in range(buckets):
-            old = (upgraded_sql(store.duckdb_source(con, [files[bucket]]), manifest.schema_version)
-                   if files else "empty_crawldb")
+            # Base and deltas merged: the version written is whole bases again, without deltas.
+            old = bucket_source_sql(store, con, files[bucket], manifest.schema_version) if files else "empty_crawldb"
             sql = build_bucket(con, old, bucket)
             rows += write_bucket(store, con, sql, store.bucket_file(folder, bucket), now,
                                  bucket=bucket, buckets=buckets)
@@ -257,6 +375,32 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
         raise
     install_version(store, config, manifest, version, buckets, who=who, applied_segment=applied_segment)
     return ReplaceResult(version=version, rows=rows, buckets=buckets)
+
+
+def write_base(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, *, bucket: int,
+               buckets: int, row_group_rows: int) -> int:
+    """Stream the rows of ``sql`` (a table expression: a bucket's merged rows,
+    :func:`bucket_source_sql`) into a compacted base file, sorted
+    by ``next_fetch`` (then url) in row groups of ``row_group_rows``: each group's min/max
+    ``next_fetch`` then tells generate whether anything in it is due. Rows are checked for
+    their bucket as they stream (:func:`checked_bucket`); one row per URL holds by
+    construction (:func:`merged_sql` keeps one row per URL of rows that held one each)."""
+    reader = con.sql(f"SELECT {CRAWLDB_COLUMNS} FROM {sql} ORDER BY next_fetch, url").to_arrow_reader(64 * 1024)
+    return store.write_batches(path, checked_bucket(reader, store.uri_of(path), bucket, buckets), schema.CRAWLDB,
+                               row_group_rows)
+
+
+def checked_bucket(batches: Iterable[pa.RecordBatch], where: str, bucket: int, buckets: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` (crawl DB rows in any order), each checked to be of ``bucket`` and to have
+    a URL and host (the cheap part of :func:`checked_rows`)."""
+    for batch in batches:
+        if batch.num_rows:
+            url, hashes = batch.column("url"), batch.column("host_hash")
+            wrong = np.flatnonzero(hashes.to_numpy(zero_copy_only=False) % np.uint64(buckets) != np.uint64(bucket))
+            if url.null_count or batch.column("host").null_count or hashes.null_count or len(wrong):
+                raise StageError(f"bucket {bucket} ({where}) would hold a row without url or host, or of another "
+                                 "bucket; nothing was installed and the crawl DB is unchanged; report this as a bug")
+        yield batch
 
 
 def write_bucket(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath,
@@ -333,23 +477,31 @@ def bucket_violation(batch: pa.RecordBatch, last: tuple[str, str] | None, bucket
 
 
 def install_version(store: Store, config: Config, manifest: Manifest | None, version: str, buckets: int, *,
-                    who: str, applied_segment: str | None = None, bucket_files: list[str] | None = None) -> None:
+                    who: str, applied_segment: str | None = None, bucket_files: list[str] | None = None,
+                    bucket_deltas: list[tuple[str, ...]] | None = None) -> None:
     """Make a fully written crawl DB version current (the atomic swap of ``CURRENT``).
 
     ``bucket_files``: each bucket's file name in the version folder, when the bucket tasks
     wrote attempt-unique names (update); the new manifest names them, and the folder's
     other bucket files — attempts of a retried task that were not committed — are deleted
     first, so that the seal and ``crawl recover`` see only the committed ones.
+    ``bucket_deltas``: each bucket's delta files (names as ``bucket_files``'), when the
+    version is made of bases and deltas (docs/incremental.md).
     """
     applied = tuple(manifest.applied_segments) if manifest else ()
     if applied_segment:
         applied = (applied + (applied_segment,))[-config.db.applied_segments_kept:]
+    deltas = tuple(tuple(d) for d in bucket_deltas or ())
     if bucket_files:
-        remove_uncommitted_attempts(store, store.path("crawldb", version), bucket_files)
+        own = [n for n in list(bucket_files) + [n for d in deltas for n in d] if "/" not in n]
+        own += [n.split("/", 1)[1] for n in list(bucket_files) + [n for d in deltas for n in d]
+                if n.startswith(version + "/")]
+        remove_uncommitted_attempts(store, store.path("crawldb", version), own)
     store.install("crawldb", Manifest(
         version=version, buckets=buckets, schema_version=schema.SCHEMA_VERSION,
         written_at=utcnow().isoformat(), written_by=f"{who}@{socket.gethostname()}:{os.getpid()}",
-        applied_segments=applied, bucket_files=tuple(bucket_files or ())), keep=config.db.keep_versions)
+        applied_segments=applied, bucket_files=tuple(bucket_files or ()),
+        bucket_deltas=deltas if any(deltas) else ()), keep=config.db.keep_versions)
 
 
 def remove_uncommitted_attempts(store: Store, folder: StorePath, committed: list[str]) -> int:
@@ -360,7 +512,7 @@ def remove_uncommitted_attempts(store: Store, folder: StorePath, committed: list
     with its version folder when that is pruned.
     """
     keep = set(committed)
-    stray = [path for path in store.list(folder, "bucket-*.parquet") if path.name not in keep]
+    stray = [path for path in store.list(folder, "*.parquet") if path.name not in keep]
     for path in stray:
         store.delete(path)
     return len(stray)

@@ -316,6 +316,42 @@ def load_host_state(store: Store, hosts: set[str], segment: str | None = None) -
     return merge_host_rows(tables)
 
 
+def planned_spacing_s(state: dict | None, floor_s: float, max_crawl_delay_s: float) -> float:
+    """Seconds a host's requests are apart as the host DB last saw it: the delay floor, its
+    Crawl-delay, and the wait its last response set (``not_before - last_request_end``: the
+    slow-host delay of ``fetch.delay_factor`` or a back-off), capped at ``max_crawl_delay_s``
+    (a longer wait is a not-before window, :func:`planned_wait_s`, not a spacing)."""
+    spacing = floor_s
+    if state is None:
+        return spacing
+    if state.get("crawl_delay_s"):
+        spacing = max(spacing, float(state["crawl_delay_s"]))
+    last, not_before = state.get("last_request_end"), state.get("not_before")
+    if last is not None and not_before is not None:
+        spacing = max(spacing, min(max_crawl_delay_s, (not_before - last).total_seconds()))
+    return spacing
+
+
+def planned_wait_s(state: dict | None, now_wall: float) -> float:
+    """Seconds from ``now_wall`` before the host may be asked (its not-before time), at least 0."""
+    if state is None or state.get("not_before") is None:
+        return 0.0
+    return max(0.0, state["not_before"].timestamp() - now_wall)
+
+
+def planned_urls(state: dict | None, segment_s: float, floor_s: float, max_crawl_delay_s: float,
+                 now_wall: float) -> int:
+    """How many URLs of a host fit a segment planned to last ``segment_s`` seconds: its time
+    after the not-before wait over its spacing (generate's per-host time budget, docs/segments.md).
+    0 when the host may not be asked before the segment ends: its URLs wait for a later one.
+    Rounded to the nearest: n requests need n - 1 spacings but n response times, which
+    roughly cancel (and a host at exactly 1 s + the 5 ms margin still gets 15 in 15 s)."""
+    left = segment_s - planned_wait_s(state, now_wall)
+    if left <= 0:
+        return 0
+    return max(1, round(left / planned_spacing_s(state, floor_s, max_crawl_delay_s)))
+
+
 # --- Writing: update folds a segment's hosts/ output into a new version --------------------
 
 ROUTE_OPEN_FILES = 1024

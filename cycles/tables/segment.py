@@ -136,6 +136,10 @@ class Generated(Marker):
     continues: str | None = None
     """The segment being fetched when this one was generated, which it may go on from (its
     hosts listed again; ``crawl run``, cycles/tables/leases.py ``continuing_lease``)."""
+    planned_s: float | None = None
+    """The length, in seconds, its fetch list was sized for and its fetch ends at
+    (``generate.segment_s`` or ``crawl run``'s choice; docs/segments.md). None: a segment
+    generated before plans were written (no planned end)."""
 
     def lease_expired(self, now: dt.datetime) -> bool:
         return self.lease_until is not None and dt.datetime.fromisoformat(self.lease_until) <= now

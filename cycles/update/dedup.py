@@ -53,7 +53,7 @@ import duckdb
 import pyarrow as pa
 
 from cycles.config import Config
-from cycles.tables.crawldb import connect, upgraded_sql, verify_bucket_file
+from cycles.tables.crawldb import as_bucket_files, bucket_source_sql, buckets_source_sql, connect, verify_bucket_file
 from cycles.executor import Executor
 from cycles.fingerprint import content_hash
 from cycles.tables.hostdb import host_buckets
@@ -446,11 +446,12 @@ def dedup_scan(task: DedupScanTask) -> dict[str, int]:
     write changes no byte the coordinator reads.
     """
     store, config = Store(task.store_uri), task.config
-    for path in task.old_files:
-        verify_bucket_file(store, path)
+    for bucket in task.old_files:  # each bucket's base and deltas (crawldb.BucketFiles)
+        for path in bucket.files:
+            verify_bucket_file(store, path)
     con = connect(store, config, task.workers)
     try:
-        db = upgraded_sql(store.duckdb_source(con, list(task.old_files)), task.schema_version)
+        db = buckets_source_sql(store, con, list(task.old_files), task.schema_version)
         con.execute(f"CREATE TEMP TABLE pages AS SELECT * FROM {store.duckdb_source(con, [pages_file(task.inputs)])}")
         counts = {}
         for kind, table in match_stored(con, db, "pages", config.update).items():
@@ -479,7 +480,7 @@ def count_host_pages(task: HostPagesTask) -> dict[str, int]:
     store = Store(task.store_uri)
     con = connect(store, task.config, task.workers)
     try:
-        db = upgraded_sql(store.duckdb_source(con, [task.file]), task.schema_version)
+        db = bucket_source_sql(store, con, task.file, task.schema_version)
         counts = stored_pages_per_host(con, db, list(task.hosts))
     finally:
         con.close()
@@ -494,8 +495,9 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
     coordinator holds the segment's pages and their matches, never the crawl DB's rows
     (issue #11). The result carries ``known_hashes`` for the pages feed (feed.feed_candidates).
     """
+    files = [as_bucket_files(f) for f in files]  # a bucket's base and deltas (plain paths: bases alone)
     store.write_table(pages_file(inputs), pages, pages.schema)
-    groups = scan_groups([store.read_metadata(f).num_rows for f in files], pages.num_rows)
+    groups = scan_groups([store.read_metadata(f.base).num_rows for f in files], pages.num_rows)
     tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
                            executor.workers) for part, group in enumerate(groups)]
     executor.map(dedup_scan, tasks)

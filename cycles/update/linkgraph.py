@@ -279,3 +279,94 @@ def install_linkdb(store: Store, config: Config, executor, update: LinkDbUpdate 
     counters["linkgraph/host_edges"] = edges
     counters["linkgraph/iterations"] = iterations
     counters["linkgraph/ms"] = int((time.monotonic() - started) * 1000)
+
+
+# --- the link DB's deltas and its own schedule (docs/incremental.md) ------------------------------
+PENDING = "pending"
+"""``linkdb/pending/``: the links of segments updated since the last merge, routed by bucket as
+update's inputs are (``inlinks/bucket-N/``, ``host_links/bucket-N/``), one file per segment
+and group of chunks. Generate does not read them: it ranks by the last merged version."""
+
+PENDING_KINDS = ("inlinks", "host_links")
+
+
+def pending_folder(store: Store) -> StorePath:
+    return store.path(LINKDB, PENDING)
+
+
+def pending_files(store: Store) -> list[StorePath]:
+    """Every pending link file (a snapshot: those a merge folds in and then deletes)."""
+    import pyarrow.fs as pafs
+
+    root = pending_folder(store)
+    infos = store.fs.get_file_info(pafs.FileSelector(str(root), recursive=True, allow_not_found=True))
+    return sorted(type(root)(info.path) for info in infos
+                  if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
+                  and not info.base_name.startswith("."))
+
+
+def stash_pending_links(store: Store, inputs: StorePath, segment: str, buckets: int) -> int:
+    """Keep the segment's routed links (``inputs/inlinks|host_links/bucket-N/``) as pending
+    deltas of the link DB, named by segment: update's link step when the link DB is merged on
+    a schedule (``update.link_rank_interval_s``) rather than in every update. Their cost
+    follows the segment. A second run for the same segment (update killed before its swap)
+    writes the same names again, and the merge keeps distinct rows, so nothing counts twice.
+    Returns the files kept."""
+    from cycles.update.route import routed_files, routed_folder
+
+    kept = 0
+    for kind in PENDING_KINDS:
+        for bucket in range(buckets):
+            for path in routed_files(store, inputs, kind, bucket):
+                target = routed_folder(pending_folder(store), kind, bucket) / f"{segment}-{path.name}"
+                store.write_bytes(target, store.read_bytes(path))
+                kept += 1
+    return kept
+
+
+def link_merge_due(store: Store, config: Config, forced: bool = False, now: float | None = None) -> bool:
+    """Whether the pending links are due to be merged: some are pending, and the last merge
+    (the link DB manifest's ``written_at``) is ``update.link_rank_interval_s`` old, or there is
+    no link DB yet (generate ranks by links from the first merge on), or ``forced``."""
+    if not pending_files(store):
+        return False
+    if forced or config.update.link_rank_interval_s <= 0:
+        return True
+    manifest = store.manifest(LINKDB)
+    if manifest is None:
+        return True
+    import datetime as dt
+
+    written = dt.datetime.fromisoformat(manifest.written_at).timestamp()
+    return (now if now is not None else time.time()) - written >= config.update.link_rank_interval_s
+
+
+def merge_pending_links(store: Store, config: Config, executor=None) -> Counter:
+    """Fold every pending segment's links into a new link DB version and rank the host graph
+    (the same tasks as update's link step, over ``linkdb/pending/`` instead of one segment's
+    inputs), install it, then delete the pending files merged. The caller holds the
+    ``crawldb`` lock (update writes pending links under it). Killed before the install, the
+    old version stays and the files wait; killed after it, they are merged again and change
+    nothing (the link DB's rows are distinct pairs)."""
+    from cycles.tables.crawldb import bucket_executor, current_buckets
+
+    counters: Counter = Counter()
+    files = pending_files(store)
+    manifest, buckets = current_buckets(store)
+    if not files or manifest is None:
+        return counters
+    executor = bucket_executor(store, config, [b.base for b in buckets], executor)
+    segments = sorted({"-".join(path.name.split("-")[:2]) for path in files})  # ids: <UTC time>-<hex>
+    counters["linkgraph/links"] = len(files)  # only tested for > 0 by start_linkdb
+    counters["linkgraph/pending_files"] = len(files)
+    links = start_linkdb(store, config, pending_folder(store), manifest.buckets, executor.workers, counters)
+    try:
+        linked = executor.map(merge_link_bucket, links.tasks) if links else []
+    except BaseException:
+        discard_linkdb(store, links)
+        raise
+    install_linkdb(store, config, executor, links, linked, pending_folder(store), segments[-1], counters)
+    for path in files:
+        store.delete(path)
+    del counters["linkgraph/links"]
+    return counters

@@ -38,7 +38,7 @@ import numpy as np
 
 from cycles.tables import segment as seg
 from cycles.config import Config, UpdateConfig
-from cycles.tables.crawldb import connect, upgraded_sql
+from cycles.tables.crawldb import bucket_source_sql, connect
 from cycles.storage.store import Store, StorePath
 from cycles.update import optimum
 from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
@@ -365,7 +365,7 @@ def bucket_rate_histogram(task: RateHistogramTask) -> RateHistogram:
     con = connect(store, task.config, task.workers)
     try:
         inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
-        old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
+        old = bucket_source_sql(store, con, task.old_file, task.schema_version)  # base and deltas
         routed = routed_source(con, store, routed_files(store, inputs, "results", task.bucket), ROUTED_FETCHED,
                                "no_fetched")
         return rate_histogram(con, old, task.config.update, resolved_fetched_sql(routed), task.seen_sql,

@@ -1,8 +1,9 @@
 """``crawl update``: merge a fetched segment into the crawl DB.
 
 For each bucket of the crawl DB, DuckDB joins the old bucket with the segment's fetch
-results and its new outlinks and writes the new bucket; the new version is swapped in
-atomically (see cycles/tables/crawldb.py). The rules:
+results and its new outlinks and writes the rows that changed or are new as the bucket's
+delta, beside its untouched base (``db.delta_updates``; off: the whole new bucket); the new
+version is swapped in atomically (see cycles/tables/crawldb.py, docs/incremental.md). The rules:
 
 - every fetch result updates its URL's row by the transition rules in
   :func:`transition_sql` (status, next fetch, interval, retries, validators, hashes);
@@ -35,8 +36,8 @@ from cycles import clock, metrics
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import (bucket_executor, connect, plain_connection, current_bucket_files,
-                            install_version, new_url_rows_sql, pattern_hash_sql, upgraded_sql, write_bucket)
+from cycles.tables.crawldb import (BucketFiles, bucket_executor, bucket_source_sql, connect, plain_connection,
+                            current_buckets, install_version, new_url_rows_sql, pattern_hash_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
 from cycles.storage.store import Store, StorePath, new_id
@@ -45,7 +46,7 @@ from cycles.update.dedup import (find_segment_duplicates, learn_variants, learne
 from cycles.update.feed import feed_candidates, write_feed_batch
 from cycles.tables.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
-from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, start_linkdb
+from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, stash_pending_links, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
                                   routed_source)
 from cycles.update.schedule import plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql, with_learned_cadence
@@ -217,6 +218,29 @@ class UpdateBucketTask:
     """The crawl DB's bucket count (every row written must be of ``bucket``)."""
     refresh_multiplier_s: float | None = None
     """The optimal schedule's μ for this update (schedule.plan_refresh); None: another schedule."""
+    old_deltas: tuple = ()
+    """The bucket's delta files, oldest first: ``old_file`` is its base (docs/incremental.md)."""
+    delta: bool = False
+    """Write only the rows this segment changes or adds (a delta), not the whole bucket."""
+
+
+def touched_rows_sql(con, old: str, hints: bool, variants: bool = False) -> str:
+    """The old rows (``old``) an update may change, for a delta (:class:`UpdateBucketTask`
+    ``delta``): those with a fetch result, a dedup mark or a sitemap hint (``hints``), the
+    unfetched rows of a demoted host (their score changes), and the unfetched rows carrying a
+    variant parameter learned on their host (``variants``: temp table ``variant_urls``; they
+    become duplicates). Every other row comes out of the update as it went in, so the delta
+    leaves it to the base. The URLs are gathered into a temp table first, so the base is
+    probed once against a small set."""
+    hinted = "UNION SELECT url FROM sitemap_hints" if hints else ""
+    if variants:
+        hinted += (f" UNION SELECT o.url FROM {old} o SEMI JOIN variant_urls v ON o.url = v.url"
+                   f" WHERE o.status = '{schema.DbStatus.UNFETCHED}'")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
+        SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
+        UNION SELECT o.url FROM {old} o SEMI JOIN demoted_hosts h ON o.host = h.host
+        WHERE o.status = '{schema.DbStatus.UNFETCHED}'""")
+    return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
@@ -230,7 +254,7 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
     inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
-    old = upgraded_sql(store.duckdb_source(con, [task.old_file]), task.schema_version)
+    old = bucket_source_sql(store, con, BucketFiles(task.old_file, tuple(task.old_deltas)), task.schema_version)
     results = load_bucket_results(con, store, inputs, task.bucket)
     links_rows, too_deep = load_bucket_links(con, store, inputs, task.bucket, config)
     # A URL marked twice keeps one mark: an exact copy before a near one, then the first canonical.
@@ -258,6 +282,13 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
         count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
         FROM candidates""").fetchall()[0]
+    hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
+    variants = load_variant_urls(con, store, inputs, old)
+    changed = old
+    if task.delta:
+        if hint_files:
+            load_sitemap_hints(con, store, hint_files)
+        changed = touched_rows_sql(con, old, bool(hint_files), variants)
     sql = f"""
         SELECT n.* REPLACE (
             coalesce(d.kind, n.status) AS status,
@@ -267,31 +298,28 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         FROM (
             SELECT {transition_sql(config, task.refresh_multiplier_s)},
                    CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome END AS f_outcome
-            FROM (SELECT * FROM {old} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
+            FROM (SELECT * FROM {changed} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db
             LEFT JOIN fetched_all f ON db.url = f.url
             UNION ALL BY NAME
             SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
-    sql, variants_skipped = with_variants_set_aside(con, store, inputs, sql, old, config)
-    hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
+    sql, variants_skipped = with_variants_set_aside(con, sql, old, config) if variants else (sql, 0)
     lastmod_due = 0
     if hint_files:  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
-        # A URL's hints from several groups of chunks: the newest lastmod, the shortest
-        # changefreq, the highest priority (as sitemap_hints merges two spellings).
-        con.execute(f"""CREATE TEMP TABLE sitemap_hints AS
-            SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, max(lastmod) AS lastmod,
-                   min(changefreq_s) AS changefreq_s, max(priority) AS priority
-            FROM {store.duckdb_source(con, hint_files)} GROUP BY url""")
+        load_sitemap_hints(con, store, hint_files)
         lastmod_due = lastmod_due_count(con, old, "sitemap_hints", "fetched_all", task.now)
         sql = hinted_sql(sql, "sitemap_hints", config)
     # A name of this attempt's own: a task run twice (its worker lost, the task retried
     # elsewhere while the first still ran) never writes over the other attempt's file; the
     # coordinator's manifest names the one it committed (crawldb.install_version).
-    name = attempt_bucket_name(task.bucket)
+    name = attempt_delta_name(task.bucket) if task.delta else attempt_bucket_name(task.bucket)
     rows = write_bucket(store, con, sql, task.new_folder / name, task.now, bucket=task.bucket, buckets=task.buckets)
     con.close()
+    if task.delta and rows == 0:  # nothing of the bucket changed: no delta file
+        store.delete(task.new_folder / name)
+        name = None
     return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
             "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due, "update/results": results,
             "links": links_rows, "filter/max_depth": too_deep, "dedup/variant_skipped": variants_skipped,
@@ -303,18 +331,17 @@ VARIANT_PARAMS = "variant_params.parquet"
 (cycles/update/dedup.py ``learn_variants``), written by the coordinator for the bucket tasks."""
 
 
-def with_variants_set_aside(con, store: Store, inputs: StorePath, sql: str, old: str, config: Config) -> tuple[str, int]:
-    """``sql`` (the bucket's new rows) with the URLs that carry a variant parameter learned
-    on their host set aside: an unfetched one becomes ``duplicate`` of the URL without the
-    parameter, and none of them is due before ``update.variant_recheck_s``, so generate does
-    not list them and discovery, whose seen-set holds them, does not fetch them. Returns
-    the SQL and how many unfetched URLs were set aside (``dedup/variant_skipped``)."""
+def load_variant_urls(con, store: Store, inputs: StorePath, old: str) -> bool:
+    """Temp table ``variant_urls`` (url, base): the bucket's URLs (old rows, this segment's
+    new pages and outlinks) that carry a variant parameter learned on their host
+    (cycles/update/dedup.py ``learn_variants``), with the URL without it. False when no
+    parameter is learned (no table)."""
     path = inputs / VARIANT_PARAMS
     if not store.exists(path):
-        return sql, 0
+        return False
     learned = store.read_table(path)
     if learned.num_rows == 0:
-        return sql, 0
+        return False
     con.register("learned_params", learned)
     # Only the URLs of hosts with a learned parameter go through Python (to strip them).
     urls = con.sql(f"""SELECT url, host FROM (SELECT url, host FROM {old} UNION ALL SELECT url, host FROM fetched_new
@@ -324,6 +351,15 @@ def with_variants_set_aside(con, store: Store, inputs: StorePath, sql: str, old:
     con.register("variant_rows", variant_rows(urls, learned))
     con.execute("CREATE TEMP TABLE variant_urls AS SELECT * FROM variant_rows")
     con.unregister("variant_rows")
+    return True
+
+
+def with_variants_set_aside(con, sql: str, old: str, config: Config) -> tuple[str, int]:
+    """``sql`` (the bucket's new rows) with the URLs of ``variant_urls`` (:func:`load_variant_urls`)
+    set aside: an unfetched one becomes ``duplicate`` of the URL without the parameter, and
+    none of them is due before ``update.variant_recheck_s``, so generate does not list them
+    and discovery, whose seen-set holds them, does not fetch them. Returns the SQL and how
+    many unfetched URLs were set aside (``dedup/variant_skipped``)."""
     S = schema.DbStatus
     fresh = f"x.status = '{S.UNFETCHED}' AND v.url IS NOT NULL"
     wrapped = f"""
@@ -338,6 +374,31 @@ def with_variants_set_aside(con, store: Store, inputs: StorePath, sql: str, old:
         UNION ALL SELECT url, '{S.UNFETCHED}' FROM candidates WHERE NOT over_pattern AND NOT over_host) o USING (url)
         WHERE o.status = '{S.UNFETCHED}'""").fetchall()[0][0]
     return wrapped, skipped
+
+
+def load_sitemap_hints(con, store: Store, hint_files: list) -> None:
+    """The bucket's sitemap hints as temp table ``sitemap_hints``, one row per URL. A URL's
+    hints from several groups of chunks: the newest lastmod, the shortest changefreq, the
+    highest priority (as sitemap_hints merges two spellings)."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE sitemap_hints AS
+        SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, max(lastmod) AS lastmod,
+               min(changefreq_s) AS changefreq_s, max(priority) AS priority
+        FROM {store.duckdb_source(con, hint_files)} GROUP BY url""")
+
+
+def attempt_delta_name(bucket: int) -> str:
+    """``delta-NNNNN.<attempt id>.parquet``: one attempt of a bucket task writing a delta."""
+    return f"delta-{bucket:05d}.{new_id()}.parquet"
+
+
+def delta_version_files(manifest, written: list[str | None], version: str) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The new manifest's bases and deltas when the bucket tasks wrote deltas (``written``:
+    each bucket's new delta, None if nothing changed): every base carried over, each
+    bucket's deltas plus its new one, all named from the table's folder."""
+    bases = [manifest.entry_in_table(manifest.bucket_file_name(b)) for b in range(manifest.buckets)]
+    deltas = [tuple(manifest.entry_in_table(n) for n in manifest.delta_names(b))
+              + ((f"{version}/{written[b]}",) if written[b] else ()) for b in range(manifest.buckets)]
+    return bases, deltas
 
 
 def attempt_bucket_name(bucket: int) -> str:
@@ -383,6 +444,12 @@ def load_bucket_links(con, store: Store, inputs: StorePath, bucket: int, config:
     return con.execute("SELECT count(*) FROM links_all").fetchall()[0][0], too_deep
 
 
+def writes_delta(config: Config, manifest) -> bool:
+    """Whether this update writes deltas (``db.delta_updates``): not over a crawl DB of an
+    older schema, which a whole rewrite upgrades first (deltas are in the current schema)."""
+    return config.db.delta_updates and manifest.schema_version == schema.SCHEMA_VERSION
+
+
 def update_segment(store: Store, config: Config, segment: str | None = None,
                    now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
     """Merge a fetched segment (the oldest fetched, not yet updated one if None).
@@ -418,7 +485,8 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     with store.lock("crawldb", db=config.db):
         # The footers only: the first round of bucket tasks (dedup.dedup_scan) verifies
         # each bucket's page checksums before anything reads its rows.
-        manifest, files = current_bucket_files(store, verify=False)
+        manifest, buckets = current_buckets(store, verify=False)
+        files = [b.base for b in buckets]
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
@@ -435,7 +503,7 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         # Mirrors found by earlier updates (their pages are never canonical) and the variant
         # parameters learned so far, kept beside the crawl DB (dedup.STATE_FILE).
         state = read_state(store)
-        dedup = find_segment_duplicates(store, config, con, executor, files, manifest.schema_version,
+        dedup = find_segment_duplicates(store, config, con, executor, buckets, manifest.schema_version,
                                         inputs, pages, counters, state["mirrors"])
         if state["segment"] != segment:  # a retried update counts its evidence once
             learn_variants(state, variant_evidence(pages, dedup.marks), config.update, counters)
@@ -465,9 +533,13 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
         multiplier = None
         if config.update.schedule == "optimal":
             config = with_learned_cadence(store, config)
-            multiplier = plan_refresh(store, config, executor, files, manifest.schema_version, segment,
+            multiplier = plan_refresh(store, config, executor, buckets, manifest.schema_version, segment,
                                       SEEN_SQL, CHANGED_SQL)
-        if config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
+        if config.update.link_graph and config.update.link_rank_interval_s > 0:
+            # The link DB on its own schedule (docs/incremental.md): the segment's links kept
+            # as pending deltas, merged and ranked by `crawl compact` when due.
+            counters["linkgraph/pending_files"] = stash_pending_links(store, inputs, segment, manifest.buckets)
+        elif config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
             # Each bucket's in-links merged by a task on the bucket tasks' executor, then
             # the host graph and its PageRank by rounds of tasks on it; only the install here.
             links = start_linkdb(store, config, inputs, manifest.buckets, executor.workers, counters)
@@ -491,9 +563,10 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             raise
         install_hostdb(store, config, hostdb)
         version, folder = store.new_version_dir("crawldb")
+        delta = writes_delta(config, manifest)
         tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
                                   folder, now, executor.workers, manifest.buckets,
-                                  refresh_multiplier_s=multiplier)
+                                  refresh_multiplier_s=multiplier, old_deltas=buckets[bucket].deltas, delta=delta)
                  for bucket in range(manifest.buckets)]
         try:
             added = Counter()
@@ -511,8 +584,11 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
             store.discard_version("crawldb", version)
             raise
         write_state(store, state)
+        deltas = None
+        if delta:  # bases carried over, each bucket's new delta appended (docs/incremental.md)
+            written, deltas = delta_version_files(manifest, written, version)
         install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment,
-                        bucket_files=written)
+                        bucket_files=written, bucket_deltas=deltas)
         store.delete_dir(inputs)
     links_rows = added.pop("links", 0)
     added.pop("rows", None)

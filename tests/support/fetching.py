@@ -94,8 +94,9 @@ def crawldb_rows(store: Store) -> dict[str, dict]:
 
     from cycles.tables.crawldb import current_bucket_files
 
-    _, files = current_bucket_files(store)
-    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    from cycles.tables.crawldb import read_crawldb
+
+    table = read_crawldb(store)  # bases and deltas merged: one row per URL
     return {r["url"]: r for r in table.to_pylist()}
 
 

@@ -10,7 +10,7 @@ import time
 import pyarrow.parquet as pq
 
 from cycles.tables import segment as seg
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.storage.store import Store
 
 
@@ -43,8 +43,7 @@ def fetchlist_hosts(store: Store, segment: str) -> set[str]:
 
 def crawldb_urls(store: Store) -> list[str]:
     """Every row's URL, duplicates kept."""
-    _, files = current_bucket_files(store)
-    return [r["url"] for f in files for r in store.read_table(f).to_pylist()]
+    return read_crawldb(store, ["url"]).column("url").to_pylist()  # bases and deltas merged
 
 
 def wait_for(process: subprocess.Popen, done, timeout_s: float = 60) -> None:

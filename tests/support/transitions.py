@@ -8,7 +8,7 @@ import pyarrow as pa
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import read_crawldb
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
 from cycles.storage.store import Store, utcnow
@@ -18,8 +18,7 @@ URL = "http://h.example/page"
 
 
 def rows(store: Store) -> dict[str, dict]:
-    _, files = current_bucket_files(store)
-    table = duckdb.connect().sql(f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table()
+    table = read_crawldb(store)  # base and deltas merged, one row per URL
     return {r["url"]: r for r in table.to_pylist()}
 
 

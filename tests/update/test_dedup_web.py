@@ -11,7 +11,7 @@ import duckdb
 
 import pytest
 
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.commands.inject import inject
 from cycles.tables.pages import read_feed
@@ -30,9 +30,7 @@ def test_duplicates_and_near_duplicates_on_the_web(store, tmp_path):
                               if any(f"//{m}" in u for m in web.mirror_hosts()))
         inject(store, config, write_seeds(tmp_path / "seeds.txt", web.seeds() + mirror_pages))
         list(run_cycles(store, config, cycles=6))
-    _, files = current_bucket_files(store)
-    rows = {r["url"]: r for r in duckdb.connect().sql(
-        f"SELECT * FROM read_parquet([{', '.join(repr(str(f)) for f in files)}])").to_arrow_table().to_pylist()}
+    rows = {r["url"]: r for r in read_crawldb(store).to_pylist()}  # bases and deltas merged
 
     def root(url):
         return rows[url]["duplicate_of"] if rows[url]["status"] in COPY else url

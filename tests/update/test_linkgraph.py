@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from collections import Counter
 
 import pyarrow as pa
@@ -88,8 +89,13 @@ def linked_store(store, tmp_path):
     """One cycle: five hub hosts each link to t.example/deep (as if from depth 2, so the page
     is 3 hops from a seed); t.example/ links to five pages at depth 1. Also links that must not
     count: a nofollow link from hub5, a same-host link, the same hub linking twice."""
+    return linked(store, tmp_path, link_rank_interval_s=0)  # merged and ranked in every update
+
+
+def linked(store, tmp_path, link_rank_interval_s: float):
     config = Config()
     config.db.buckets = 2
+    config.update.link_rank_interval_s = link_rank_interval_s
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("\n".join(HUBS + ["http://t.example/", "http://hub5.example/"]) + "\n")
     inject(store, config, seeds)
@@ -199,3 +205,30 @@ def test_recover_reinstates_a_lost_link_db(linked_store):
     results = {r.table: r for r in recover(store)}
     assert results[LINKDB].action == "reinstated" and store.manifest(LINKDB) == manifest
     assert chosen(store, config, top_n=1) == [DEEP]
+
+
+def test_links_wait_as_pending_deltas_until_their_merge_is_due(store, tmp_path):
+    """On its own schedule (update.link_rank_interval_s, the default): update only keeps the
+    segment's links as pending files; `crawl compact` merges them and ranks the host graph,
+    to the link DB an update in every cycle builds, and not again before the interval."""
+    from cycles.commands.compact import compact
+    from cycles.update.linkgraph import link_merge_due, pending_files
+
+    _, config, result = linked(store, tmp_path, link_rank_interval_s=3600)
+    assert store.manifest(LINKDB) is None and pending_files(store)  # nothing merged by the update
+    assert result.counters["linkgraph/pending_files"] > 0
+    assert link_merge_due(store, config)  # no link DB yet: due at once
+    assert compact(store, config).links
+    assert not pending_files(store)
+    urls = link_rows(store, "urls")
+    assert urls[DEEP]["inlink_hosts"] == 5 and link_rows(store, "hosts")["t.example"]["importance"] > 1
+    later = utcnow() + dt.timedelta(seconds=config.generate.lease_s + 1)
+    segment = generate(store, config, now=later, top_n=1).segment
+    fetch_result(store, segment, [], [{"from_url": "http://other.example/", "url": DEEP, "nofollow": False,
+                                       "depth": 3}])
+    update_segment(store, config, segment, now=later)
+    assert pending_files(store) and not link_merge_due(store, config)  # merged less than an hour ago
+    assert link_merge_due(store, config, now=time.time() + 3600)  # the positive control: due an hour on
+    assert not compact(store, config).links and link_rows(store, "urls")[DEEP]["inlink_hosts"] == 5
+    assert compact(store, config, everything=True).links  # `crawl compact --all`
+    assert link_rows(store, "urls")[DEEP]["inlink_hosts"] == 6

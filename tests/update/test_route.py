@@ -18,7 +18,7 @@ import pytest
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_bucket_files, read_crawldb
 from cycles.executor import InProcess
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
@@ -64,6 +64,7 @@ def generated(tmp_path_factory):
     config = Config()
     config.db.buckets = 3
     config.generate.partitions = 1
+    config.update.link_rank_interval_s = 0  # the link DB merged in update: its tasks are routed too
     store = Store(folder / "data")
     seeds = folder / "seeds.txt"
     seeds.write_text("\n".join(SEEDS) + "\n")
@@ -88,8 +89,7 @@ def fetched_copy(generated, target, chunks) -> Store:
 
 
 def crawldb_rows(store: Store) -> list[dict]:
-    _, files = current_bucket_files(store)
-    rows = store.read_tables(files, schema.CRAWLDB).to_pylist()
+    rows = read_crawldb(store).to_pylist()  # bases and deltas merged
     return sorted(rows, key=lambda row: row["url"])
 
 
@@ -152,15 +152,19 @@ def test_chunks_routed_as_tasks_give_the_crawl_db_of_one_chunk(generated, one_ch
 
 
 def test_a_bucket_task_run_twice_commits_one_file(generated, one_chunk, tmp_path, monkeypatch):
-    """Every task (routing and bucket) runs twice: the manifest names one file per bucket, the
+    """Every task (routing and bucket) runs twice: the manifest names one delta per bucket, the
     other attempts' files are gone, and the crawl DB is the one of a run without retries."""
     store, _ = three_chunks(generated, tmp_path / "data", monkeypatch, Recording(repeat=2))
     manifest = store.manifest()
     folder = store.path("crawldb", manifest.version)
-    assert len(manifest.bucket_files) == 3 and len(set(manifest.bucket_files)) == 3
-    assert [name.split(".")[0] for name in manifest.bucket_files] == [f"bucket-{b:05d}" for b in range(3)]
-    assert sorted(path.name for path in store.list(folder, "bucket-*.parquet")) == sorted(manifest.bucket_files)
-    assert set(store.read_json(folder / "_COMPLETE")["files"]) == set(manifest.bucket_files)
+    deltas = [name for bucket in manifest.bucket_deltas for name in bucket]
+    # At most one delta per bucket (none where the segment changed nothing), one name each.
+    assert len(manifest.bucket_files) == 3 and len(deltas) >= 2 and len(set(deltas)) == len(deltas)
+    assert all(len(bucket) <= 1 for bucket in manifest.bucket_deltas)
+    assert [name.split("/")[1].split(".")[0] for name in deltas] == [
+        f"delta-{b:05d}" for b, bucket in enumerate(manifest.bucket_deltas) if bucket]
+    assert sorted(f"{manifest.version}/{path.name}" for path in store.list(folder, "*.parquet")) == sorted(deltas)
+    assert set(store.read_json(folder / "_COMPLETE")["files"]) >= {name.split("/")[1] for name in deltas}
     assert crawldb_rows(store) == crawldb_rows(one_chunk[0])
     # The link DB's and the host DB's tasks too: the tables of a run without retries.
     assert table_rows(store, "linkdb") == table_rows(one_chunk[0], "linkdb") and table_rows(store, "linkdb")

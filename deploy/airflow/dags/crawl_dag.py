@@ -179,7 +179,13 @@ def crawl_dag():
             raise AirflowSkipException(result.get("message", "nothing to do"))
         return result
 
-    update(mark_fetched(fetch.expand_kwargs(generate())))
+    @task
+    def compact(updated: dict) -> dict:
+        """Merge the buckets' deltas into bases and the link DB's pending links, each when due
+        (docs/incremental.md); a run with nothing due returns at once."""
+        return crawl("compact")
+
+    compact(update(mark_fetched(fetch.expand_kwargs(generate()))))
 
 
 crawl_dag()

@@ -1,0 +1,76 @@
+"""When a segment's fetch ends before its fetch list is done: its plan and its tail.
+
+A segment is planned to last ``generate.segment_s`` seconds (or what ``crawl run`` chose,
+written in its generated marker): generate gave each host no more URLs than its spacing
+fits into that time, and the fetch ends there (cycles/fetch/worker.py). Two rules here keep
+the fetch inside that plan (docs/segments.md):
+
+- :func:`fits_before`: discovery inside the fetch queues a link for its host only while the
+  host's queue still ends before the planned end, at the host's spacing; what does not fit
+  is left to the next segment (cycles/fetch/discovery.py, ``discover/host_time_budget``);
+- :class:`TailWatch`: the segment has become a *tail* — the hosts with work left could
+  make far fewer requests a second than its hosts could earlier (a few hosts waiting out a
+  Crawl-delay, a back-off or a slow server) — so its fetch ends now and hands the rest back
+  (``fetch/tail_stop``), and the next segment starts with every host the crawl DB has due.
+
+Both measure a host by its *spacing* (:func:`spacing_s`): the delay after a response, or
+the whole last request cycle (response time plus the delay after it) when that was longer.
+The tail rule compares the segment with itself, so it holds for a 3-host crawl as for a
+30,000-host one; no fixed pages/s floor does (``fetch.throughput_min_pages_s``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cycles.fetch.frontier import HostSlot
+
+TAIL_CHECK_S = 1.0
+"""How often the tail rule sums its hosts' rates (a pass over the partition's slots)."""
+
+
+def spacing_s(slot: HostSlot) -> float:
+    """Seconds between the starts of two of the host's requests, as last seen."""
+    return max(slot.delay_s, slot.cycle_s, 0.001)
+
+
+def has_work(slot: HostSlot) -> bool:
+    return slot.set_aside is None and bool(slot.queue or slot.robots.url)
+
+
+def fits_before(slot: HostSlot, now: float, deadline: float | None) -> bool:
+    """Would one more URL queued for ``slot`` start before ``deadline`` (monotonic; None: no end)?"""
+    if deadline is None:
+        return True
+    first = max(now, slot.next_allowed)
+    return first + len(slot.queue) * spacing_s(slot) < deadline
+
+
+def request_rate(slots: Iterable[HostSlot], now: float) -> float:
+    """Requests a second the hosts with work left could make: each one over its spacing, or
+    over the wait to its next allowed time when that is longer (a back-off, a not-before)."""
+    return sum(1.0 / max(spacing_s(s), s.next_allowed - now) for s in slots if has_work(s))
+
+
+class TailWatch:
+    """Says once when a partition's fetch has become a tail (module doc).
+
+    ``share``: ``fetch.tail_share`` (0: never); ``after_s``: seconds from the start before
+    the rule applies (``fetch.tail_after_share`` of the planned length)."""
+
+    def __init__(self, share: float, after_s: float, started: float):
+        self.share = share
+        self.after_s = after_s
+        self.started = started
+        self.peak = 0.0
+        """The highest :func:`request_rate` seen in this fetch."""
+        self.rate = 0.0
+        self._checked = started - TAIL_CHECK_S
+
+    def is_tail(self, slots: Iterable[HostSlot], now: float) -> bool:
+        if self.share <= 0 or now - self._checked < TAIL_CHECK_S:
+            return False
+        self._checked = now
+        self.rate = request_rate(slots, now)
+        self.peak = max(self.peak, self.rate)
+        return now - self.started >= self.after_s and self.rate < self.share * self.peak
