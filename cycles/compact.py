@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Iterator
 
-from cycles import schema
+from cycles import metrics, schema
 from cycles.config import Config
 from cycles.crawldb import (BucketFiles, connect, current_buckets, bucket_source_sql, install_version,
                             verify_bucket_file, write_base)
@@ -122,6 +122,8 @@ def compact(store: Store, config: Config, *, everything: bool = False, links: bo
 
             if link_merge_due(store, config, forced=everything):
                 result.links = dict(merge_pending_links(store, config))
+    if result.versions:  # the dashboard's crawl DB size follows the files compaction replaced
+        metrics.publish_crawldb(store, config)
     result.seconds = time.monotonic() - started
     return result
 
