@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Iterator
 
+from cycles import metrics
 from cycles.tables import schema
 from cycles.config import Config
 from cycles.tables.crawldb import (BucketFiles, connect, current_buckets, bucket_source_sql, install_version,
@@ -122,6 +123,8 @@ def compact(store: Store, config: Config, *, everything: bool = False, links: bo
 
             if link_merge_due(store, config, forced=everything):
                 result.links = dict(merge_pending_links(store, config))
+    if result.versions:  # the dashboard's crawl DB size follows the files compaction replaced
+        metrics.publish_crawldb(store, config)
     result.seconds = time.monotonic() - started
     return result
 

@@ -224,18 +224,22 @@ class UpdateBucketTask:
     """Write only the rows this segment changes or adds (a delta), not the whole bucket."""
 
 
-def touched_rows_sql(con, old: str, hints: bool, variants: bool = False) -> str:
+def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck_before=None) -> str:
     """The old rows (``old``) an update may change, for a delta (:class:`UpdateBucketTask`
     ``delta``): those with a fetch result, a dedup mark or a sitemap hint (``hints``), the
-    unfetched rows of a demoted host (their score changes), and the unfetched rows carrying a
-    variant parameter learned on their host (``variants``: temp table ``variant_urls``; they
-    become duplicates). Every other row comes out of the update as it went in, so the delta
+    unfetched rows of a demoted host (their score changes), and the rows carrying a variant
+    parameter learned on their host (``variants``: temp table ``variant_urls``) that
+    :func:`with_variants_set_aside` changes: the unfetched ones (they become duplicates) and the
+    copies due before ``recheck_before`` (now + half of ``update.variant_recheck_s``: their next
+    fetch is pushed on again, so a delta rewrites each at most twice a recheck period). Every other row comes out of the update as it went in, so the delta
     leaves it to the base. The URLs are gathered into a temp table first, so the base is
     probed once against a small set."""
     hinted = "UNION SELECT url FROM sitemap_hints" if hints else ""
     if variants:
+        S = schema.DbStatus
         hinted += (f" UNION SELECT o.url FROM {old} o SEMI JOIN variant_urls v ON o.url = v.url"
-                   f" WHERE o.status = '{schema.DbStatus.UNFETCHED}'")
+                   f" WHERE o.status = '{S.UNFETCHED}' OR (o.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}')"
+                   f" AND o.next_fetch < TIMESTAMPTZ '{recheck_before.isoformat()}')")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
         UNION SELECT o.url FROM {old} o SEMI JOIN demoted_hosts h ON o.host = h.host
@@ -288,7 +292,8 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     if task.delta:
         if hint_files:
             load_sitemap_hints(con, store, hint_files)
-        changed = touched_rows_sql(con, old, bool(hint_files), variants)
+        recheck_before = task.now + dt.timedelta(seconds=config.update.variant_recheck_s / 2)
+        changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before)
     sql = f"""
         SELECT n.* REPLACE (
             coalesce(d.kind, n.status) AS status,
