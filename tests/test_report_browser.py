@@ -221,7 +221,11 @@ def test_the_report_in_chromium(page, probe, size, tmp_path):
         # page (a phone would show the whole page zoomed out: the cycles table has 12 columns).
         width = SIZES[size]["width"]
         box = driver.execute_script(BOX_JS, "summary")
-        assert 0 <= box["top"] and box["bottom"] <= box["inner_h"], box
+        # On a phone the summary (now with TLS, DNS and idle-with-work rows) is longer than a
+        # screen: it starts above the fold there, and fits whole at desktop size.
+        assert 0 <= box["top"] < box["inner_h"] / 2, box
+        if size == "desktop":
+            assert box["bottom"] <= box["inner_h"], box
         assert box["right"] <= box["inner_w"] <= width, box
         assert driver.execute_script(WIDTH_JS) <= width
 
