@@ -28,7 +28,7 @@ from pathlib import Path
 
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files
+from cycles.tables.crawldb import current_buckets
 from cycles.errors import CrawlError
 from cycles.metrics import ERROR_OUTCOMES, UNANSWERED_OUTCOMES
 from cycles.tables.schema import DbStatus
@@ -155,9 +155,12 @@ def distributions(con) -> dict:
 
 
 def bucket_sizes(store: Store) -> list[tuple[int, int, int]]:
-    """(bucket, rows, bytes) of the current crawl DB's bucket files (Parquet footers and file sizes)."""
-    _, files = current_bucket_files(store, verify=False)  # open_views verified them
-    return [(b, store.read_metadata(f).num_rows, store.fs.get_file_info(str(f)).size) for b, f in enumerate(files)]
+    """(bucket, rows, bytes) of the current crawl DB's buckets: base and delta files together
+    (Parquet footers and file sizes; a URL in a delta and its base counts twice until compaction).
+    Counting the bases alone showed an incremental crawl DB as not growing at all."""
+    _, buckets = current_buckets(store)  # open_views verified them
+    return [(b, sum(store.read_metadata(f).num_rows for f in bucket.files),
+             sum(store.fs.get_file_info(str(f)).size for f in bucket.files)) for b, bucket in enumerate(buckets)]
 
 
 def cycle_rows(stats: list[dict], fetched: dict, changes: dict[str, int]) -> list[dict]:
