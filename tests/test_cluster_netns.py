@@ -242,3 +242,16 @@ def test_the_crawl_db_in_s3_has_the_fetched_rows(cycle):
     assert set(cycle["seeds"]) <= fetched, (sorted(fetched), cycle["log"])
     assert fetched == cycle["served"], (sorted(fetched), sorted(cycle["served"]))
     assert len(rows) > len(fetched)  # the fetched pages' links, found by update
+
+
+def test_no_host_has_a_route_out_of_the_test_network(cluster):
+    """The network rule: a namespace reaches the bridge (the positive control) and nothing
+    else; there is no default route, so no packet can leave for another address."""
+    net = cluster["net"]
+    for host in net.hosts.values():
+        assert subprocess.run(["ip", "-n", host.name, "route", "get", net.root_address],
+                              capture_output=True).returncode == 0
+        assert "default" not in subprocess.run(["ip", "-n", host.name, "route", "show"], capture_output=True,
+                                               text=True).stdout
+        out = subprocess.run(["ip", "-n", host.name, "route", "get", "192.0.2.1"], capture_output=True, text=True)
+        assert out.returncode != 0 and "unreachable" in out.stderr.lower(), (host.name, out.stdout, out.stderr)
