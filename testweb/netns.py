@@ -10,7 +10,7 @@ The network, and why it keeps the network rule (traffic only to loopback or to n
 the test made):
 
 - the bridge has the first address of a /24 in 10.0.0.0/8 that no route or address of this
-  machine uses (:func:`free_subnet`); the root namespace (the coordinator, the test web)
+  machine uses (:func:`free_subnet`; one ``0.0.0.0/0`` default route is not counted); the root namespace (the coordinator, the test web)
   reaches the namespaces over it, and no namespace has a default route: a packet to any
   other address has no route and is never sent;
 - the test web listens on loopback addresses of the root namespace (``127.1.0.x``,
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import shutil
 import subprocess
 import uuid
@@ -98,12 +99,14 @@ def used_networks() -> list[ipaddress.IPv4Network]:
 
 
 def free_subnet() -> ipaddress.IPv4Network:
-    """The first of :data:`SUBNETS` that overlaps nothing this machine uses."""
+    """One of :data:`SUBNETS` that overlaps nothing this machine uses, chosen at random: two
+    test runs starting at once on one machine (parallel CI jobs) would otherwise both take the
+    first free one."""
     used = used_networks()
-    for net in SUBNETS:
-        if not any(net.overlaps(u) for u in used if u.prefixlen > 0):
-            return net
-    raise NetnsError(f"no free subnet among {len(SUBNETS)} candidates in 10.231-233.0.0/16")
+    free = [net for net in SUBNETS if not any(net.overlaps(u) for u in used if u.prefixlen > 0)]
+    if not free:
+        raise NetnsError(f"no free subnet among {len(SUBNETS)} candidates in 10.231-233.0.0/16")
+    return random.choice(free)
 
 
 @dataclass
