@@ -1009,7 +1009,9 @@ def bench_size(args, size: int) -> dict:
            "update_s": u_wall, "update_rss": u_rss, "generate_cpu": g["cpu_s"], "update_cpu": u["cpu_s"],
            "generate_load": g["load"], "update_load": u["load"], "generate_phases": g["phases"], "update_phases": u["phases"],
            "selected": g["urls"], "db_bytes_after": du(root / "crawldb"), "compact_s": c_wall, "compact_rss": c_rss,
-           "compact_cpu": c.get("own_cpu_s", float("nan")), "links_s": l_wall, "links_rss": l_rss}
+           "compact_cpu": c.get("own_cpu_s", float("nan")), "links_s": l_wall, "links_rss": l_rss,
+           "links_cpu": l_out.get("own_cpu_s", float("nan")) if incremental() else float("nan"),
+           "compact_rows": c.get("rows", 0), "update_counters": u["counters"]}
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return row
@@ -1017,7 +1019,8 @@ def bench_size(args, size: int) -> dict:
 
 def incremental() -> bool:
     """Whether the code measured has the crawl DB's deltas and `crawl compact` (docs/incremental.md)."""
-    return (Path(_src_dir()) / "cycles" / "compact.py").exists()
+    src = Path(_src_dir()) / "cycles"  # cycles/compact.py moved to cycles/commands/ with the layers (#25)
+    return (src / "commands" / "compact.py").exists() or (src / "compact.py").exists()
 
 
 def link_seconds(row: dict) -> float:

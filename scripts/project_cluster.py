@@ -24,6 +24,21 @@ per-prefix limits (3,500 PUT/COPY/POST/DELETE and 5,500 GET/HEAD per second; LIS
 GETs for the rate, with PUTs for the price). Prints a markdown table and names the bottleneck.
 
     .venv/bin/python scripts/project_cluster.py --cost /tmp/bench-cost.json --cluster /tmp/bench-cluster.json
+
+**The incremental projection** (issue 24: update writes deltas, ``crawl compact`` merges them,
+the link DB is merged on a schedule of its own; docs/incremental.md). ``--scale`` reads
+scripts/bench_scale.py ``--json`` rows (one crawl DB size, two segment shares: ``--top-n-pct
+1`` and ``10``), ``--point`` takes the same figures by hand; each stage's CPU seconds are
+fitted as ``a × known URLs + b × URLs fetched``. For an hourly cycle (``--cycle-hours``) at
+1 B and 10 B known URLs it prints the bookkeeping's CPU — generate and update every cycle,
+compaction of the rows the cycle changed (amortised: a bucket is rewritten, base and deltas,
+once its deltas pass ``--compact-ratio`` of it), the link DB's merge every
+``--link-interval-h`` — next to the fetch fleet's, and the workers each needs::
+
+    .venv/bin/python scripts/bench_scale.py --sizes 10M --top-n-pct 1 --built DIR --json s1.json
+    .venv/bin/python scripts/bench_scale.py --sizes 10M --top-n-pct 10 --built DIR --json s10.json
+    .venv/bin/python scripts/project_cluster.py --scale s1.json s10.json --commit <the code measured>
+    .venv/bin/python scripts/project_cluster.py --point generate,1e7,1e5,34.6 --point generate,1e7,1e6,67 ...
 """
 
 from __future__ import annotations
@@ -306,10 +321,161 @@ def shortest_cycle(args, model: dict, known: float) -> float | None:
     return None if room <= 0 else per_cycle / room / 3600
 
 
+DELTA_ROWS_PER_PAGE = 3.5
+"""Delta rows per fetched page when not measured: the page's row and ~2.5 new URLs (bench_scale's
+segment: 10 outlinks a page, half to new URLs, ~2 links per new URL)."""
+
+INCR_STAGES = ("generate", "update", "compact", "links")
+"""What a cycle's bookkeeping is made of once update writes deltas (docs/incremental.md)."""
+
+
+def scale_points(paths: list[str]) -> list[tuple[str, float, float, float, float]]:
+    """(stage, known, fetched, CPU s, rows) from bench_scale ``--json`` rows; ``rows`` is the
+    rows compaction rewrote (its ``compact --all`` after the update), else 0."""
+    points = []
+    for path in paths:
+        for r in json.loads(Path(path).read_text()):
+            known, fetched = float(r["size"]), float(r.get("fetched", r["selected"]))
+            points += [("generate", known, fetched, float(r["generate_cpu"]), 0.0),
+                       ("update", known, fetched, float(r["update_cpu"]), 0.0)]
+            if not math.isnan(float(r.get("compact_cpu", math.nan))):
+                points.append(("compact", known, fetched, float(r["compact_cpu"]), float(r.get("compact_rows") or known)))
+            if not math.isnan(float(r.get("links_cpu", math.nan))):
+                points.append(("links", known, fetched, float(r["links_cpu"]), 0.0))
+    return points
+
+
+def hand_points(specs: list[str]) -> list[tuple[str, float, float, float, float]]:
+    """``--point STAGE,KNOWN,FETCHED,CPU_S[,ROWS]`` as :func:`scale_points` gives them."""
+    points = []
+    for spec in specs:
+        stage, *nums = spec.split(",")
+        if stage not in INCR_STAGES or len(nums) not in (3, 4):
+            raise SystemExit(f"--point {spec!r}: want STAGE,KNOWN,FETCHED,CPU_S[,ROWS] with STAGE one of "
+                             f"{', '.join(INCR_STAGES)}")
+        known, fetched, cpu, *rows = map(float, nums)
+        points.append((stage, known, fetched, cpu, rows[0] if rows else known))
+    return points
+
+
+def measured_delta_rows_per_page(paths: list[str]) -> float | None:
+    """Rows of an update's delta per fetched page, from bench_scale rows with update's counters (the largest):
+    the fetch results plus the new URLs its outlinks added (the touched rows of demoted hosts
+    and dedup marks are left out: a few %)."""
+    rows = [r for path in paths for r in json.loads(Path(path).read_text()) if r.get("update_counters")]
+    if not rows:
+        return None
+    # The largest: bench_scale writes outlinks as 10 % of the DB whatever the share fetched, so
+    # its smallest segment has the most links a page (10), the nearest to a real page's.
+    return max((r["update_counters"].get("update/results", 0) + r["update_counters"].get("outlinks/new", 0))
+               / float(r.get("fetched", r["selected"])) for r in rows)
+
+
+def incremental_model(points) -> dict[str, dict]:
+    """Per stage: generate and update as ``a·known + b·fetched`` (:func:`fit`; with one crawl DB
+    size a per-bucket constant is a per-known cost too, since buckets grow with the DB);
+    compaction as CPU per row rewritten; the link merge as CPU per known URL (it rewrites the
+    link DB, whose pairs grow with the crawl)."""
+    model = {}
+    for stage in ("generate", "update"):
+        model[stage] = {"fit": fit([(k, f, c) for s, k, f, c, _ in points if s == stage])}
+    compact = [(c, rows) for s, _, _, c, rows in points if s == "compact" and rows]
+    if compact:
+        model["compact"] = {"per_row": sum(c for c, _ in compact) / sum(rows for _, rows in compact)}
+    links = [(c, k) for s, k, _, c, _ in points if s == "links"]
+    if links:
+        model["links"] = {"per_known": sum(c for c, _ in links) / sum(k for _, k in links)}
+    return model
+
+
+def bookkeeping_cpu_s(args, model: dict, known: float, cycle_s: float) -> dict[str, float]:
+    """CPU seconds per cycle of each part of the bookkeeping at ``known`` URLs."""
+    fetched = args.pages_per_s * cycle_s
+    cpu = {stage: model[stage]["fit"].at(known, fetched) for stage in ("generate", "update")}
+    if "compact" in model:
+        # Steady state: each compaction rewrites base + deltas = (1 + r)/r times the delta rows
+        # that made it due, so a cycle's delta rows cost that many rows rewritten.
+        delta_rows = fetched * args.delta_rows_per_page
+        cpu["compact"] = model["compact"]["per_row"] * delta_rows * (1 + args.compact_ratio) / args.compact_ratio
+    if "links" in model:
+        cpu["links"] = model["links"]["per_known"] * known * cycle_s / (args.link_interval_h * 3600)
+    return cpu
+
+
+def print_incremental(args, model: dict, points) -> None:
+    cores = args.cores_per_worker * args.efficiency
+    measured = sorted({(human(k), human(f)) for _, k, f, _, _ in points})
+    print("Assumptions (incremental bookkeeping, docs/incremental.md)")
+    print(f"- measured: bench_scale.py stage CPU seconds (stages and their pool workers) at "
+          f"{', '.join(f'{k} known / {f} fetched' for k, f in measured)}"
+          + (f", code of commit {args.commit}" if args.commit else ""))
+    print(f"- {args.pages_per_s:g} pages/s; a cycle of {args.incr_cycle_h:g} h fetches {human(args.pages_per_s * args.incr_cycle_h * 3600)} "
+          "pages; generate and update of a cycle run while the next is fetched and must finish within it")
+    print(f"- generate, update: CPU = a x known + b x fetched (one crawl DB size: per-bucket constants "
+          f"counted per known URL, as buckets grow with the DB at {args.bucket_rows:,.0f} URLs each)")
+    print(f"- compaction: CPU per row rewritten as measured; {args.delta_rows_per_page:g} delta rows per fetched page "
+          f"(its row and the new URLs it finds); a bucket rewritten once its deltas pass {args.compact_ratio:g} of it")
+    print(f"- link DB merge + PageRank every {args.link_interval_h:g} h (update.link_rank_interval_s), CPU per known "
+          "URL as measured (the synthetic link DB holds one pair per URL)")
+    print(f"- fetch: {args.fetch_cpu_ms:g} CPU-ms per page, {args.page_kb:g} KB per page; workers of "
+          f"{args.cores_per_worker} cores at {args.efficiency:.0%}, {args.worker_gbit:g} Gbit/s each")
+    print()
+    print("Fitted: " + "; ".join(f"{s} {m['fit'].per_known * 1e6:,.2f} CPU-s per M known + "
+                                 f"{m['fit'].per_fetched * 1e6:,.2f} per M fetched"
+                                 for s, m in model.items() if "fit" in m)
+          + ("; compaction {:,.2f} CPU-s per M rows rewritten".format(model["compact"]["per_row"] * 1e6)
+             if "compact" in model else "")
+          + ("; link merge {:,.2f} CPU-s per M known".format(model["links"]["per_known"] * 1e6)
+             if "links" in model else ""))
+    print()
+    print_incremental_table(args, model, cores)
+
+
+def print_incremental_table(args, model: dict, cores: float) -> None:
+    cycle_s = args.incr_cycle_h * 3600
+    fetch_cores = args.pages_per_s * args.fetch_cpu_ms / 1000
+    bandwidth = args.worker_gbit * 1e9 / 8
+    fetch_workers = max(1, math.ceil(max(fetch_cores / cores, args.pages_per_s * args.page_kb * 1e3 / bandwidth)))
+    parts = [s for s in INCR_STAGES if s in model]
+    print("| known URLs | " + " | ".join(f"{s} CPU-h" for s in parts) + " | bookkeeping CPU-h (cores busy) "
+          "| fetch CPU-h (cores busy) | workers: bookkeeping + fetch | bookkeeping <= fetch fleet? |")
+    print("|---|" + "---|" * (len(parts) + 4))
+    for known in (float(k) for k in args.known.split(",")):
+        cpu = bookkeeping_cpu_s(args, model, known, cycle_s)
+        total = sum(cpu.values())
+        book_workers = max(1, math.ceil(total / cycle_s / cores))
+        verdict = "yes" if book_workers <= fetch_workers else f"no: {total / cycle_s / fetch_cores:,.0f}x its CPU"
+        print(f"| {human(known)} | " + " | ".join(f"{cpu[s] / 3600:,.2f}" for s in parts)
+              + f" | {total / 3600:,.2f} ({total / cycle_s:,.1f}) | {fetch_cores * cycle_s / 3600:,.2f} "
+                f"({fetch_cores:,.1f}) | {book_workers} + {fetch_workers} | {verdict} |")
+    print()
+    for known in (float(k) for k in args.known.split(",")):
+        cpu = bookkeeping_cpu_s(args, model, known, cycle_s)
+        per_known = sum(model[s]["fit"].per_known * known for s in ("generate", "update"))
+        print(f"{human(known)}: of the bookkeeping's {sum(cpu.values()) / 3600:,.1f} CPU-h per cycle, "
+              f"{per_known / 3600:,.1f} grow with the known URLs in generate and update (full-DB scans), "
+              + (f"{cpu['links'] / 3600:,.1f} are the link merge; " if "links" in cpu else "")
+              + f"the fleet's bar is {fetch_workers * cores * cycle_s / 3600:,.1f} CPU-h "
+                f"({fetch_workers} worker(s) of {args.cores_per_worker} cores at {args.efficiency:.0%})")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cost", required=True, nargs="+", help="bench_cost.py --json file(s)")
-    p.add_argument("--cluster", required=True, help="bench_cluster.py --json file")
+    p.add_argument("--cost", nargs="+", help="bench_cost.py --json file(s)")
+    p.add_argument("--cluster", help="bench_cluster.py --json file")
+    p.add_argument("--scale", nargs="+", default=[],
+                   help="bench_scale.py --json file(s): the incremental projection (module doc)")
+    p.add_argument("--point", action="append", default=[],
+                   help="STAGE,KNOWN,FETCHED,CPU_S[,ROWS] measured by hand (STAGE: generate, update, compact "
+                        "with the rows it rewrote, links); repeatable, instead of or beside --scale")
+    p.add_argument("--commit", default="", help="the commit whose code was measured (printed)")
+    p.add_argument("--incr-cycle-hours", dest="incr_cycle_h", type=float, default=1.0,
+                   help="cycle length of the incremental projection, hours")
+    p.add_argument("--delta-rows-per-page", type=float, default=None,
+                   help="crawl DB rows an update's delta holds per fetched page (its row + new URLs found); "
+                        f"default: from --scale rows' update counters, else {DELTA_ROWS_PER_PAGE:g}")
+    p.add_argument("--compact-ratio", type=float, default=0.25, help="db.compact_ratio")
+    p.add_argument("--link-interval-h", type=float, default=6.0, help="update.link_rank_interval_s, hours")
     p.add_argument("--known", default="1e9,1e10", help="known URLs to project, comma-separated")
     p.add_argument("--cycle-hours", default="1,6,24", help="cycle lengths to project, hours")
     p.add_argument("--pages-per-s", type=float, default=400.0)
@@ -338,6 +504,16 @@ def main(argv: list[str] | None = None) -> None:
         from cycles.config import Config
         args.flush_pages = Config().fetch.flush_pages
 
+    if args.scale or args.point:
+        points = scale_points(args.scale) + hand_points(args.point)
+        if args.delta_rows_per_page is None:
+            args.delta_rows_per_page = measured_delta_rows_per_page(args.scale) or DELTA_ROWS_PER_PAGE
+        print_incremental(args, incremental_model(points), points)
+        if not args.cost:
+            return
+        print()
+    if not args.cost or not args.cluster:
+        p.error("give --cost and --cluster (the bench_cost projection), or --scale / --point (the incremental one)")
     cost_rows = [row for path in args.cost for row in json.loads(Path(path).read_text())["rows"]]
     cluster = json.loads(Path(args.cluster).read_text())
     model = cost_model(cost_rows, args.serial)

@@ -12,3 +12,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
     touch "$stamp"
 fi
+# iproute2 (`ip netns`) for the cluster test across network namespaces (tests/test_cluster_netns.py,
+# which skips without it or without root): installed when missing and we are root on Debian.
+if ! command -v ip >/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+fi

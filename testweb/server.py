@@ -16,7 +16,8 @@ produced it (a test may read it while the server runs):
 - ``t_start``: ``time.time()`` when the request's bytes arrived;
 - ``t_end``: when the last byte of the response was handed to the socket or, for a streamed
   body, when sending finished or the client went away;
-- ``host``: host name from the local address; ``ip``: that address;
+- ``host``: host name from the local address; ``ip``: that address; ``client``: the
+  client's address (a worker's own one in the cluster test across namespaces, testweb/netns.py);
 - ``host_header``: the ``Host`` header as sent (``null`` if none);
 - ``method``, ``path`` (the request target as sent, query included), ``status``;
 - ``bytes_sent``: body bytes handed to the kernel (for a streamed body cut short by the
@@ -145,6 +146,7 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.ip = transport.get_extra_info("sockname")[0]
+        self.client = (transport.get_extra_info("peername") or ("",))[0]
         self.profile: HostProfile | None = self.server.web.by_ip.get(self.ip)
         self.conn_id = self.server.new_connection(self)
 
@@ -360,6 +362,7 @@ class HttpProtocol(asyncio.Protocol):
             "t_end": t_end,
             "host": self.profile.name if self.profile else None,
             "ip": self.ip,
+            "client": self.client,
             "host_header": headers.get("host"),
             "method": request.method,
             "path": request.target,

@@ -28,6 +28,9 @@ KILL_MATCH_ENV = "CRAWL_FAULT_KILL_MATCH"
 """With this set, ``CRAWL_FAULT_KILL_AT`` counts only the commit points whose path contains
 it (``/fetched/``: a fetch chunk; ``/crawldb/``: an update bucket), so a test can kill a
 cluster worker in one stage wherever the scheduler placed that stage's tasks."""
+SIGNAL_ENV = "CRAWL_FAULT_SIGNAL"
+"""``STOP`` instead of the default ``KILL``: the process freezes at that commit point, holding
+its locks, so a test can run another stage against it (tests/test_compact.py), then SIGCONT it."""
 
 
 def commit_point(path: object) -> None:
@@ -49,4 +52,4 @@ def commit_point(path: object) -> None:
         fh.flush()
         if reached == kill_at:
             os.fsync(fh.fileno())
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, "SIG" + (os.environ.get(SIGNAL_ENV) or "KILL")))
