@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 from cycles.config import Config  # noqa: E402
 from cycles.tables.assign import (Assignment, BucketLoad, assign_hosts, bucket_load,  # noqa: E402

@@ -47,11 +47,10 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 import bench_scale  # noqa: E402  (its builders and child runner; it puts the code measured on sys.path)
-from bench_scale import human, parse_size  # noqa: E402
+from benchlib import human, parse_size, print_table  # noqa: E402
 
 from cycles.storage.store import Store, observe_io  # noqa: E402
 
@@ -297,18 +296,20 @@ def coordinator_cpu_share(stage: dict) -> float:
     return (c["cpu_s"] + c["child_cpu_s"]) / stage["cpu_s"] if stage["cpu_s"] else 0.0
 
 
-def print_table(rows: list[dict]) -> None:
-    head = f"{'size':>6} {'top %':>5} {'fetched':>8} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'coord CPU':>9} {'CPU s/M':>8}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        for stage in ("generate", "update"):
-            s = r[stage]
-            tasks = sum(t["wall_s"] for t in s["tasks"].values())
-            print(f"{human(r['size']):>6} {r['top_n_pct']:>5g} {r['fetched']:>8,} {r['buckets']:>4} {stage:>8} {s['wall_s']:>8.1f} {tasks:>8.1f} "
-                  f"{s['coordinator']['wall_s']:>8.1f} {s['serial_fraction']:>7.1%} {s['cpu_s']:>8.1f} "
-                  f"{coordinator_cpu_share(s):>9.1%} "
-                  f"{s['cpu_s'] / (r['size'] / 1e6):>8.2f}")
+COLUMNS = (("size", 6), ("top %", 5), ("fetched", 8), ("bkts", 4), ("stage", 8), ("wall s", 8), ("tasks s", 8),
+           ("coord s", 8), ("serial", 7), ("CPU s", 8), ("coord CPU", 9), ("CPU s/M", 8))
+
+
+def table_row(r: dict, stage: str) -> list[str]:
+    s = r[stage]
+    tasks = sum(t["wall_s"] for t in s["tasks"].values())
+    return [human(r["size"]), f"{r['top_n_pct']:g}", f"{r['fetched']:,}", str(r["buckets"]), stage,
+            f"{s['wall_s']:.1f}", f"{tasks:.1f}", f"{s['coordinator']['wall_s']:.1f}", f"{s['serial_fraction']:.1%}",
+            f"{s['cpu_s']:.1f}", f"{coordinator_cpu_share(s):.1%}", f"{s['cpu_s'] / (r['size'] / 1e6):.2f}"]
+
+
+def show_table(rows: list[dict]) -> None:
+    print_table(COLUMNS, [table_row(r, stage) for r in rows for stage in ("generate", "update")])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(bench_size(args, size, pct))
         rows[-1]["bench_s"] = round(time.monotonic() - started, 1)
         print(f"[{human(size)}] done in {rows[-1]['bench_s']:.0f} s (building included)", flush=True)
-        print_table(rows)
+        show_table(rows)
         if args.json:
             Path(args.json).write_text(json.dumps({"bench": "bench_cost", "rows": rows}, indent=1, default=str))
     shutil.rmtree(Path(args.root) / ".duckdb-tmp", ignore_errors=True)

@@ -55,9 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import REPO as ROOT  # noqa: E402,F401  (the repository on sys.path: testweb)
 
 from bench_update import recrawl  # noqa: E402
 from cycles.tables import schema  # noqa: E402

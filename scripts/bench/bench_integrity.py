@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 import bench_scale  # noqa: E402
 from cycles.tables import schema  # noqa: E402

@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path: testweb)
 
 from cycles import fingerprint  # noqa: E402
 from cycles.fetch import parse  # noqa: E402

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchlib import REPO as ROOT  # noqa: E402,F401  (the repository on sys.path)
 
 from cycles.config import Config  # noqa: E402
 from cycles.update.schedule import RateHistogram, multiplier_for, rate_histogram, refresh_multiplier  # noqa: E402

@@ -41,8 +41,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchlib import REPO as ROOT  # noqa: E402  (the repository on sys.path: testweb)
 
 from cycles import clock  # noqa: E402
 from cycles.storage.bloom import BloomFilter  # noqa: E402
