@@ -2,8 +2,8 @@
 ``plan_assignment`` as the bucket count grows, and the balance of K named keys + G groups
 against LPT over every host on a long-tailed segment. No store, no network.
 
-    .venv/bin/python scripts/bench_assign.py
-    .venv/bin/python scripts/bench_assign.py --buckets 8,64,640 --hosts 20000 --partitions 4,16,64 --few-keys 100
+    .venv/bin/python scripts/bench/scale.py assign
+    .venv/bin/python scripts/bench/scale.py assign --buckets 8,64,640 --hosts 20000 --partitions 4,16,64 --few-keys 100
 """
 
 from __future__ import annotations

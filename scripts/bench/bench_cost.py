@@ -1,7 +1,7 @@
 """The coordinator's serial part and each task type's cost, at scale (issue #11).
 
 For each size it builds a synthetic crawl DB and a fetched segment with
-scripts/bench_scale.py's builders (imported, not copied), and runs generate and update each
+scripts/bench/scale.py scale's builders (imported, not copied), and runs generate and update each
 in a fresh process with a *measuring executor*: the stage function gets it as ``executor=``
 and it runs every task it is given in that process, one after the other, timing each. So
 whatever the stage hands to its executor (bucket tasks today; the dedup, outlink and
@@ -25,11 +25,11 @@ Per stage it reports:
 Tasks run one at a time with all of DuckDB's threads (``--threads``), so a task's CPU is
 the process's CPU while it ran; on a cluster they run side by side. The machine this was
 written on had 2 cores shared with other work: CPU seconds compare between runs, wall
-times less so. ``--json`` writes the rows for scripts/project_cluster.py.
+times less so. ``--json`` writes the rows for scripts/bench/cluster.py projection.
 
-    .venv/bin/python scripts/bench_cost.py --sizes 1M --json /tmp/bench-cost.json
-    .venv/bin/python scripts/bench_cost.py --sizes 10M,100M --root /big/disk --json cost.json
-    .venv/bin/python scripts/bench_cost.py --sizes 100M --built /big/disk/built   # bench_scale's store, built once
+    .venv/bin/python scripts/bench/scale.py cost --sizes 1M --json /tmp/bench-cost.json
+    .venv/bin/python scripts/bench/scale.py cost --sizes 10M,100M --root /big/disk --json cost.json
+    .venv/bin/python scripts/bench/scale.py cost --sizes 100M --built /big/disk/built   # bench_scale's store, built once
 """
 
 from __future__ import annotations
@@ -319,9 +319,9 @@ def main(argv: list[str] | None = None) -> None:
     bench_scale.add_store_args(p)
     p.add_argument("--top-n-pct", default="10,2",
                    help="top_n (the segment) as percentages of the size, each a run of its own: two let "
-                        "scripts/project_cluster.py tell costs that grow with the crawl DB from those of the segment")
+                        "scripts/bench/cluster.py projection tell costs that grow with the crawl DB from those of the segment")
     p.add_argument("--keep", action="store_true", help="keep the synthetic stores")
-    p.add_argument("--json", help="also write the rows to this JSON file (scripts/project_cluster.py reads it)")
+    p.add_argument("--json", help="also write the rows to this JSON file (scripts/bench/cluster.py projection reads it)")
     # child mode
     p.add_argument("--stage", choices=("generate", "update"), help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)

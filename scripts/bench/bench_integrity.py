@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_integrity.py [--rows 1000000] [--root /tmp/bench-integrity] [--repeat 3]
+    .venv/bin/python scripts/bench/scale.py integrity [--rows 1000000] [--root /tmp/bench-integrity] [--repeat 3]
 
-Builds a one-bucket crawl DB of ``--rows`` URLs with scripts/bench_scale.py's builder, then
+Builds a one-bucket crawl DB of ``--rows`` URLs with scripts/bench/scale.py scale's builder, then
 times (best of ``--repeat``, seconds; per million rows in brackets):
 
 - write: the bucket written by pyarrow with and without page checksums, and through

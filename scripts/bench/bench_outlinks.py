@@ -6,7 +6,7 @@ Usage::
         [--processes N] [--chunk-rows 100000] [--file /tmp/bench-outlinks.parquet]
 
 Builds (once, cached in ``--file``) a synthetic segment's outlinks shaped like those of
-``scale.py scale`` (bench_scale.py: same host and path generators): half links to known URLs of a
+``scale.py scale`` (scale.py scale: same host and path generators): half links to known URLs of a
 crawl DB of ``--db-size`` URLs on ``min(1M, size/10)`` hosts, half to new pages of known
 hosts (70 %) and of new hosts (30 %); 1 % ``mailto:``, 2 % images, 5 % fragments, 3 %
 tracking parameters, 2 % upper-case hosts, 3 % nofollow; depth 1-6. Then runs

@@ -14,7 +14,7 @@ The sort, merge and hist lines are the coordinator's cost; hist_buckets and host
 spread over the bucket tasks. Each way runs in a fresh process (its peak RSS is its own,
 imports included: subtract ``baseline``). Example::
 
-    python scripts/bench_topn.py --buckets 8 --rows 1000000 --top-n 1000000
+    python scripts/bench/scale.py topn --buckets 8 --rows 1000000 --top-n 1000000
 
 The candidates are sorted as select_bucket_due writes them; priorities come from 400
 distinct values (scores × overdue boosts tie a lot in a real crawl DB), next_fetch from
