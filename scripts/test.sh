@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # The test command of the README and of CI: set up, then run the whole suite.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    echo "usage: bash scripts/test.sh [PYTEST ARGS]   e.g. -m \"not web\" (the fast tier), -n 0 -x tests/test_cli.py"
+    echo "Sets up .venv (scripts/setup.sh), then runs the suite with pytest on every core; arguments go to pytest."
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # One worker per core (pytest-xdist), each taking whole test files (--dist loadfile), so a

@@ -17,11 +17,15 @@ import pytest
 import cycles.storage.store as store_module
 from cycles.storage.store import Store, observe_io
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench"
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
+    """A benchmark module of scripts/bench/, imported as its entry points import it: with its
+    folder on sys.path, where its siblings (benchlib, bench_scale) are."""
+    if str(BENCH) not in sys.path:
+        sys.path.append(str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"script_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

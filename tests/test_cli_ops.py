@@ -246,8 +246,8 @@ def test_example_crawl_toml_lists_every_setting_at_its_default():
     defaults = Config().to_dict()
     missing = [f"{section}.{key}" for section, keys in defaults.items() for key in keys
                if key not in values.get(section, {})]
-    assert missing == [], f"crawl.toml lacks {missing}; run python scripts/write_example_config.py"
-    assert load_config(example) == Config(), "crawl.toml is not the defaults; run python scripts/write_example_config.py"
+    assert missing == [], f"crawl.toml lacks {missing}; run python scripts/regenerate.py config"
+    assert load_config(example) == Config(), "crawl.toml is not the defaults; run python scripts/regenerate.py config"
 
 
 # --- --json on every stage, without a network ----------------------------------------------

@@ -1,4 +1,4 @@
-"""deploy/grafana/crawl.json (scripts/write_grafana_dashboard.py) against what a crawl writes.
+"""deploy/grafana/crawl.json (scripts/regenerate.py dashboard) against what a crawl writes.
 
 Every metric a panel queries must be in the ``.prom`` files of the session's real two-cycle
 crawl (tests/conftest.py ``two_cycles``), parsed by prometheus_client's own parser, and be
@@ -62,7 +62,7 @@ def test_a_family_declared_without_samples_counts_as_written(tmp_path):
 
 
 def test_the_json_is_what_the_script_writes():
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "write_grafana_dashboard.py"), "--check"],
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "regenerate.py"), "--check", "dashboard"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 

@@ -2,8 +2,8 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_parse.py [--pages 300] [--repeat 5] [--warc PATH] [--testweb 300]
-    .venv/bin/python scripts/bench_parse.py --samples 0     # timings only
+    .venv/bin/python scripts/bench/web.py parse [--pages 300] [--repeat 5] [--warc PATH] [--testweb 300]
+    .venv/bin/python scripts/bench/web.py parse --samples 0     # timings only
 
 Generates realistic ~30 KB news-like pages (head with inline script and style, a 40-link
 navigation, breadcrumbs, ~28 paragraphs of Zipf-distributed words with inline links, a
@@ -16,7 +16,7 @@ related-articles list, a nofollow footer; half of them minified) and prints, per
   script/style/template, links (resolve, deduplicate, anchor text), text, main content
   (``_main_blocks``, and its XSLT alone), fingerprints of the main content's blocks or of
   the whole text (and within them the content hash and the SimHash, each timed alone);
-- for the test web's pages (``--testweb``: the ~30 KB pages scripts/bench_fetch.py crawls,
+- for the test web's pages (``--testweb``: the ~30 KB pages scripts/bench/web.py fetch crawls,
   rendered in-process by testweb, mostly paragraphs of text, 7 links), also the rest
   of the fetch worker's CPU work on a page, in microseconds per page: the WARC request and
   response records (cycles.fetch.output: headers and digests, then the gzip member), and a
@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path: testweb)
 
 from cycles import fingerprint  # noqa: E402
 from cycles.fetch import parse  # noqa: E402

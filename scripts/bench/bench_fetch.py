@@ -87,7 +87,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from cycles.tables.segment import stage_marker  # noqa: E402
@@ -424,7 +424,7 @@ def run_scrapy(web: TestWeb, seeds: list[str], urls: int, args, work: Path) -> d
     resolve_file = work / "resolve.json"
     resolve_file.write_text(json.dumps(web.resolve_map()))
     out = work / "scrapy-stats.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "scrapy_peer.py"), "--urls", str(urls_file),
+    cmd = [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
            "--resolve", str(resolve_file), "--out", str(out), "--seconds", str(args.scrapy_seconds),
            "--pages", str(urls + args.hosts), "--concurrency", str(args.scrapy_concurrency),
            "--log", str(work / "scrapy.log")]

@@ -5,7 +5,7 @@ cycles/update/schedule.py), on a synthetic crawl DB of ``--buckets`` Parquet fil
 Prints process CPU time (DuckDB on one thread) of each way, the coordinator's share of the
 per-bucket way (summing the histograms and solving μ) and the two μ, with the load average.
 
-    .venv/bin/python scripts/bench_plan.py --rows 2000000 --buckets 8
+    .venv/bin/python scripts/bench/scale.py plan --rows 2000000 --buckets 8
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchlib import REPO as ROOT  # noqa: E402,F401  (the repository on sys.path)
 
 from cycles.config import Config  # noqa: E402
 from cycles.update.schedule import RateHistogram, multiplier_for, rate_histogram, refresh_multiplier  # noqa: E402

@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import parse_qs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cycles.tables.crawldb import current_bucket_files  # noqa: E402
 from cycles.fetch.fetch import fetch_segment  # noqa: E402

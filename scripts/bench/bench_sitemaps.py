@@ -1,6 +1,6 @@
 """Measure sitemap reading (cycles/tables/sitemaps.py): URLs per second and what is held.
 
-    python scripts/bench_sitemaps.py            # a 50,000-URL urlset (plain, gzip), a gzip bomb, 10 M entries
+    python scripts/bench/scale.py sitemaps            # a 50,000-URL urlset (plain, gzip), a gzip bomb, 10 M entries
 
 For each file: wall time, URLs kept, the rate, Python's peak allocation while reading
 (tracemalloc: the entries and the inflate chunks; libxml2's own buffers are not in it, and

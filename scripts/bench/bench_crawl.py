@@ -89,9 +89,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
 
 from cycles.commands.inject import inject  # noqa: E402
 from cycles.storage.store import Store  # noqa: E402
@@ -278,7 +277,7 @@ def run_scrapy(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float,
     resolve_file = work / "resolve.json"
     resolve_file.write_text(json.dumps(web.resolve_map()))
     out = work / "scrapy-stats.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "scrapy_peer.py"), "--urls", str(urls_file),
+    cmd = [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
            "--resolve", str(resolve_file), "--out", str(out), "--seconds", str(args.seconds),
            "--log", str(work / "scrapy.log")]
     print(f"[scrapy] crawling for {args.seconds:g}s ...", flush=True)

@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prefix-reads-per-s", type=int, default=5500)
     args = p.parse_args(argv)
     if not args.flush_pages:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from cycles.config import Config
         args.flush_pages = Config().fetch.flush_pages
 

@@ -1,4 +1,4 @@
-"""Write deploy/grafana/crawl.json: the Grafana dashboard of the crawl's Prometheus metrics.
+"""deploy/grafana/crawl.json: the Grafana dashboard of the crawl's Prometheus metrics.
 
 The metrics are the text files cycles/metrics.py writes for node-exporter's textfile
 collector (crawl_fetch.prom, crawl_generate.prom, crawl_update.prom, crawl_crawldb.prom);
@@ -8,8 +8,8 @@ tests/test_grafana_dashboard.py checks that the JSON is what this script writes 
 every metric a panel queries is in the files a real two-cycle crawl writes. After changing
 :data:`PANELS`:
 
-    python scripts/write_grafana_dashboard.py           # rewrite the JSON
-    python scripts/write_grafana_dashboard.py --check   # exit 1 if the JSON is out of date
+    python scripts/regenerate.py dashboard           # rewrite the JSON
+    python scripts/regenerate.py --check dashboard   # exit 1 if the JSON is out of date
 
 Import the JSON in Grafana (Dashboards > New > Import) and choose the Prometheus data source
 that scrapes node-exporter.
@@ -17,13 +17,11 @@ that scrapes node-exporter.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "deploy" / "grafana" / "crawl.json"
 
 
@@ -83,7 +81,7 @@ def dashboard() -> dict:
         "title": "crawl", "uid": "crawl-cycles", "tags": ["crawl"], "timezone": "utc", "editable": True,
         "schemaVersion": 39, "version": 1, "refresh": "30s", "time": {"from": "now-6h", "to": "now"},
         "description": "The crawl's stages (generate, fetch, update) and its crawl DB, from the Prometheus text "
-                       "files of cycles/metrics.py. Written by scripts/write_grafana_dashboard.py.",
+                       "files of cycles/metrics.py. Written by scripts/regenerate.py.",
         # Chosen on import and at the top of the dashboard: the Prometheus that scrapes
         # node-exporter's textfile collector over metrics.textfile_dir.
         "templating": {"list": [{"name": "datasource", "label": "Prometheus", "type": "datasource",
@@ -94,23 +92,3 @@ def dashboard() -> dict:
 
 def text() -> str:
     return json.dumps(dashboard(), indent=1) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="Exit 1 if deploy/grafana/crawl.json is out of date.")
-    args = parser.parse_args(argv)
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text():
-            print(f"{OUT.relative_to(REPO)} is out of date: run python scripts/write_grafana_dashboard.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text())
-    print(f"wrote {OUT.relative_to(REPO)} ({len(PANELS)} panels)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -78,7 +78,7 @@ def _src_dir() -> str:
     """The crawler code to measure: --src DIR (e.g. a `git archive` of a commit), else this checkout."""
     if "--src" in sys.argv[:-1]:
         return str(Path(sys.argv[sys.argv.index("--src") + 1]).resolve())
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 sys.path.insert(0, _src_dir())

@@ -23,9 +23,9 @@ Two runs, both real crawls (generate -> fetch -> update) of the test web on loop
    one) against a uniform schedule with the same number of fetches, how often each change
    class was fetched, and the share of unchanged refetches answered 304.
 
-    .venv/bin/python scripts/bench_update.py            # both, ~5 minutes
-    .venv/bin/python scripts/bench_update.py --only freshness --days 4
-    .venv/bin/python scripts/bench_update.py --only neardup-set   # ~1 minute, no test web
+    .venv/bin/python scripts/bench/web.py update            # both, ~5 minutes
+    .venv/bin/python scripts/bench/web.py update --only freshness --days 4
+    .venv/bin/python scripts/bench/web.py update --only neardup-set   # ~1 minute, no test web
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchlib import REPO as ROOT  # noqa: E402  (the repository on sys.path: testweb)
 
 from cycles import clock  # noqa: E402
 from cycles.storage.bloom import BloomFilter  # noqa: E402

@@ -42,7 +42,7 @@ from pathlib import Path
 def _src_dir() -> str:
     if "--src" in sys.argv[:-1]:
         return str(Path(sys.argv[sys.argv.index("--src") + 1]).resolve())
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 sys.path.insert(0, _src_dir())

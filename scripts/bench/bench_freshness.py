@@ -33,12 +33,12 @@ Learning speed: for each change class, the first cycle from which every page's i
 (the optimum for the known rates at the run's budget, clamped to [min_interval_s,
 max_interval_s] as the schedule is).
 
-    .venv/bin/python scripts/bench_freshness.py                 # 20 seeds simulated, ~6 CPU-min
-    .venv/bin/python scripts/bench_freshness.py --seeds 6 --poisson
-    .venv/bin/python scripts/bench_freshness.py --seeds 6 --days 21 --steady-days 7   # ~3 CPU-min
-    .venv/bin/python scripts/bench_freshness.py --seeds 6 --schedules optimal --budget 4 \
+    .venv/bin/python scripts/bench/web.py freshness                 # 20 seeds simulated, ~6 CPU-min
+    .venv/bin/python scripts/bench/web.py freshness --seeds 6 --poisson
+    .venv/bin/python scripts/bench/web.py freshness --seeds 6 --days 21 --steady-days 7   # ~3 CPU-min
+    .venv/bin/python scripts/bench/web.py freshness --seeds 6 --schedules optimal --budget 4 \
         --set update.interval_growth=2                          # A/B of a version or a setting
-    .venv/bin/python scripts/bench_freshness.py --real          # two crawls, ~5 CPU-min (30 min wall loaded)
+    .venv/bin/python scripts/bench/web.py freshness --real          # two crawls, ~5 CPU-min (30 min wall loaded)
 """
 
 from __future__ import annotations
@@ -55,9 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import REPO as ROOT  # noqa: E402,F401  (the repository on sys.path: testweb)
 
 from bench_update import recrawl  # noqa: E402
 from cycles.tables import schema  # noqa: E402

@@ -1,10 +1,11 @@
-"""Write crawl.toml at the repo root: every setting of cycles/config.py at its default, with
+"""crawl.toml at the repo root: every setting of cycles/config.py at its default, with
 the documentation config.py gives it, as an example config for operators.
 
 tests/test_cli_ops.py checks that crawl.toml loads, lists every setting and holds the
-defaults; run this after adding or changing a setting:
+defaults, tests/test_scripts.py that it is what this writes; run this after adding or
+changing a setting:
 
-    python scripts/write_example_config.py
+    python scripts/regenerate.py config
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "crawl.toml"
 
 from cycles.config import Config  # noqa: E402
 from cycles.commands.settings import toml_text  # noqa: E402
@@ -31,7 +31,7 @@ HEADER = """\
 #
 # Before crawling the public web, set fetch.user_agent to your crawler's name and a contact URL.
 #
-# Written by scripts/write_example_config.py; run it again after changing cycles/config.py.
+# Written by scripts/regenerate.py; run it again after changing cycles/config.py.
 """
 
 
@@ -63,6 +63,5 @@ def example_config() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    (REPO / "crawl.toml").write_text(example_config())
-    print(f"wrote {REPO / 'crawl.toml'}")
+def text() -> str:
+    return example_config()

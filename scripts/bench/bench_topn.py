@@ -14,7 +14,7 @@ The sort, merge and hist lines are the coordinator's cost; hist_buckets and host
 spread over the bucket tasks. Each way runs in a fresh process (its peak RSS is its own,
 imports included: subtract ``baseline``). Example::
 
-    python scripts/bench_topn.py --buckets 8 --rows 1000000 --top-n 1000000
+    python scripts/bench/scale.py topn --buckets 8 --rows 1000000 --top-n 1000000
 
 The candidates are sorted as select_bucket_due writes them; priorities come from 400
 distinct values (scores × overdue boosts tie a lot in a real crawl DB), next_fetch from
@@ -26,15 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchlib import REPO, own_peak_rss  # noqa: E402  (and the repository on sys.path)
 
 def make_buckets(folder: Path, buckets: int, rows: int, seed: int = 7) -> list[Path]:
     import duckdb
@@ -130,21 +128,12 @@ WAYS = {"baseline": way_baseline, "sort": way_sort, "merge": way_merge, "hist_bu
         "hist": way_hist, "hosts": way_hosts}
 
 
-def peak_rss_mb() -> int:
-    """This process's peak resident memory (VmHWM: reset by exec, unlike ru_maxrss, which
-    would carry the parent's peak from building the buckets)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-
-
 def run_one(way: str, folder: str, top_n: int) -> None:
     files = sorted(Path(folder).glob("bucket-*.parquet"))
     started, cpu = time.perf_counter(), time.process_time()
     out = WAYS[way](files, top_n)
     out.update(way=way, seconds=round(time.perf_counter() - started, 2), cpu_s=round(time.process_time() - cpu, 2),
-               peak_rss_mb=peak_rss_mb())
+               peak_rss_mb=round(own_peak_rss() / 2**20))
     print(json.dumps(out))
 
 

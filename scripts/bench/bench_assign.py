@@ -2,8 +2,8 @@
 ``plan_assignment`` as the bucket count grows, and the balance of K named keys + G groups
 against LPT over every host on a long-tailed segment. No store, no network.
 
-    .venv/bin/python scripts/bench_assign.py
-    .venv/bin/python scripts/bench_assign.py --buckets 8,64,640 --hosts 20000 --partitions 4,16,64 --few-keys 100
+    .venv/bin/python scripts/bench/scale.py assign
+    .venv/bin/python scripts/bench/scale.py assign --buckets 8,64,640 --hosts 20000 --partitions 4,16,64 --few-keys 100
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 from cycles.config import Config  # noqa: E402
 from cycles.tables.assign import (Assignment, BucketLoad, assign_hosts, bucket_load,  # noqa: E402

@@ -36,9 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
 
 from testweb.dns import FAILING_NAMES  # noqa: E402
 from testweb.realweb import RealWeb  # noqa: E402
@@ -222,7 +221,7 @@ def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
     skip = len(real.web.requests())
     server0 = proc_cpu_s(real.web.process.pid)
     t0 = time.time()
-    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "scrapy_peer.py"), "--urls", str(urls_file),
+    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
                                     "--out", str(out), "--seconds", str(args.scrapy_seconds), "--concurrency",
                                     str(args.scrapy_concurrency), "--log", str(work / "scrapy.log")],
                      timeout_s=args.scrapy_seconds + 300, log_path=work / "scrapy.out")
@@ -320,7 +319,7 @@ def _crawl_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> tuple[fl
     out = work / "scrapy-stats.json"
     print(f"[scrapy] {args.seconds:g}s in the namespace ...", flush=True)
     t0 = time.time()
-    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "scrapy_peer.py"), "--urls", str(urls_file),
+    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
                                     "--out", str(out), "--seconds", str(args.seconds), "--log", str(work / "scrapy.log")],
                      timeout_s=args.seconds + 120, log_path=work / "scrapy.out")
     summary = json.loads(out.read_text()) if out.exists() else {}

@@ -2,20 +2,19 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_outlinks.py [--links 1M] [--db-size 10M] [--impl new,old]
+    .venv/bin/python scripts/bench/scale.py outlinks [--links 1M] [--db-size 10M]
         [--processes N] [--chunk-rows 100000] [--file /tmp/bench-outlinks.parquet]
 
 Builds (once, cached in ``--file``) a synthetic segment's outlinks shaped like those of
-``scripts/bench_scale.py`` (same host and path generators): half links to known URLs of a
+``scale.py scale`` (scale.py scale: same host and path generators): half links to known URLs of a
 crawl DB of ``--db-size`` URLs on ``min(1M, size/10)`` hosts, half to new pages of known
 hosts (70 %) and of new hosts (30 %); 1 % ``mailto:``, 2 % images, 5 % fragments, 3 %
-tracking parameters, 2 % upper-case hosts, 3 % nofollow; depth 1-6. Then runs each
-implementation in a fresh process and prints wall seconds, CPU seconds (the process and
-its children: the pool workers) and peak RSS (the parent's own VmHWM, and the largest
-worker's), and checks that both give the same table and counters.
-
-- ``old``: the single loop update used before (kept here as :func:`old_prepare_outlinks`);
-- ``new``: ``cycles.update.outlinks.prepare_outlinks`` (a process pool over chunks).
+tracking parameters, 2 % upper-case hosts, 3 % nofollow; depth 1-6. Then runs
+``cycles.update.outlinks.prepare_outlinks`` (a process pool over chunks) in a fresh process
+and prints wall seconds, CPU seconds (the process and its children: the pool workers), peak
+RSS (the parent's own VmHWM, and the largest worker's) and a digest of the table, which
+stays the same while only the speed of the step changes. The single loop it replaced, and
+its figures, are in docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -29,16 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-
-def own_peak_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+from benchlib import load_average, own_peak_rss, parse_size  # noqa: E402  (and the repository on sys.path)
 
 
 def children_peak_rss(stop, peaks: dict) -> None:
@@ -92,50 +82,6 @@ def build(path: Path, n_links: int, db_size: int, seed: int = 3) -> None:
     pq.write_table(table.cast(schema.OUTLINKS), path, compression="zstd")
 
 
-def old_prepare_outlinks(links, config, counters):
-    """cycles.update.update.prepare_outlinks as it was before cycles/update/outlinks.py
-    (commit 05476f7^): one Python loop over every distinct raw URL, in one process."""
-    import duckdb
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
-
-    counters["outlinks/found"] += links.num_rows
-    follow = links.filter(pc.invert(links["nofollow"]))
-    counters["outlinks/nofollow"] += links.num_rows - follow.num_rows
-    normalizer, url_filter = Normalizer(config.urls), UrlFilter(config.urls)
-    raw = pc.unique(follow["url"]).to_pylist()
-    normalised = []
-    for url in raw:
-        norm = normalizer.normalize(url)
-        reason = rejection_reason(url) if norm is None else url_filter.reason(norm)
-        if reason:
-            counters[f"filter/{reason}"] += 1
-            norm = None
-        normalised.append(norm)
-    mapping = pa.table({"raw": pa.array(raw, pa.string()), "url": pa.array(normalised, pa.string())})
-    con = duckdb.connect()
-    con.register("links", follow)
-    con.register("mapping", mapping)
-    deduped = con.sql(f"""
-        SELECT m.url, min(l.depth) AS depth
-        FROM links l JOIN mapping m ON l.url = m.raw
-        WHERE m.url IS NOT NULL
-        GROUP BY m.url
-        HAVING min(l.depth) <= {int(config.update.max_depth)}""").to_arrow_table()
-    too_deep = con.execute("""SELECT count(DISTINCT m.url) FROM links l JOIN mapping m ON l.url = m.raw
-        WHERE m.url IS NOT NULL AND m.url NOT IN (SELECT url FROM deduped)""").fetchall()[0][0]
-    counters["filter/max_depth"] += too_deep
-    hosts = [url_host(u) for u in deduped["url"].to_pylist()]
-    depth = deduped["depth"].cast(pa.int16())
-    return pa.table({
-        "url": deduped["url"], "host": pa.array(hosts, pa.string()), "host_hash": host_hashes(hosts),
-        "score": pc.cast(pc.divide(pa.scalar(1.0), pc.add(pc.cast(depth, pa.float64()), 1.0)), pa.float32()),
-        "depth": depth,
-    })
-
-
 def child(args) -> None:
     """Run one implementation on the cached outlinks; print a RESULT line."""
     from collections import Counter
@@ -144,10 +90,8 @@ def child(args) -> None:
 
     from cycles.config import Config
 
-    if args.child == "old":
-        prepare_outlinks = old_prepare_outlinks
-    else:
-        from cycles.update.outlinks import prepare_outlinks
+    from cycles.update.outlinks import prepare_outlinks
+
     config = Config()
     if args.processes:
         config.db.duckdb_threads = args.processes
@@ -182,17 +126,10 @@ def child(args) -> None:
         "counters": dict(sorted(counters.items())), "digest": h.hexdigest()[:16]}), flush=True)
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().upper()
-    mult = {"K": 1_000, "M": 1_000_000}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * mult)
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--links", default="1M")
     p.add_argument("--db-size", default="10M")
-    p.add_argument("--impl", default="old,new")
     p.add_argument("--processes", type=int, default=0, help="pool size (default: db.duckdb_threads)")
     p.add_argument("--chunk-rows", type=int, default=0)
     p.add_argument("--file", default="/tmp/bench-outlinks.parquet")
@@ -205,28 +142,20 @@ def main() -> None:
         t0 = time.perf_counter()
         build(path, parse_size(args.links), parse_size(args.db_size))
         print(f"built {path} in {time.perf_counter() - t0:.1f}s", flush=True)
-    results = []
-    for impl in args.impl.split(","):
-        cmd = [sys.executable, __file__, "--child", impl, "--file", str(path)]
-        if args.processes:
-            cmd += ["--processes", str(args.processes)]
-        if args.chunk_rows:
-            cmd += ["--chunk-rows", str(args.chunk_rows)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            print(out.stderr, file=sys.stderr)
-            raise SystemExit(f"{impl} failed")
-        r = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
-        results.append(r)
-        print(f"{impl:4} {r['links']:,} links -> {r['rows']:,} URLs: {r['seconds']:.2f} s wall, "
-              f"{r['cpu_s']:.2f} CPU-s ({r['parent_cpu_s']:.2f} in the parent), peak RSS {r['peak_rss_mb']} MB "
-              f"(after reading the input {r['rss_after_read_mb']} MB; {r['workers']} child processes, largest {r['worker_peak_rss_mb']} MB), "
-              f"digest {r['digest']}", flush=True)
-    if len(results) > 1:
-        same = all(r["digest"] == results[0]["digest"] and r["counters"] == results[0]["counters"] for r in results)
-        print("same table and counters" if same else "DIFFERENT results: " + json.dumps(
-            [r["counters"] for r in results]), flush=True)
-
+    cmd = [sys.executable, __file__, "--child", "new", "--file", str(path)]
+    if args.processes:
+        cmd += ["--processes", str(args.processes)]
+    if args.chunk_rows:
+        cmd += ["--chunk-rows", str(args.chunk_rows)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        print(out.stderr, file=sys.stderr)
+        raise SystemExit("prepare_outlinks failed")
+    r = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    print(f"{r['links']:,} links -> {r['rows']:,} URLs: {r['seconds']:.2f} s wall, "
+          f"{r['cpu_s']:.2f} CPU-s ({r['parent_cpu_s']:.2f} in the parent), peak RSS {r['peak_rss_mb']} MB "
+          f"(after reading the input {r['rss_after_read_mb']} MB; {r['workers']} child processes, largest "
+          f"{r['worker_peak_rss_mb']} MB), digest {r['digest']}; {load_average()}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """The coordinator's serial part and each task type's cost, at scale (issue #11).
 
 For each size it builds a synthetic crawl DB and a fetched segment with
-scripts/bench_scale.py's builders (imported, not copied), and runs generate and update each
+scripts/bench/scale.py scale's builders (imported, not copied), and runs generate and update each
 in a fresh process with a *measuring executor*: the stage function gets it as ``executor=``
 and it runs every task it is given in that process, one after the other, timing each. So
 whatever the stage hands to its executor (bucket tasks today; the dedup, outlink and
@@ -25,11 +25,11 @@ Per stage it reports:
 Tasks run one at a time with all of DuckDB's threads (``--threads``), so a task's CPU is
 the process's CPU while it ran; on a cluster they run side by side. The machine this was
 written on had 2 cores shared with other work: CPU seconds compare between runs, wall
-times less so. ``--json`` writes the rows for scripts/project_cluster.py.
+times less so. ``--json`` writes the rows for scripts/bench/cluster.py projection.
 
-    .venv/bin/python scripts/bench_cost.py --sizes 1M --json /tmp/bench-cost.json
-    .venv/bin/python scripts/bench_cost.py --sizes 10M,100M --root /big/disk --json cost.json
-    .venv/bin/python scripts/bench_cost.py --sizes 100M --built /big/disk/built   # bench_scale's store, built once
+    .venv/bin/python scripts/bench/scale.py cost --sizes 1M --json /tmp/bench-cost.json
+    .venv/bin/python scripts/bench/scale.py cost --sizes 10M,100M --root /big/disk --json cost.json
+    .venv/bin/python scripts/bench/scale.py cost --sizes 100M --built /big/disk/built   # bench_scale's store, built once
 """
 
 from __future__ import annotations
@@ -47,11 +47,10 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 import bench_scale  # noqa: E402  (its builders and child runner; it puts the code measured on sys.path)
-from bench_scale import human, parse_size  # noqa: E402
+from benchlib import human, parse_size, print_table  # noqa: E402
 
 from cycles.storage.store import Store, observe_io  # noqa: E402
 
@@ -297,18 +296,20 @@ def coordinator_cpu_share(stage: dict) -> float:
     return (c["cpu_s"] + c["child_cpu_s"]) / stage["cpu_s"] if stage["cpu_s"] else 0.0
 
 
-def print_table(rows: list[dict]) -> None:
-    head = f"{'size':>6} {'top %':>5} {'fetched':>8} {'bkts':>4} {'stage':>8} {'wall s':>8} {'tasks s':>8} {'coord s':>8} {'serial':>7} {'CPU s':>8} {'coord CPU':>9} {'CPU s/M':>8}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        for stage in ("generate", "update"):
-            s = r[stage]
-            tasks = sum(t["wall_s"] for t in s["tasks"].values())
-            print(f"{human(r['size']):>6} {r['top_n_pct']:>5g} {r['fetched']:>8,} {r['buckets']:>4} {stage:>8} {s['wall_s']:>8.1f} {tasks:>8.1f} "
-                  f"{s['coordinator']['wall_s']:>8.1f} {s['serial_fraction']:>7.1%} {s['cpu_s']:>8.1f} "
-                  f"{coordinator_cpu_share(s):>9.1%} "
-                  f"{s['cpu_s'] / (r['size'] / 1e6):>8.2f}")
+COLUMNS = (("size", 6), ("top %", 5), ("fetched", 8), ("bkts", 4), ("stage", 8), ("wall s", 8), ("tasks s", 8),
+           ("coord s", 8), ("serial", 7), ("CPU s", 8), ("coord CPU", 9), ("CPU s/M", 8))
+
+
+def table_row(r: dict, stage: str) -> list[str]:
+    s = r[stage]
+    tasks = sum(t["wall_s"] for t in s["tasks"].values())
+    return [human(r["size"]), f"{r['top_n_pct']:g}", f"{r['fetched']:,}", str(r["buckets"]), stage,
+            f"{s['wall_s']:.1f}", f"{tasks:.1f}", f"{s['coordinator']['wall_s']:.1f}", f"{s['serial_fraction']:.1%}",
+            f"{s['cpu_s']:.1f}", f"{coordinator_cpu_share(s):.1%}", f"{s['cpu_s'] / (r['size'] / 1e6):.2f}"]
+
+
+def show_table(rows: list[dict]) -> None:
+    print_table(COLUMNS, [table_row(r, stage) for r in rows for stage in ("generate", "update")])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,9 +319,9 @@ def main(argv: list[str] | None = None) -> None:
     bench_scale.add_store_args(p)
     p.add_argument("--top-n-pct", default="10,2",
                    help="top_n (the segment) as percentages of the size, each a run of its own: two let "
-                        "scripts/project_cluster.py tell costs that grow with the crawl DB from those of the segment")
+                        "scripts/bench/cluster.py projection tell costs that grow with the crawl DB from those of the segment")
     p.add_argument("--keep", action="store_true", help="keep the synthetic stores")
-    p.add_argument("--json", help="also write the rows to this JSON file (scripts/project_cluster.py reads it)")
+    p.add_argument("--json", help="also write the rows to this JSON file (scripts/bench/cluster.py projection reads it)")
     # child mode
     p.add_argument("--stage", choices=("generate", "update"), help=argparse.SUPPRESS)
     p.add_argument("--store", help=argparse.SUPPRESS)
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(bench_size(args, size, pct))
         rows[-1]["bench_s"] = round(time.monotonic() - started, 1)
         print(f"[{human(size)}] done in {rows[-1]['bench_s']:.0f} s (building included)", flush=True)
-        print_table(rows)
+        show_table(rows)
         if args.json:
             Path(args.json).write_text(json.dumps({"bench": "bench_cost", "rows": rows}, indent=1, default=str))
     shutil.rmtree(Path(args.root) / ".duckdb-tmp", ignore_errors=True)

@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python scripts/bench_integrity.py [--rows 1000000] [--root /tmp/bench-integrity] [--repeat 3]
+    .venv/bin/python scripts/bench/scale.py integrity [--rows 1000000] [--root /tmp/bench-integrity] [--repeat 3]
 
-Builds a one-bucket crawl DB of ``--rows`` URLs with scripts/bench_scale.py's builder, then
+Builds a one-bucket crawl DB of ``--rows`` URLs with scripts/bench/scale.py scale's builder, then
 times (best of ``--repeat``, seconds; per million rows in brackets):
 
 - write: the bucket written by pyarrow with and without page checksums, and through
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402,F401  (the repository on sys.path)
 
 import bench_scale  # noqa: E402
 from cycles.tables import schema  # noqa: E402
