@@ -84,14 +84,13 @@ from cycles.fetch.resumed_hosts import carried_host_rows
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
 from cycles.tables.sitemaps import SitemapSteps
-from cycles.fetch.tls import TlsSteps, describe as describe_tls
-from cycles.fetch.transfer import (ABORT_NOT_HTML, ABORT_TOO_LARGE, ABORT_TRUNCATED, FIXED_HEADERS, Request, Transfer, configure,
-                                   decoded_body, resolve_entries)
+from cycles.fetch.classify import (HOST_BACK_OFF, HOST_FAILURE, ROBOTS_ANSWER, SITEMAP_ANSWER, Outcome, Response,
+                                   classify, curl_error)
+from cycles.fetch.tls import TlsSteps
+from cycles.fetch.transfer import FIXED_HEADERS, Request, Transfer, configure, decoded_body, resolve_entries
 from cycles.tables.schema import FetchOutcome as O
 from cycles.storage.store import Store
 from cycles.urls import resolve_location, url_authority, url_host
-
-CURLE_OPERATION_TIMEDOUT = 28
 
 DNS_POLL_S = 0.005
 """While lookups are under way, the loop looks for finished ones this often (seconds)."""
@@ -378,16 +377,37 @@ class PartitionFetcher:
         if reason is not None:
             self._set_aside(slot, reason)
 
-    def _finish_tls_failure(self, slot: HostSlot, transfer: Transfer, reason: str, error: tuple[int, str]) -> None:
+    def _route(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, tls_reason: str | None,
+               curl) -> None:
+        """Classify the finished transfer (cycles/fetch/classify.py) and hand it to its step."""
+        outcome = classify(response_of(transfer, error, tls_reason))
+        for name in outcome.counters:
+            self.stats[name] += 1
+        kind = transfer.request.kind
+        if outcome.outcome == O.TLS_FAILED:
+            self._finish_tls_failure(slot, transfer, tls_reason, error, outcome.error)
+        elif outcome.outcome == O.BLOCKED:
+            if kind == "robots":
+                self._robots_blocked(slot, outcome.error)
+            elif kind == "page":
+                self.output.add(self._row(transfer.request.item, O.BLOCKED, error=outcome.error), [])
+        elif outcome.outcome == ROBOTS_ANSWER:
+            self._finish_robots(slot, transfer, error)
+        elif outcome.outcome == SITEMAP_ANSWER:
+            self._finish_sitemap(slot, transfer, error, outcome.host)
+        else:
+            self._finish_page(slot, transfer, outcome, curl)
+
+    def _finish_tls_failure(self, slot: HostSlot, transfer: Transfer, reason: str, error: tuple[int, str],
+                            text: str) -> None:
         """The TLS handshake failed (cycles/fetch/tls.py): the exchange's WARC metadata record,
         then either the host fetched unverified (``fetch.tls_archive_anyway``; the request is
         asked again) or the whole host backed off: the URL asked and every queued one get
         ``tls_failed``, the host is set aside and its ``not_before`` moves ahead. Never a
         retry over plain http."""
-        message = f"curl {error[0]}: {error[1]}"
+        message = curl_error(error)
         transfer.tls_failure = (reason, message)
         wait, unverified = self.tls.failed(slot.host, reason, message, _wall(time.time()))
-        text = "TLS " + describe_tls(reason, message)
         request, item = transfer.request, transfer.request.item
         started = started_iso(transfer)
         if request.kind == "robots":
@@ -417,12 +437,9 @@ class PartitionFetcher:
             self.output.add(self._row(slot.queue.popleft(), O.TLS_FAILED, error=reason_text), [])
 
     def _finish_robots(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
-        if error is not None and transfer.blocked_address:
-            self._robots_blocked(slot, transfer)
-            return
         self.archive.robots(transfer, transfer.ip, self._request_line(transfer),
                             self._request_headers(transfer), started_iso(transfer),
-                            f"curl {error[0]}: {error[1]}" if error is not None else None)
+                            curl_error(error) if error is not None else None)
         if self.robots.read_response(slot.robots, transfer, error):
             self._settle_robots(slot)
             self._start_sitemaps(slot)
@@ -433,46 +450,31 @@ class PartitionFetcher:
         if slot.set_aside is None and rules is not None and slot.queue and rules.sitemaps():
             self.sitemaps.start(slot.host, robots_url(slot.queue[0]["url"]), rules.sitemaps())
 
-    def _finish_sitemap(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None) -> None:
+    def _finish_sitemap(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None,
+                        host: str | None) -> None:
         """A sitemap response: archived, then read; failures count against the host as a page's do."""
-        if error is not None and transfer.blocked_address:
-            self.stats["fetch/blocked_address"] += 1
-            return
-        message = f"curl {error[0]}: {error[1]}" if error is not None else None
+        message = curl_error(error) if error is not None else None
         self.archive.sitemap(transfer, transfer.ip, self._request_line(transfer),
                              self._request_headers(transfer), started_iso(transfer), message)
-        status = transfer.status_code()
-        if error is not None and transfer.abort != ABORT_TRUNCATED:  # truncated at the cap: read its start
-            self._set_aside_if(slot, politeness.count_failure(slot, self.fc))
-            status = None
-        elif status is not None:
-            politeness.answered(slot, status)
-            if status == 429 or status >= 500:
-                self._set_aside_if(slot, politeness.back_off(slot, transfer, status, time.time(), self.fc, self.stats))
+        status = None if host == HOST_FAILURE else transfer.status_code()
+        self._host_learns(slot, transfer, host, status)
         rows = self.sitemaps.read(slot.host, transfer.request.url, transfer.request.item["sitemap_depth"], status,
                                   transfer.body() if status is not None else b"",
                                   transfer.header("content-encoding"),
                                   _wall(transfer.started_wall + clock.offset_s()))
         self.output.add_sitemap_urls(rows)
 
-    def _robots_blocked(self, slot: HostSlot, transfer: Transfer) -> None:
+    def _robots_blocked(self, slot: HostSlot, reason: str) -> None:
         """The host's address is not public (SSRF guard): not one packet was sent to it.
 
         Every URL queued for the host is recorded ``blocked`` (not deferred: deferring would
         bring it back every hour). Not a robots.txt answer (no robots state is written) and
         not a host failure."""
-        self.stats["fetch/blocked_address"] += 1
         slot.robots.url = None
-        reason = self._blocked_reason(transfer)
         slot.set_aside = reason
         self.stats["fetch/hosts_set_aside"] += 1
         while slot.queue:
             self.output.add(self._row(slot.queue.popleft(), O.BLOCKED, error=reason), [])
-
-    @staticmethod
-    def _blocked_reason(transfer: Transfer) -> str:
-        return (f"address {transfer.blocked_address} is not public and not in fetch.allowed_networks "
-                "(SSRF guard); not connected")
 
     # --- pages ------------------------------------------------------------------------
     def _row(self, item: dict, outcome: str, **values) -> dict:
@@ -526,60 +528,36 @@ class PartitionFetcher:
                                      values.get("error"))
         self.output.add(self._row(transfer.request.item, outcome, **values, **location), links)
 
-    def _finish_page(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, curl) -> None:
+    def _host_learns(self, slot: HostSlot, transfer: Transfer, host: str | None, status: int | None) -> None:
+        """What the response tells the host's slot (cycles/fetch/classify.py ``Outcome.host``)."""
+        if host == HOST_FAILURE:
+            self._set_aside_if(slot, politeness.count_failure(slot, self.fc))
+        elif host is not None:
+            politeness.answered(slot, status)
+            if host == HOST_BACK_OFF:
+                self._set_aside_if(slot, politeness.back_off(slot, transfer, status, time.time(), self.fc, self.stats))
+
+    def _finish_page(self, slot: HostSlot, transfer: Transfer, outcome: Outcome, curl) -> None:
+        """A page's row, as classified; a 2xx is stored and parsed, a redirect maybe followed."""
         item = transfer.request.item
-        if error is not None and transfer.blocked_address:
-            # The SSRF guard refused the address (no packet sent): not a host failure.
-            self.stats["fetch/blocked_address"] += 1
-            self.output.add(self._row(item, O.BLOCKED, error=self._blocked_reason(transfer)), [])
-            return
         # Scheduling time (cycles.clock, shiftable in simulations); politeness uses real time.
-        started = _wall(transfer.started_wall + clock.offset_s())
-        duration_ms = int(transfer.duration_s * 1000)
-        common = dict(fetched_at=started, duration_ms=duration_ms, body_bytes=transfer.size)
+        common = dict(fetched_at=_wall(transfer.started_wall + clock.offset_s()),
+                      duration_ms=int(transfer.duration_s * 1000), body_bytes=transfer.size)
         status = transfer.status_code()
         if status is not None:
-            self.stats[f"fetch/status/{status}"] += 1
             common.update(http_status=status, content_type=transfer.header("content-type"),
                           etag=transfer.header("etag"), last_modified=transfer.header("last-modified"))
         self.stats["fetch/bytes"] += transfer.size
-        if transfer.abort == ABORT_TOO_LARGE:
-            self._fetched(transfer, O.TOO_LARGE, [], error=f"body over {transfer.max_bytes} bytes; aborted", **common)
-            return
-        if transfer.abort == ABORT_NOT_HTML:
-            self._fetched(transfer, O.NOT_HTML, [], error="not HTML; body not downloaded", **common)
-            return
-        if error is not None:
-            errno, message = error
-            self.stats["fetch/timeout" if errno == CURLE_OPERATION_TIMEDOUT else "fetch/network_error"] += 1
-            self._set_aside_if(slot, politeness.count_failure(slot, self.fc))
-            self._fetched(transfer, O.NETWORK_ERROR, [], error=f"curl {errno}: {message}", **common)
-            return
-        politeness.answered(slot, status)
-        if 200 <= status < 300:
+        self._host_learns(slot, transfer, outcome.host, status)
+        if outcome.outcome == O.OK:
             self._store_page(slot, transfer, item, common, curl)
-        elif status == 304:
-            self._fetched(transfer, O.NOT_MODIFIED, [], **common)
-        elif 300 <= status < 400 and transfer.header("location"):
-            target = resolve_location(item["url"], transfer.header("location"))
-            self.stats["fetch/redirect"] += 1
-            if target.split("#", 1)[0] == item["url"]:
-                # A redirect to itself can only loop: record it, follow nothing.
-                self.stats["fetch/redirect_loop"] += 1
-                self._fetched(transfer, O.REDIRECT, [], redirect_to=target, error="redirect to itself", **common)
-                return
-            if url_authority(target) != url_authority(item["url"]):
-                self.stats["fetch/redirect_cross_host"] += 1
-            error = self._follow_redirect(slot, item, target)
-            self._fetched(transfer, O.REDIRECT, [self._link(item, target, "", False)], redirect_to=target,
-                          error=error, **common)
-        elif status in (404, 410):
-            self._fetched(transfer, O.GONE, [], **common)
-        elif status == 429 or status >= 500:
-            self._set_aside_if(slot, politeness.back_off(slot, transfer, status, time.time(), self.fc, self.stats))
-            self._fetched(transfer, O.SERVER_ERROR, [], error=f"HTTP {status}", **common)
+        elif outcome.follow:
+            error = self._follow_redirect(slot, item, outcome.redirect_to)
+            self._fetched(transfer, O.REDIRECT, [self._link(item, outcome.redirect_to, "", False)],
+                          redirect_to=outcome.redirect_to, error=error, **common)
         else:
-            self._fetched(transfer, O.CLIENT_ERROR, [], error=f"HTTP {status}", **common)
+            self._fetched(transfer, outcome.outcome, [], redirect_to=outcome.redirect_to, error=outcome.error,
+                          **common)
 
     # --- redirects ----------------------------------------------------------------------
     def _follow_redirect(self, slot: HostSlot, item: dict, target: str) -> str | None:
@@ -697,14 +675,7 @@ class PartitionFetcher:
         tls_reason = self.tls.observe(curl, transfer.request.url, error)
         if error is None and transfer.request.url[:6].lower() == "https:":
             self.tls.succeeded(slot.host, transfer.tls_unverified is not None, _wall(ended_wall))
-        if tls_reason is not None and not transfer.blocked_address:
-            self._finish_tls_failure(slot, transfer, tls_reason, error)
-        elif transfer.request.kind == "robots":
-            self._finish_robots(slot, transfer, error)
-        elif transfer.request.kind == "sitemap":
-            self._finish_sitemap(slot, transfer, error)
-        else:
-            self._finish_page(slot, transfer, error, curl)
+        self._route(slot, transfer, error, tls_reason, curl)
         # After the handlers: robots.txt may just have raised the delay (Crawl-delay), and
         # a back-off may already have pushed next_allowed further.
         politeness.space_after_response(slot, transfer, self.fc)
@@ -940,6 +911,12 @@ class PartitionFetcher:
             self.multi.remove_handle(curl)
         self.output.close()
         self.multi.close()
+
+
+def response_of(transfer: Transfer, error: tuple[int, str] | None, tls_reason: str | None) -> Response:
+    """What :func:`~cycles.fetch.classify.classify` reads of a finished transfer."""
+    return Response(transfer.request.kind, transfer.request.url, transfer.status_code(), error, transfer.abort,
+                    transfer.max_bytes, transfer.header("location"), transfer.blocked_address, tls_reason)
 
 
 def started_iso(transfer: Transfer) -> str:
