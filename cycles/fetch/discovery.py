@@ -202,6 +202,15 @@ class Discovery:
             followed = [link for link in followed if self._may_lead(link["url"], within_ok, claims_ok, level)]
         if not followed:
             return []
+        candidates = self._candidates(followed, within_ok, claims_ok, level)
+        if not candidates:
+            return []
+        return self._queue(candidates, depth, hop, level, slot_for)
+
+    def _candidates(self, followed: list[dict], within_ok: bool, claims_ok: bool,
+                    level: int) -> list[tuple[dict, str, str]]:
+        """(link, normalised URL, host) of the followed links first considered here that this
+        worker may fetch (its hosts, or a new host it claims) and that are not listed."""
         fresh = self._first_considered([link["url"] for link in followed])
         candidates: list[tuple[dict, str, str]] = []
         for link, new in zip(followed, fresh):
@@ -223,8 +232,12 @@ class Discovery:
             if url in self.inline.listed_urls:
                 continue
             candidates.append((link, url, host))
-        if not candidates:
-            return []
+        return candidates
+
+    def _queue(self, candidates: list[tuple[dict, str, str]], depth: int, hop: int, level: int,
+               slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
+        """Queue the candidates the crawl DB does not know, within their host's budgets and
+        the segment's plan; returns the slots that got work."""
         known = self.seen.contains_many([url for _, url, _ in candidates])
         slots: dict[str, HostSlot] = {}
         for (link, url, host), in_db in zip(candidates, known):
