@@ -59,6 +59,7 @@ from cycles.tables.crawldb import url_pattern_hash
 from cycles.tables.dedup_state import learned_by_host
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.inline import InlineFetches
+from cycles.fetch.records import FetchItem
 from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, url_host
 
@@ -118,7 +119,7 @@ class Discovery:
         a new URL with one is a copy, not fetched (``discover/variant_param``)."""
         self.fits: Callable[[HostSlot], bool] = lambda slot: True
         """Does one more URL fit ``slot``'s queue before the segment's planned end (set by the worker)."""
-        self.beyond_plan: list[dict] = []
+        self.beyond_plan: list[FetchItem] = []
         """URLs taken for a host whose queue was full up to the planned end: written with the
         partition's leftovers (cycles/fetch/worker.py ``write_leftover``) for the next segment."""
 
@@ -180,18 +181,18 @@ class Discovery:
             return level
         return 0 if host in self.listed_hosts else self.max_claims
 
-    def offer(self, item: dict, links: list[dict],
+    def offer(self, item: FetchItem, links: list[dict],
               slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
         """Queue the page's links this worker fetches now; returns the slots that got work.
 
         ``links`` are the page's outlink rows (the worker's ``_link``); a link taken gets
         ``inline = True``, so the outlink writer keeps it. ``slot_for(host, url)``: the host's
         slot (a claimed new host's is set up at its first URL)."""
-        depth = int(item["depth"]) + 1
+        depth = item.depth + 1
         if self.seen is None or depth > min(self.max_depth, MAX_DEPTH_VALUE):
             return []
-        page_host = item["host"]
-        hop = int(item.get("hop") or 0) + 1
+        page_host = item.host
+        hop = (item.hop or 0) + 1
         within_ok = hop <= self.max_hops  # else only links entering a newly claimed host
         level = self.claim_level(page_host)
         claims_ok = level + 1 <= self.max_claims
@@ -253,9 +254,8 @@ class Discovery:
                 continue
             self._count(host, pattern)
             link["inline"] = True
-            entry = {"url": url, "host": host, "host_hash": host_hash(host), "score": 1.0 / (depth + 1),
-                     "depth": depth, "etag": None, "last_modified": None,
-                     "hop": 0 if self.claim_level(host) > level else hop}
+            entry = FetchItem(url, host, host_hash(host), 1.0 / (depth + 1), depth,
+                              hop=0 if self.claim_level(host) > level else hop)
             if not self.fits(slot):
                 self.stats["discover/host_time_budget"] += 1
                 self.beyond_plan.append(entry)

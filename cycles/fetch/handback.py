@@ -19,15 +19,11 @@ import pyarrow as pa
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.frontier import Frontier
 from cycles.fetch.hosts import HostSteps
+from cycles.fetch.records import FetchItem
 from cycles.fetch.transfers import Transfers
 from cycles.storage.store import Store, StorePath
 from cycles.tables import schema
 from cycles.tables import segment as seg
-
-
-def discovered(item: dict) -> bool:
-    """Was the item queued by discovery (a fetch-list row has no "hop"; a redirect target is not one)?"""
-    return "hop" in item and "redirect_chain" not in item
 
 
 class HandBack:
@@ -40,7 +36,7 @@ class HandBack:
         self.transfers = transfers
         self.hosts = hosts
         self.discovery = discovery
-        self.leftover: list[dict] = []
+        self.leftover: list[FetchItem] = []
         """Discovered URLs queued and not reached when the partition ended."""
 
     def queued(self) -> None:
@@ -48,7 +44,7 @@ class HandBack:
         for slot in self.frontier.slots.values():
             slot.robots.url = None
             self.stats["fetch/handed_back"] += len(slot.queue)
-            self.leftover += [i for i in slot.queue if discovered(i)]
+            self.leftover += [i for i in slot.queue if i.discovered]
             slot.queue.clear()
 
     def in_flight(self) -> None:
@@ -59,13 +55,13 @@ class HandBack:
             self.hosts.after_cut(slot, transfer, now, now_wall)
             if transfer.request.kind == "page":
                 self.stats["fetch/handed_back"] += 1
-                if discovered(transfer.request.item):
+                if transfer.request.item.discovered:
                     self.leftover.append(transfer.request.item)
             self.stats["fetch/cut_at_end"] += 1
 
     def write(self, store: Store, seg_dir: StorePath, partition: int) -> None:
         """The leftover file: what discovery queued and the partition did not reach, and what
         did not fit the segment's plan (cycles/fetch/discovery.py ``beyond_plan``)."""
-        rows = [{k: i[k] for k in schema.LEFTOVER.names} for i in self.leftover + self.discovery.beyond_plan]
+        rows = [i.leftover_row() for i in self.leftover + self.discovery.beyond_plan]
         store.write_table(seg.leftover_file(seg_dir, partition),
                           pa.Table.from_pylist(rows, schema=schema.LEFTOVER), schema.LEFTOVER)

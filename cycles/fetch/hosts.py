@@ -28,6 +28,7 @@ from cycles.fetch.dns import Resolver
 from cycles.fetch.exchange import wall
 from cycles.fetch.frontier import ABORTED_MARGIN_S, SPACING_MARGIN_S, Frontier, HostSlot
 from cycles.fetch.inline import InlineFetches
+from cycles.fetch.records import FetchItem
 from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
 from cycles.fetch.rows import Rows
@@ -128,14 +129,14 @@ class HostSteps:
             return Request(slot.robots.url, slot.host, "robots", None, self.robots.validators(slot.robots))
         sitemap = self.sitemaps.next_url(slot.host, slot.robots.rules.allowed) if slot.queue else None
         if sitemap is not None:
-            return Request(sitemap[0], slot.host, "sitemap", {"sitemap_depth": sitemap[1]})
+            return Request(sitemap[0], slot.host, "sitemap", sitemap_depth=sitemap[1])
         while slot.queue:
             item = slot.queue.popleft()
-            if not slot.robots.rules.allowed(item["url"]):
+            if not slot.robots.rules.allowed(item.url):
                 self.stats["robots/denied"] += 1
                 self.rows.add(item, O.ROBOTS_DENIED, error="disallowed by robots.txt")
                 continue
-            return Request(item["url"], slot.host, "page", item, _conditional_headers(item))
+            return Request(item.url, slot.host, "page", item, _conditional_headers(item))
         return None
 
     def learn(self, slot: HostSlot, transfer: Transfer, host: str | None, status: int | None) -> None:
@@ -221,11 +222,11 @@ class HostSteps:
         return answer.host_columns() if answer is not None else {}
 
 
-def _conditional_headers(item: dict) -> list[str]:
+def _conditional_headers(item: FetchItem) -> list[str]:
     """A refetch asks whether the page changed (RFC 9110 §13.1): a 304 costs no body."""
     headers = []
-    if item.get("etag"):
-        headers.append(f"If-None-Match: {item['etag']}")
-    if item.get("last_modified"):
-        headers.append(f"If-Modified-Since: {item['last_modified']}")
+    if item.etag:
+        headers.append(f"If-None-Match: {item.etag}")
+    if item.last_modified:
+        headers.append(f"If-Modified-Since: {item.last_modified}")
     return headers

@@ -15,6 +15,7 @@ from cycles.fetch.discovery import Discovery
 from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.fetch.hosts import HostSteps
 from cycles.fetch.parse import parse_html
+from cycles.fetch.records import FetchItem
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.transfer import Transfer, decoded_body
 from cycles.tables.schema import FetchOutcome as O
@@ -40,7 +41,7 @@ class Pages:
         if body is None:
             return O.TOO_LARGE, [], {"error": "body does not inflate within the size cap"}
         try:
-            page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent,
+            page = parse_html(body, item.url, transfer.header("content-type"), self.fc.robots_agent,
                               self.fc.simhash_block_min_bytes if self.fc.simhash_main_content else None)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
@@ -55,7 +56,7 @@ class Pages:
         return O.OK, links, dict(title=page.title, text=page.text, content_hash=page.content_hash,
                                  simhash=page.simhash, canonical=page.canonical, noindex=page.noindex)
 
-    def follow_redirect(self, slot: HostSlot, item: dict, target: str) -> str | None:
+    def follow_redirect(self, slot: HostSlot, item: FetchItem, target: str) -> str | None:
         """Queue the target if this worker fetches it now (cycles/fetch/redirects.py); the
         error for the redirect's row."""
         error, target_slot = self.redirects.follow(item, target, self.hosts.redirect_slot)
@@ -64,7 +65,7 @@ class Pages:
         return error
 
     @staticmethod
-    def link(item: dict, url: str, anchor: str, nofollow: bool) -> dict:
+    def link(item: FetchItem, url: str, anchor: str, nofollow: bool) -> dict:
         """An outlink row of the page ``item`` (``schema.OUTLINKS``)."""
-        return {"from_url": item["url"], "url": url, "anchor": anchor, "nofollow": nofollow,
-                "depth": min(int(item["depth"]) + 1, 32767)}
+        return {"from_url": item.url, "url": url, "anchor": anchor, "nofollow": nofollow,
+                "depth": min(item.depth + 1, 32767)}

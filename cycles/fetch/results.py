@@ -118,14 +118,14 @@ class Results:
             self.hosts.settle_robots(slot)
             rules = slot.robots.rules
             if slot.set_aside is None and rules is not None and slot.queue and rules.sitemaps():
-                self.hosts.sitemaps.start(slot.host, robots_url(slot.queue[0]["url"]), rules.sitemaps())
+                self.hosts.sitemaps.start(slot.host, robots_url(slot.queue[0].url), rules.sitemaps())
 
     def sitemap(self, slot: HostSlot, transfer: Transfer, error: tuple[int, str] | None, outcome: Outcome) -> None:
         """A sitemap answer: archived, then read; failures count against the host as a page's do."""
         self._archive(transfer, curl_error(error) if error is not None else None)
         status = None if outcome.host == HOST_FAILURE else transfer.status_code()
         self.hosts.learn(slot, transfer, outcome.host, status)
-        rows = self.hosts.sitemaps.read(slot.host, transfer.request.url, transfer.request.item["sitemap_depth"],
+        rows = self.hosts.sitemaps.read(slot.host, transfer.request.url, transfer.request.sitemap_depth,
                                         status, transfer.body() if status is not None else b"",
                                         transfer.header("content-encoding"),
                                         wall(transfer.started_wall + clock.offset_s()))

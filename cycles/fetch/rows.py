@@ -11,6 +11,7 @@ from collections import Counter
 
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.output import PartitionOutput
+from cycles.fetch.records import FetchItem
 from cycles.tables import schema
 
 _EMPTY_ROW = dict.fromkeys(schema.FETCHED.names)
@@ -18,10 +19,10 @@ _EMPTY_ROW = dict.fromkeys(schema.FETCHED.names)
 ``schema.FETCHED.names`` anew at each access)."""
 
 
-def row(item: dict, outcome: str, **values) -> dict:
+def row(item: FetchItem, outcome: str, **values) -> dict:
     """The fetched row of a fetch list item (its url and host) with these columns set."""
     fetched = _EMPTY_ROW.copy()
-    fetched.update(url=item["url"], host=item["host"], outcome=outcome, **values)
+    fetched.update(url=item.url, host=item.host, outcome=outcome, **values)
     return fetched
 
 
@@ -32,7 +33,7 @@ class Rows:
         self.output = output
         self.stats = stats
 
-    def add(self, item: dict, outcome: str, links: list[dict] | None = None, **values) -> None:
+    def add(self, item: FetchItem, outcome: str, links: list[dict] | None = None, **values) -> None:
         self.stats[f"fetch/outcome/{outcome}"] += 1
         self.output.add(row(item, outcome, **values), links if links is not None else [])
 

@@ -11,7 +11,11 @@ concern; each part counts what it does in the partition's stats:
 - cycles/fetch/results.py: routes it by that outcome: archived, written, its host told;
 - cycles/fetch/pages.py: a 2xx stored and parsed, its links offered, a redirect followed;
 - cycles/fetch/rows.py: every fetched row, counted by outcome;
+- cycles/fetch/records.py: the typed record a URL travels as (``FetchItem``);
+- cycles/fetch/exchange.py: a transfer's WARC request line and headers, its times;
 - cycles/fetch/tail.py: when the fetch ends before its list is done (plan, tail, rate, request);
+- cycles/fetch/handback.py: what it then hands back (the URLs not reached, transfers cut);
+- cycles/fetch/meter.py: the progress file and the politeness budget;
 - cycles/fetch/frontier.py: the host slots and the heap of next-allowed times;
 - cycles/fetch/politeness.py: spacing, back-off, failures, set-aside windows on a slot;
 - cycles/fetch/robots_state.py: a host's robots.txt (cache, revalidation, fallback, rules);
@@ -79,6 +83,7 @@ from cycles.fetch.memory import keep_memory_mapped
 from cycles.fetch.meter import Meter
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.pages import Pages
+from cycles.fetch.records import FetchItem
 from cycles.fetch.redirects import Redirects
 from cycles.fetch.results import Results
 from cycles.fetch.resumed_hosts import carried_host_rows
@@ -185,19 +190,20 @@ class PartitionFetcher:
         self._open_output(len(items), next_chunk)
         self._set_up_slots(items)
 
-    def _read_fetch_list(self) -> tuple[list[dict], set[str], int]:
+    def _read_fetch_list(self) -> tuple[list[FetchItem], set[str], int]:
         """The fetch list's items still to fetch, the URLs a killed run fetched, and the
         output's next chunk number; on a resumed run, the killed run's host rows carried."""
-        items = self.store.read_table(seg.fetchlist_file(self.seg_dir, self.partition)).to_pylist()
+        rows = self.store.read_table(seg.fetchlist_file(self.seg_dir, self.partition)).to_pylist()
+        items = [FetchItem.from_row(row) for row in rows]
         done, next_chunk = resume_state(self.store, self.seg_dir, self.partition)
         resumed = (self.resumed or bool(done)
                    or self.store.exists(seg.hosts_file(self.seg_dir, self.partition)))
         self.stats["fetch/resumed_skipped"] += len(done)
         self.inline.partitions = self._partition_count()
-        listed = {i["url"] for i in items}
+        listed = {i.url for i in items}
         # With done: a URL an earlier run of this partition fetched inline has its row already.
         self.inline.listed_urls = listed | done
-        self.inline.own_hosts = {i["host"] for i in items}
+        self.inline.own_hosts = {i.host for i in items}
         self.hosts.resumed = resumed
         if resumed:
             # Before any slot is set up: what the killed run knew, and "asked until now" for
@@ -211,8 +217,8 @@ class PartitionFetcher:
         # that one fetched afterwards by discovery, and its seen-set lacks it: skipped, known.
         earlier = fetched_by_continued(self.store, self.segment, self.inline.own_hosts)
         fetched_meanwhile = {url for url, _ in earlier}
-        kept = [i for i in items if i["url"] not in done and i["url"] not in fetched_meanwhile]
-        self.stats["fetch/fetched_before"] += sum(1 for i in items if i["url"] not in done) - len(kept)
+        kept = [i for i in items if i.url not in done and i.url not in fetched_meanwhile]
+        self.stats["fetch/fetched_before"] += sum(1 for i in items if i.url not in done) - len(kept)
         self.discovery.load(len(listed) * self.fc.outlink_bloom_links_per_page,
                             [(url, url_host(url)) for url in done - listed])
         self.discovery.add_fetched_before(earlier)
@@ -235,17 +241,17 @@ class PartitionFetcher:
         self.hosts.rows = rows = Rows(self.output, self.stats)
         self.results = Results(self.fc, self.stats, self.hosts, rows, self.output, self.archive, self.pages)
 
-    def _set_up_slots(self, items: list[dict]) -> None:
+    def _set_up_slots(self, items: list[FetchItem]) -> None:
         """A slot per host, its URLs queued, its state from the host DB, on the heap."""
-        states = load_host_state(self.store, {i["host"] for i in items}, self.segment)
+        states = load_host_state(self.store, {i.host for i in items}, self.segment)
         now_mono, now_wall = time.monotonic(), time.time()
         for item in items:
-            self.frontier.slot(item["host"]).queue.append(item)
+            self.frontier.slot(item.host).queue.append(item)
         # Each slot is set up once its URLs are queued: a host set aside on the spot (a
         # cached robots.txt error) defers them all; set up before, the URLs queued after
         # it were never fetched nor written.
         for slot in self.frontier.slots.values():
-            self.hosts.init_slot(slot, slot.queue[0]["url"], states.get(slot.host), now_mono, now_wall)
+            self.hosts.init_slot(slot, slot.queue[0].url, states.get(slot.host), now_mono, now_wall)
         self.frontier.restore_gates(now_mono, now_wall)
         for slot in self.frontier.slots.values():
             self.hosts.set_aside_if_far(slot, now_mono)
