@@ -59,6 +59,7 @@ from cycles.tables.crawldb import url_pattern_hash
 from cycles.tables.dedup_state import learned_by_host
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.inline import InlineFetches
+from cycles.fetch.records import FetchItem
 from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, url_host
 
@@ -118,7 +119,7 @@ class Discovery:
         a new URL with one is a copy, not fetched (``discover/variant_param``)."""
         self.fits: Callable[[HostSlot], bool] = lambda slot: True
         """Does one more URL fit ``slot``'s queue before the segment's planned end (set by the worker)."""
-        self.beyond_plan: list[dict] = []
+        self.beyond_plan: list[FetchItem] = []
         """URLs taken for a host whose queue was full up to the planned end: written with the
         partition's leftovers (cycles/fetch/worker.py ``write_leftover``) for the next segment."""
 
@@ -180,18 +181,18 @@ class Discovery:
             return level
         return 0 if host in self.listed_hosts else self.max_claims
 
-    def offer(self, item: dict, links: list[dict],
+    def offer(self, item: FetchItem, links: list[dict],
               slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
         """Queue the page's links this worker fetches now; returns the slots that got work.
 
         ``links`` are the page's outlink rows (the worker's ``_link``); a link taken gets
         ``inline = True``, so the outlink writer keeps it. ``slot_for(host, url)``: the host's
         slot (a claimed new host's is set up at its first URL)."""
-        depth = int(item["depth"]) + 1
+        depth = item.depth + 1
         if self.seen is None or depth > min(self.max_depth, MAX_DEPTH_VALUE):
             return []
-        page_host = item["host"]
-        hop = int(item.get("hop") or 0) + 1
+        page_host = item.host
+        hop = (item.hop or 0) + 1
         within_ok = hop <= self.max_hops  # else only links entering a newly claimed host
         level = self.claim_level(page_host)
         claims_ok = level + 1 <= self.max_claims
@@ -202,6 +203,15 @@ class Discovery:
             followed = [link for link in followed if self._may_lead(link["url"], within_ok, claims_ok, level)]
         if not followed:
             return []
+        candidates = self._candidates(followed, within_ok, claims_ok, level)
+        if not candidates:
+            return []
+        return self._queue(candidates, depth, hop, level, slot_for)
+
+    def _candidates(self, followed: list[dict], within_ok: bool, claims_ok: bool,
+                    level: int) -> list[tuple[dict, str, str]]:
+        """(link, normalised URL, host) of the followed links first considered here that this
+        worker may fetch (its hosts, or a new host it claims) and that are not listed."""
         fresh = self._first_considered([link["url"] for link in followed])
         candidates: list[tuple[dict, str, str]] = []
         for link, new in zip(followed, fresh):
@@ -223,8 +233,12 @@ class Discovery:
             if url in self.inline.listed_urls:
                 continue
             candidates.append((link, url, host))
-        if not candidates:
-            return []
+        return candidates
+
+    def _queue(self, candidates: list[tuple[dict, str, str]], depth: int, hop: int, level: int,
+               slot_for: Callable[[str, str], HostSlot | None]) -> list[HostSlot]:
+        """Queue the candidates the crawl DB does not know, within their host's budgets and
+        the segment's plan; returns the slots that got work."""
         known = self.seen.contains_many([url for _, url, _ in candidates])
         slots: dict[str, HostSlot] = {}
         for (link, url, host), in_db in zip(candidates, known):
@@ -240,9 +254,8 @@ class Discovery:
                 continue
             self._count(host, pattern)
             link["inline"] = True
-            entry = {"url": url, "host": host, "host_hash": host_hash(host), "score": 1.0 / (depth + 1),
-                     "depth": depth, "etag": None, "last_modified": None,
-                     "hop": 0 if self.claim_level(host) > level else hop}
+            entry = FetchItem(url, host, host_hash(host), 1.0 / (depth + 1), depth,
+                              hop=0 if self.claim_level(host) > level else hop)
             if not self.fits(slot):
                 self.stats["discover/host_time_budget"] += 1
                 self.beyond_plan.append(entry)

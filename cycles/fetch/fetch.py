@@ -36,7 +36,7 @@ from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor, ProcessPool
 from cycles.fetch.identity import warn_if_placeholder_agent
-from cycles.fetch.worker import EARLY_END_FILE
+from cycles.fetch.tail import EARLY_END_FILE
 from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
                                     install_stop_handlers, progress_dir)
 from cycles.storage.store import Store, utcnow
@@ -113,6 +113,22 @@ def run_pool(tasks: list[FetchTask], processes: int, stop: StopSignals, counters
             raise
 
 
+def _run_tasks(tasks: list[FetchTask], executor: Executor | None, processes: int, stop: StopSignals,
+               counters: Counter, segment: str) -> None:
+    """Run the partition tasks on the executor, in this process (one process) or in a local
+    pool, summing their counters; in this process, a stop signal ends it between partitions."""
+    if executor is not None:
+        for result in executor.map(fetch_partition_task, tasks):
+            counters.update(result)
+    elif processes == 1:
+        for task in tasks:
+            if stop.received is not None:
+                break
+            counters.update(fetch_partition(task))
+    else:
+        run_pool(tasks, processes, stop, counters, segment)
+
+
 def fetch_segment(store: Store, config: Config, segment: str | None = None,
                   processes: int | None = None, executor: Executor | None = None) -> FetchResult:
     """Fetch a generated segment (the oldest unfetched one if ``segment`` is None).
@@ -148,16 +164,7 @@ def fetch_segment(store: Store, config: Config, segment: str | None = None,
         progress.start()
         live_metrics.start()
         try:
-            if executor is not None:
-                for result in executor.map(fetch_partition_task, tasks):
-                    counters.update(result)
-            elif processes == 1:
-                for task in tasks:
-                    if stop.received is not None:
-                        break
-                    counters.update(fetch_partition(task))
-            else:
-                run_pool(tasks, processes, stop, counters, segment)
+            _run_tasks(tasks, executor, processes, stop, counters, segment)
         finally:
             live_metrics.stop()
             progress.stop()

@@ -30,6 +30,7 @@ from cycles.config import Config
 from cycles.fetch.frontier import HostSlot
 from cycles.fetch.known import known_urls
 from cycles.fetch.inline import InlineFetches
+from cycles.fetch.records import FetchItem
 from cycles.storage.store import Store
 from cycles.urls import host_hash, url_host
 
@@ -49,7 +50,7 @@ class Redirects:
         self._crawldb_manifest = None
         """The crawl DB version those lookups read (taken at the first one)."""
 
-    def follow(self, item: dict, target: str, slot_for: Callable[[str, str], HostSlot]) -> tuple[str | None, HostSlot | None]:
+    def follow(self, item: FetchItem, target: str, slot_for: Callable[[str, str], HostSlot]) -> tuple[str | None, HostSlot | None]:
         """Queue a redirect's target for this cycle if this worker may fetch it.
 
         ``slot_for(host, url)`` gives the target host's slot (set up from the host DB if new).
@@ -59,7 +60,7 @@ class Redirects:
         if url is None:
             self.stats["fetch/redirect_filtered"] += 1  # update would drop it too
             return None, None
-        chain = item.get("redirect_chain") or (item["url"],)
+        chain = item.redirect_chain or (item.url,)
         if url in chain:
             self.stats["fetch/redirect_loop"] += 1
             return "redirect loop", None
@@ -98,10 +99,8 @@ class Redirects:
             return None, None
         self.inline.claim(url)
         # At the front: the chain keeps the priority of the URL that started it.
-        target_slot.queue.appendleft({
-            "url": url, "host": host, "host_hash": host_hash(host), "score": item.get("score"),
-            "depth": min(int(item["depth"]) + 1, 32767), "etag": None, "last_modified": None,
-            "redirect_chain": chain + (url,), "hop": item.get("hop") or 0})
+        target_slot.queue.appendleft(FetchItem(url, host, host_hash(host), item.score, min(item.depth + 1, 32767),
+                                               hop=item.hop or 0, redirect_chain=chain + (url,)))
         self.stats["fetch/redirect_followed"] += 1
         return None, target_slot
 

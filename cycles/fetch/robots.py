@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Iterator
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -395,12 +396,22 @@ def _split_groups(text: str) -> tuple[list[_Group], list[str]]:
     ``Disallow: /private/`` wants every crawler to keep out (10 of the 4,231
     real-world files start this way).
     """
-    groups: list[_Group] = []
-    sitemaps: dict[str, None] = {}
-    group: _Group | None = None
-    in_rules = False  # the current group has had an Allow or Disallow line
-    delay_agents: list[str] = []  # who the next Crawl-delay line is for
-    delay_seen = False  # a Crawl-delay came after the last User-agent line
+    reader = _GroupReader()
+    for field, value in _records(text):
+        if field in _SITEMAP:
+            if value:
+                reader.sitemaps[value] = None
+        elif field in _USER_AGENT:
+            reader.user_agent(value)
+        elif field in _CRAWL_DELAY:
+            reader.crawl_delay(value)
+        else:
+            reader.rule(field, value)
+    return reader.groups, list(reader.sitemaps)
+
+
+def _records(text: str) -> Iterator[tuple[str, str]]:
+    """The (field, value) of each record line of a robots.txt, comments and blank lines out."""
     # str.splitlines, as protego uses: besides CR, LF and CR LF (§2.1) it splits on
     # form feeds, NEL and the Unicode line separators. Splitting the same way keeps a
     # value we hand to protego from being split again there.
@@ -413,49 +424,66 @@ def _split_groups(text: str) -> tuple[list[_Group], list[str]]:
         if not line:
             continue
         parsed = _split_line(line)
-        if parsed is None:
-            continue
-        field, value = parsed
-        if field in _SITEMAP:
-            if value:
-                sitemaps[value] = None
-            continue
-        if field in _USER_AGENT:
-            if group is None or in_rules:
-                group, in_rules = _Group(), False
-                groups.append(group)
-                delay_agents, delay_seen = [], False
-            if delay_seen:
-                delay_agents, delay_seen = [], False
-            # Google's reading: "*" followed by a space and more text is still "*".
-            if value[:1] == "*" and value[1:2] in ("", " ", "\t"):
-                token = "*"
-            else:
-                token = product_token(value)
-            if token:
-                group.agents.add(token)
-                delay_agents.append(token)
-            continue
-        if group is None:
+        if parsed is not None:
+            yield parsed
+
+
+class _GroupReader:
+    """:func:`_split_groups`'s state along the file: the groups so far, the one being read."""
+
+    def __init__(self) -> None:
+        self.groups: list[_Group] = []
+        self.sitemaps: dict[str, None] = {}
+        self.group: _Group | None = None
+        self.in_rules = False
+        """The current group has had an Allow or Disallow line."""
+        self.delay_agents: list[str] = []
+        """Who the next Crawl-delay line is for."""
+        self.delay_seen = False
+        """A Crawl-delay came after the last User-agent line."""
+
+    def user_agent(self, value: str) -> None:
+        if self.group is None or self.in_rules:
+            self.group, self.in_rules = _Group(), False
+            self.groups.append(self.group)
+            self.delay_agents, self.delay_seen = [], False
+        if self.delay_seen:
+            self.delay_agents, self.delay_seen = [], False
+        # Google's reading: "*" followed by a space and more text is still "*".
+        if value[:1] == "*" and value[1:2] in ("", " ", "\t"):
+            token = "*"
+        else:
+            token = product_token(value)
+        if token:
+            self.group.agents.add(token)
+            self.delay_agents.append(token)
+
+    def _rule_group(self) -> _Group:
+        if self.group is None:
             # A rule before any User-agent line: an implicit "*" group, which the
             # next User-agent line ends (in_rules) rather than joins.
-            group, in_rules = _Group(), True
-            group.agents.add("*")
-            groups.append(group)
-            delay_agents = ["*"]
-        if field in _CRAWL_DELAY:
-            delay = _parse_delay(value)
-            if delay is not None:
-                for token in delay_agents:
-                    group.delays.setdefault(token, []).append(delay)
-            delay_seen = True
-            continue
-        in_rules = True
+            self.group, self.in_rules = _Group(), True
+            self.group.agents.add("*")
+            self.groups.append(self.group)
+            self.delay_agents = ["*"]
+        return self.group
+
+    def crawl_delay(self, value: str) -> None:
+        group = self._rule_group()
+        delay = _parse_delay(value)
+        if delay is not None:
+            for token in self.delay_agents:
+                group.delays.setdefault(token, []).append(delay)
+        self.delay_seen = True
+
+    def rule(self, field: str, value: str) -> None:
+        """An Allow or Disallow line (any other record was skipped by :func:`_split_line`'s caller)."""
+        group = self._rule_group()
+        self.in_rules = True
         # "Disallow:" with no path allows everything: it ends the User-agent run
         # but adds no rule.
         if value:
             group.rules.append(("allow" if field in _ALLOW else "disallow", value))
-    return groups, list(sitemaps)
 
 
 def _parse_delay(value: str) -> float | None:

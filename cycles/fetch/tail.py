@@ -21,8 +21,11 @@ The tail rule compares the segment with itself, so it holds for a 3-host crawl a
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Iterable
 
+from cycles.config import FetchConfig
 from cycles.fetch.frontier import HostSlot
 
 TAIL_CHECK_S = 1.0
@@ -74,3 +77,66 @@ class TailWatch:
         self.rate = request_rate(slots, now)
         self.peak = max(self.peak, self.rate)
         return now - self.started >= self.after_s and self.rate < self.share * self.peak
+
+
+EARLY_END_FILE = "end-early"
+"""In the segment's progress folder (cycles/fetch/partition.py ``progress_dir``): when it
+exists, each partition hands back what it has not reached, as at ``fetch.max_duration_s``,
+and finishes (cycles/fetch/fetch.py ``request_early_end``)."""
+
+EARLY_END_CHECK_S = 0.1
+"""How often :class:`EndWatch` looks for :data:`EARLY_END_FILE` (one stat(2))."""
+
+
+class EndWatch:
+    """Says once why a partition's fetch ends before its fetch list is done, setting that
+    reason's counter: the planned length (``fetch/time_limit_stop``), a tail
+    (``fetch/tail_stop``), a rate under ``fetch.throughput_min_pages_s``
+    (``fetch/throughput_stop``) or :data:`EARLY_END_FILE` (``fetch/end_requested``).
+
+    ``limit_s``: ``fetch.max_duration_s`` when set, else the segment's planned length (0: no end)."""
+
+    def __init__(self, fc: FetchConfig, limit_s: float, started: float, stats: Counter, progress_dir: Path):
+        self.fc = fc
+        self.started = started
+        self.stats = stats
+        self.progress_dir = progress_dir
+        self.deadline = started + limit_s if limit_s > 0 else None
+        """Monotonic time the fetch ends at (None: no end planned)."""
+        self.tail = TailWatch(fc.tail_share if limit_s > 0 else 0.0, fc.tail_after_share * limit_s, started)
+        self._window_start, self._window_requests = started, 0
+        self._early_end_checked = 0.0
+
+    def ended(self, slots: Iterable[HostSlot], now: float) -> bool:
+        """True when a rule (class doc) ends the fetch now; the rules are asked in that order
+        and the first one that holds is counted."""
+        if self.deadline is not None and now >= self.deadline:
+            self.stats["fetch/time_limit_stop"] = 1
+        elif self.tail.is_tail(slots, now):
+            # A few hosts waiting out long spacings: the next segment has every due host.
+            self.stats["fetch/tail_stop"] = 1
+            self.stats["fetch/tail_stop_at_s"] = round(now - self.started, 1)
+        elif self._throughput_low(now):
+            self.stats["fetch/throughput_stop"] = 1
+        elif self._early_end_requested(now):
+            self.stats["fetch/end_requested"] = 1
+        else:
+            return False
+        return True
+
+    def _throughput_low(self, now: float) -> bool:
+        """True once, when the requests started over the last ``fetch.throughput_window_s``
+        fall under ``fetch.throughput_min_pages_s`` a second (after ``throughput_after_s``)."""
+        fc = self.fc
+        if fc.throughput_min_pages_s <= 0 or now - self._window_start < fc.throughput_window_s:
+            return False
+        rate = (self.stats["fetch/requests"] - self._window_requests) / (now - self._window_start)
+        self._window_start, self._window_requests = now, self.stats["fetch/requests"]
+        return now - self.started >= fc.throughput_after_s and rate < fc.throughput_min_pages_s
+
+    def _early_end_requested(self, now: float) -> bool:
+        """True when :data:`EARLY_END_FILE` exists (looked for every ``EARLY_END_CHECK_S``)."""
+        if now - self._early_end_checked < EARLY_END_CHECK_S:
+            return False
+        self._early_end_checked = now
+        return (self.progress_dir / EARLY_END_FILE).exists()

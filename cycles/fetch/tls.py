@@ -88,6 +88,21 @@ not a day's TLS back-off for what may be a blip."""
 _OLD = ("unsupported protocol", "alert protocol version", "wrong version number", "no protocols available",
         "version too low", "unknown protocol", "inappropriate fallback")
 
+_VERIFY_PHRASES = ((_EXPIRED, EXPIRED), (_NAME, NAME_MISMATCH), (_ISSUER, UNTRUSTED_ISSUER))
+"""A failed verification (60; 51 before libcurl 7.62): the first reason whose phrases the message has."""
+_CONNECT_PHRASES = ((_TRANSPORT, None), (_OLD, PROTOCOL_TOO_OLD), (_EXPIRED, EXPIRED))
+"""A failed handshake (35): a transport phrase makes it no TLS failure at all (None)."""
+
+
+def _by_phrase(text: str, table: tuple, otherwise: str) -> str | None:
+    """The reason of the first (phrases, reason) row of ``table`` one of whose phrases is in
+    ``text`` (lower-cased libcurl message), else ``otherwise``."""
+    for phrases, reason in table:
+        if any(p in text for p in phrases):
+            return reason
+    return otherwise
+
+
 TLS_VERSIONS = {"1.0": pycurl.SSLVERSION_TLSv1_0, "1.1": pycurl.SSLVERSION_TLSv1_1,
                 "1.2": pycurl.SSLVERSION_TLSv1_2, "1.3": pycurl.SSLVERSION_TLSv1_3}
 """``fetch.min_tls_version`` -> libcurl's SSLVERSION value (a minimum, not an exact version)."""
@@ -108,25 +123,13 @@ def classify(errno: int, message: str, https: bool, connect_s: float, appconnect
         return None
     text = (message or "").lower()
     if errno == CURLE_PEER_FAILED_VERIFICATION:
-        if any(p in text for p in _EXPIRED):
-            return EXPIRED
-        if any(p in text for p in _NAME):
-            return NAME_MISMATCH
-        if any(p in text for p in _ISSUER):
-            return UNTRUSTED_ISSUER
-        return OTHER
+        return _by_phrase(text, _VERIFY_PHRASES, OTHER)
     if errno == CURLE_OBSOLETE51:
-        return EXPIRED if any(p in text for p in _EXPIRED) else NAME_MISMATCH
+        return _by_phrase(text, _VERIFY_PHRASES[:1], NAME_MISMATCH)
     if errno == CURLE_SSL_ISSUER_ERROR:
         return UNTRUSTED_ISSUER
     if errno == CURLE_SSL_CONNECT_ERROR:
-        if any(p in text for p in _TRANSPORT):
-            return None
-        if any(p in text for p in _OLD):
-            return PROTOCOL_TOO_OLD
-        if any(p in text for p in _EXPIRED):
-            return EXPIRED
-        return OTHER
+        return _by_phrase(text, _CONNECT_PHRASES, OTHER)
     if errno == CURLE_OPERATION_TIMEDOUT:
         return HANDSHAKE_TIMEOUT if connect_s > 0 and appconnect_s == 0 else None
     if errno in _OTHER_TLS_ERRORS:

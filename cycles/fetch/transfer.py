@@ -29,6 +29,7 @@ import pycurl
 from cycles.config import FetchConfig
 from cycles.fetch.addresses import is_allowed, parse_networks
 from cycles.fetch.parse import sniff_html
+from cycles.fetch.records import FetchItem
 from cycles.fetch import tls
 
 # Why a transfer was aborted by us (libcurl then reports CURLE_WRITE_ERROR).
@@ -39,16 +40,19 @@ ABORT_TRUNCATED = "truncated"  # a robots.txt cut after max_bytes + 1 bytes, the
 
 FIXED_HEADERS = ["Accept: text/html,application/xhtml+xml;q=0.9,*/*;q=0.1", "Accept-Language: en;q=1.0, *;q=0.5"]
 """Headers every request sends besides Host, User-Agent and Accept-Encoding (the WARC
-request records list them too: cycles/fetch/worker.py)."""
+request records list them too: cycles/fetch/exchange.py)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
+    """One request to start: its URL, its host's slot, and what it is for."""
+
     url: str
     host: str
     kind: str  # "robots", "sitemap" or "page"
-    item: dict | None = None  # the fetch list row of a page request
+    item: FetchItem | None = None  # the URL of a page request (cycles/fetch/records.py)
     headers: list[str] = field(default_factory=list)
+    sitemap_depth: int = 0  # a sitemap request: sitemap index levels above it (cycles/tables/sitemaps.py)
 
 
 class Transfer:

@@ -579,11 +579,11 @@ def replay_pass(responses: dict, work: Path, overrides: list[str], profiler: cPr
         for slot in slots:
             while slot.queue:
                 item = slot.queue.popleft()
-                if item["url"] not in responses:
+                if item.url not in responses:
                     continue
-                lines, body = responses[item["url"]]
-                transfer = Transfer(Request(item["url"], slot.host, "page", item, []), fc, fc.max_page_bytes)
-                configure(curl, transfer, fc, resolve_entries(item["url"], fc.resolve))
+                lines, body = responses[item.url]
+                transfer = Transfer(Request(item.url, slot.host, "page", item, []), fc, fc.max_page_bytes)
+                configure(curl, transfer, fc, resolve_entries(item.url, fc.resolve))
                 curl.setopt(pycurl.DNS_CACHE_TIMEOUT, fc.dns_cache_s)
                 for line in lines:
                     transfer.on_header(line)

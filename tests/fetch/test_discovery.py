@@ -16,6 +16,7 @@ import pytest
 from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
+from cycles.fetch.records import FetchItem
 from cycles.tables.crawldb import pattern_hash_sql, url_pattern_hash
 from cycles.fetch.fetch import fetch_segment
 from cycles.fetch.inline import InlineFetches
@@ -299,15 +300,15 @@ def test_an_assignment_of_an_older_generate_is_still_read(store, tmp_path):
 
 def test_offer_takes_new_urls_once_and_leaves_known_nofollow_and_other_hosts(store):
     discovery, slot, stats = offer_setup(store, follow_outlinks_depth=2, follow_outlinks_per_host=10)
-    item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
+    item = FetchItem("http://a.test/", "a.test", host_hash("a.test"), 1.0, 0)
     links = [link("http://a.test/new"), link("HTTP://A.TEST:80/new#frag"), link("http://a.test/known"),
              link("http://a.test/nf", nofollow=True), link("http://b.test/x"), link("http://a.test/"),
              link("http://a.test/p/3"), link("http://a.test/p/4")]
     assert discovery.offer(item, links, {"a.test": slot}.get) == [slot]
-    queued = [q["url"] for q in slot.queue]
+    queued = [q.url for q in slot.queue]
     # One of the two spellings of /new; /p/3 fits the pattern cap (2 known + 1), /p/4 does not.
     assert queued == ["http://a.test/new", "http://a.test/p/3"]
-    assert [q["hop"] for q in slot.queue] == [1, 1] and [q["depth"] for q in slot.queue] == [1, 1]
+    assert [q.hop for q in slot.queue] == [1, 1] and [q.depth for q in slot.queue] == [1, 1]
     assert stats["discover/known"] == 1 and stats["discover/trap_pattern_cap"] == 1
     assert links[0].get("inline") and not links[2].get("inline")
     # A later page linking to them again: nothing more.
@@ -316,9 +317,9 @@ def test_offer_takes_new_urls_once_and_leaves_known_nofollow_and_other_hosts(sto
 
 def test_offer_stops_at_the_depth_and_the_host_budget(store):
     discovery, slot, stats = offer_setup(store, follow_outlinks_depth=1, follow_outlinks_per_host=2)
-    deep = {"url": "http://a.test/x", "host": "a.test", "depth": 3, "hop": 1}
+    deep = FetchItem("http://a.test/x", "a.test", host_hash("a.test"), 0.25, 3, hop=1)
     assert discovery.offer(deep, [link("http://a.test/deeper")], {"a.test": slot}.get) == []
-    item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
+    item = FetchItem("http://a.test/", "a.test", host_hash("a.test"), 1.0, 0)
     discovery.offer(item, [link(f"http://a.test/n{i}") for i in range(5)], {"a.test": slot}.get)
     assert len(slot.queue) == 2 and stats["discover/host_budget"] == 3
 

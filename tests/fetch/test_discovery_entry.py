@@ -12,6 +12,8 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
+from cycles.fetch.records import FetchItem
+from cycles.urls import host_hash
 from cycles.tables.crawldb import url_pattern_hash
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.frontier import HostSlot
@@ -57,7 +59,7 @@ def link(url):
 
 
 def page(url, host, depth, hop=None):
-    return {"url": url, "host": host, "depth": depth, "hop": hop}
+    return FetchItem(url, host, host_hash(host), 1.0 / (depth + 1), depth, hop=hop)
 
 
 def test_a_claimed_host_gets_its_own_levels_however_deep_it_was_entered(store):
@@ -66,17 +68,17 @@ def test_a_claimed_host_gets_its_own_levels_however_deep_it_was_entered(store):
     # and to a.test/deeper: the first is taken (an entry: hop 0), the second is not.
     discovery.offer(page("http://a.test/2", "a.test", 2, hop=2),
                     [link("http://n.test/"), link("http://a.test/deeper")], slot_for)
-    assert [q["url"] for q in slots["n.test"].queue] == ["http://n.test/"]
-    assert slots["n.test"].queue[0]["hop"] == 0
+    assert [q.url for q in slots["n.test"].queue] == ["http://n.test/"]
+    assert slots["n.test"].queue[0].hop == 0
     assert "a.test" not in slots
     # Within n.test: two levels from its entry, then no more.
     entry = slots["n.test"].queue.popleft()
     discovery.offer(entry, [link("http://n.test/1")], slot_for)
     level1 = slots["n.test"].queue.popleft()
-    assert level1["hop"] == 1
+    assert level1.hop == 1
     discovery.offer(level1, [link("http://n.test/2")], slot_for)
     level2 = slots["n.test"].queue.popleft()
-    assert level2["hop"] == 2
+    assert level2.hop == 2
     discovery.offer(level2, [link("http://n.test/3")], slot_for)
     assert not slots["n.test"].queue
 
@@ -86,7 +88,7 @@ def test_a_link_passed_over_past_the_depth_is_taken_from_a_page_nearer_the_entry
     discovery.offer(page("http://a.test/x", "a.test", 3, hop=1), [link("http://a.test/y")], slot_for)
     assert "a.test" not in slots
     discovery.offer(page("http://a.test/", "a.test", 0), [link("http://a.test/y")], slot_for)
-    assert [q["url"] for q in slots["a.test"].queue] == ["http://a.test/y"]
+    assert [q.url for q in slots["a.test"].queue] == ["http://a.test/y"]
 
 
 def test_the_chain_of_new_host_claims_is_bounded(store):
@@ -99,11 +101,11 @@ def test_the_chain_of_new_host_claims_is_bounded(store):
     # n2.test is the second claim in a row: it claims no third host, but keeps its own links.
     discovery.offer(n2, [link("http://n3.test/"), link("http://n2.test/more")], slot_for)
     assert "n3.test" not in slots and "n3.test" not in discovery.inline.own_hosts
-    assert [q["url"] for q in slots["n2.test"].queue] == ["http://n2.test/more"]
+    assert [q.url for q in slots["n2.test"].queue] == ["http://n2.test/more"]
     assert stats["discover/new_host_chain"] == 1 and stats["discover/new_host_claimed"] == 2
     # A link back to a fetch-list host is no claim and no entry: the hop count goes on.
     discovery.offer(n2, [link("http://a.test/back")], slot_for)
-    assert [(q["url"], q["hop"]) for q in slots["a.test"].queue] == [("http://a.test/back", 1)]
+    assert [(q.url, q.hop) for q in slots["a.test"].queue] == [("http://a.test/back", 1)]
 
 
 def test_no_new_host_is_claimed_with_a_chain_of_zero_and_redirect_claims_end_a_chain(store):
@@ -114,7 +116,7 @@ def test_no_new_host_is_claimed_with_a_chain_of_zero_and_redirect_claims_end_a_c
     assert discovery.inline.take_new_host("r.test")  # as a redirect claims its target's host
     assert discovery.claim_level("r.test") == 3
     discovery.offer(page("http://r.test/", "r.test", 1), [link("http://n1.test/"), link("http://r.test/a")], slot_for)
-    assert "n1.test" not in slots and [q["url"] for q in slots["r.test"].queue] == ["http://r.test/a"]
+    assert "n1.test" not in slots and [q.url for q in slots["r.test"].queue] == ["http://r.test/a"]
 
 
 def test_no_url_is_queued_twice_and_the_budget_holds_across_entries(store):
@@ -124,15 +126,15 @@ def test_no_url_is_queued_twice_and_the_budget_holds_across_entries(store):
     # b.test linked from a.test, then from its own page and from a.test again: one row a URL.
     discovery.offer(page("http://b.test/", "b.test", 0), [link(f"http://b.test/{i}") for i in range(5)], slot_for)
     discovery.offer(page("http://a.test/z", "a.test", 1, hop=1), [link("http://b.test/0")], slot_for)
-    queued = [q["url"] for q in slots["b.test"].queue]
+    queued = [q.url for q in slots["b.test"].queue]
     assert queued == ["http://b.test/0", "http://b.test/1", "http://b.test/2"]
     assert len(set(queued)) == len(queued) and stats["discover/host_budget"] >= 2
     assert "a.test" not in slots and stats["discover/known"] == 1
-    assert [q["hop"] for q in slots["b.test"].queue] == [1, 1, 1]  # fetch-list hosts: no entry
+    assert [q.hop for q in slots["b.test"].queue] == [1, 1, 1]  # fetch-list hosts: no entry
 
 
 def test_past_its_depth_a_page_still_enters_a_new_host_but_not_a_fetch_list_one(store):
     discovery, slots, slot_for, stats = setup(store, listed=("a.test", "b.test"), follow_outlinks_depth=1)
     discovery.offer(page("http://a.test/x", "a.test", 1, hop=1),
                     [link("http://b.test/y"), link("http://n.test/"), link("http://a.test/z")], slot_for)
-    assert set(slots) == {"n.test"} and slots["n.test"].queue[0]["hop"] == 0
+    assert set(slots) == {"n.test"} and slots["n.test"].queue[0].hop == 0

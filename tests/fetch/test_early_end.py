@@ -11,7 +11,7 @@ import pytest
 
 from cycles.fetch.fetch import fetch_segment, request_early_end
 from cycles.fetch.partition import progress_dir
-from cycles.fetch.worker import EARLY_END_FILE
+from cycles.fetch.tail import EARLY_END_FILE
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
 from cycles.storage.store import Store

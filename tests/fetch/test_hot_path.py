@@ -13,7 +13,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from cycles.fetch.output import http_head, request_head, response_head
 from cycles.fetch.transfer import Request, Transfer
 from cycles.config import FetchConfig
-from cycles.fetch.worker import started_iso
+from cycles.fetch.exchange import started_iso
 
 HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "3"), ("ETag", '"abc"'),
            ("X-Empty", "")]

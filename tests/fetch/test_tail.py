@@ -6,9 +6,12 @@ same answer at 3 hosts and at 30,000), and the frontier's idle-with-work clock."
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter, deque
+from pathlib import Path
 
+from cycles.config import FetchConfig
 from cycles.fetch.frontier import Frontier, HostSlot
-from cycles.fetch.tail import TailWatch, fits_before, request_rate
+from cycles.fetch.tail import EARLY_END_CHECK_S, EARLY_END_FILE, EndWatch, TailWatch, fits_before, request_rate
 from cycles.tables.hostdb import planned_spacing_s, planned_urls
 
 NOW = 1_800_000_000.0
@@ -112,3 +115,33 @@ def test_idle_with_work_counts_from_when_a_ready_host_could_have_started():
     assert frontier.pop_ready(ready + 23.0) is slow
     assert abs(frontier.idle_with_work_s - 5.0) < 1e-6
     assert abs(frontier.idle_with_work_requests - 2.1) < 1e-6
+
+
+def test_the_end_rules_say_once_why_a_fetch_ends(tmp_path):
+    """cycles/fetch/tail.py ``EndWatch``: the planned length, then the end-early file; each
+    counted under its own name, and nothing ends a fetch before its rule holds."""
+    busy = [HostSlot("a.test", queue=deque(["x"] * 100), delay_s=1.0)]
+    fc = FetchConfig(throughput_min_pages_s=0, tail_share=0)
+    stats: Counter = Counter()
+    watch = EndWatch(fc, 60.0, 100.0, stats, tmp_path)
+    assert watch.deadline == 160.0
+    assert not watch.ended(busy, 159.9) and not stats
+    assert watch.ended(busy, 160.0) and stats == {"fetch/time_limit_stop": 1}
+    # No planned length: only the end-early file (looked for every EARLY_END_CHECK_S) ends it.
+    stats.clear()
+    watch = EndWatch(fc, 0.0, 100.0, stats, tmp_path)
+    assert watch.deadline is None
+    assert not watch.ended(busy, 1e9)  # the positive control below shows the same call can say yes
+    (tmp_path / EARLY_END_FILE).touch()
+    assert not watch.ended(busy, 1e9 + EARLY_END_CHECK_S / 2)  # not looked for again yet
+    assert watch.ended(busy, 1e9 + EARLY_END_CHECK_S) and stats == {"fetch/end_requested": 1}
+
+
+def test_a_fetch_whose_rate_falls_under_the_floor_ends():
+    fc = FetchConfig(throughput_min_pages_s=2.0, throughput_window_s=10.0, throughput_after_s=0.0, tail_share=0)
+    stats: Counter = Counter()
+    watch = EndWatch(fc, 0.0, 0.0, stats, Path("/nonexistent-end-early"))
+    stats["fetch/requests"] = 30  # 3 a second over the first window: on
+    assert not watch.ended([], 10.0)
+    stats["fetch/requests"] = 40  # 1 a second over the next: off
+    assert watch.ended([], 20.0) and stats["fetch/throughput_stop"] == 1

@@ -10,6 +10,8 @@ from collections import Counter
 import pyarrow as pa
 
 from cycles.config import Config
+from cycles.fetch.records import FetchItem
+from cycles.urls import host_hash
 from cycles.update.dedup import (learn_variants, learned_by_host, read_state, strip_params, variant_evidence,
                                  variant_rows, write_state)
 from tests.support.discovery import link, offer_setup
@@ -62,9 +64,9 @@ def test_discovery_leaves_a_learned_variant_and_takes_the_others(store):
     write_state(store, state)
     assert learned_by_host(store) == {"a.test": frozenset({"print"})}
     discovery, slot, stats = offer_setup(store, follow_outlinks_depth=2, follow_outlinks_per_host=10)
-    item = {"url": "http://a.test/", "host": "a.test", "depth": 0}
+    item = FetchItem("http://a.test/", "a.test", host_hash("a.test"), 1.0, 0)
     links = [link("http://a.test/new?print=1"), link("http://a.test/new?view=2"), link("http://a.test/other")]
     discovery.offer(item, links, {"a.test": slot}.get)
     # The positive control: the same page offers two URLs discovery takes.
-    assert [q["url"] for q in slot.queue] == ["http://a.test/new?view=2", "http://a.test/other"]
+    assert [q.url for q in slot.queue] == ["http://a.test/new?view=2", "http://a.test/other"]
     assert stats["discover/variant_param"] == 1
