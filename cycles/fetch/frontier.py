@@ -33,10 +33,13 @@ in ns, the loop's select in ms): 5 ms. It was 20 ms; bench_crawl (load ~11 on 2 
 server log): the shortest gap the server saw was 1.0207 s at 20 ms, 1.0059 s at 5 ms over
 ~1,900 spaced requests, 0 faults either way — a big host gains ~1.5 % of its requests."""
 
-ABORTED_MARGIN_S = 0.02
+ABORTED_MARGIN_S = 0.25
 """The margin after a transfer we aborted or that failed (too large, not HTML, a timeout, a
 network error): the server notices the end only when our close reaches its event loop, a
-later moment we do not see."""
+later moment we do not see. It was 20 ms; on the shared 2-core machine at load 14–23 the test
+web logged an aborted response's end 49 ms after we closed, and the next request came 0.971 s
+later on a 1 s host (tests/fetch/test_fetch_limits.py). A busy real server is no quicker to
+notice, and aborts are rare, so a quarter second costs little and keeps the gap it sees whole."""
 
 
 @dataclass
