@@ -54,12 +54,15 @@ SHELL_RUNS = [("docs/crawling.md", ".venv/bin/crawl inject seeds.txt"), ("docs/d
               ("docs/crawling.md", "crawl run --seconds 3600"), ("docs/cluster.md", "crawl rebucket --buckets 64")]
 """Run in this order in one folder: the first crawls the test web, the others read what it wrote."""
 
+S3_RUN = ("docs/data.md", "export AWS_ENDPOINT_URL=http://127.0.0.1:9000")
+"""Run whole (its exports hold for the lines after them) against moto's S3 server on that address."""
+
 PYTHON_RUNS = [("docs/data.md", "import cycles"), ("docs/tls.md", "from testweb.harness import TestWeb")]
 
 PRELUDE = {("docs/data.md", "import cycles"): "def index(batch):  # the reader's own indexer\n    print(batch.num_rows)\n"}
 """Names a Python snippet leaves to its reader."""
 
-RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, *PYTHON_RUNS]
+RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, S3_RUN, *PYTHON_RUNS]
 
 
 def matches(snippet: Snippet, key: tuple[str, str]) -> bool:
@@ -294,6 +297,42 @@ def test_a_docs_command_runs_on_the_crawl(doc_web, key):
         assert results[0].returncode in (3, 4), results[0]  # nothing due yet, or stopped by SIGTERM
     elif key[1].startswith("crawl rebucket"):
         assert "64" in results[0].stdout + results[0].stderr
+
+
+@pytest.mark.web
+def test_the_s3_commands_crawl_into_a_local_s3_server(doc_web):
+    """data.md's S3 block, whole and unchanged, against moto on the address it names (127.0.0.1:9000;
+    skipped when something else holds that port); its "..." keys are what moto accepts."""
+    import socket
+
+    from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path, stop_moto
+
+    if not moto_server_path().exists():
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 9000)) == 0:
+            pytest.skip("127.0.0.1:9000 is taken")
+    server = subprocess.Popen([str(moto_server_path()), "-H", "127.0.0.1", "-p", "9000"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", 9000)) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:9000", region_name="us-east-1",
+                          aws_access_key_id="...", aws_secret_access_key="...")
+        s3.create_bucket(Bucket="my-bucket")
+        env = {k: v for k, v in doc_web["env"].items() if k not in STRAY_AWS_SETTINGS and not k.startswith("AWS_")}
+        before = len(doc_web["web"].requests())
+        done = subprocess.run(["bash", "-e", "-c", one(S3_RUN).text], cwd=doc_web["folder"], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket", Prefix="crawl/crawldb/").get("Contents", [])]
+        assert any(k.endswith(".parquet") for k in keys), keys
+        assert len(doc_web["web"].requests()) > before  # the S3 store's crawl asked the web again
+    finally:
+        stop_moto(server)
 
 
 @pytest.mark.web
