@@ -51,15 +51,18 @@ SEGMENT_IDS = ("20261129T223500123456Z-a1b2c3", "SEGMENT")
 SHELL_RUNS = [("docs/crawling.md", ".venv/bin/crawl inject seeds.txt"), ("docs/data.md", 'crawl sql "SELECT status'),
               ("docs/data.md", 'crawl sql "SELECT host, count(*) n'), ("docs/update.md", "crawl pages --consumer"),
               ("docs/operations-tools.md", "crawl export"), ("docs/archive.md", "crawl export 2026"),
-              ("docs/cluster.md", "crawl rebucket --buckets 64")]
+              ("docs/crawling.md", "crawl run --seconds 3600"), ("docs/cluster.md", "crawl rebucket --buckets 64")]
 """Run in this order in one folder: the first crawls the test web, the others read what it wrote."""
+
+S3_RUN = ("docs/data.md", "export AWS_ENDPOINT_URL=http://127.0.0.1:9000")
+"""Run whole (its exports hold for the lines after them) against moto's S3 server on that address."""
 
 PYTHON_RUNS = [("docs/data.md", "import cycles"), ("docs/tls.md", "from testweb.harness import TestWeb")]
 
 PRELUDE = {("docs/data.md", "import cycles"): "def index(batch):  # the reader's own indexer\n    print(batch.num_rows)\n"}
 """Names a Python snippet leaves to its reader."""
 
-RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, *PYTHON_RUNS]
+RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, S3_RUN, *PYTHON_RUNS]
 
 
 def matches(snippet: Snippet, key: tuple[str, str]) -> bool:
@@ -211,17 +214,34 @@ def newest_segment(folder: Path) -> str:
     return sorted(p.name for p in (folder / "data" / "segments").iterdir())[-1]
 
 
+def run_line(line: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """One line in bash. A ``crawl run`` of an hour (crawling.md) gets SIGTERM after 60 s, as an
+    operator stops it (exit 4); on a crawl with nothing due it ends at once (exit 3)."""
+    with open(folder / "line.out", "w") as out, open(folder / "line.err", "w") as err:
+        proc = subprocess.Popen(["bash", "-c", f"exec {line}" if " run --seconds " in line else line], cwd=folder,
+                                env=env, stdout=out, stderr=err)
+        try:
+            proc.wait(timeout=60 if " run --seconds " in line else 600)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=300)
+        finally:
+            proc.kill()
+    return subprocess.CompletedProcess(line, proc.returncode,
+                                       (folder / "line.out").read_text(), (folder / "line.err").read_text())
+
+
 def run_shell(snippet: Snippet, folder: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess]:
-    """Each line of the snippet in bash, in ``folder``; a line may end with 3, "nothing to do"."""
+    """Each line of the snippet in bash, in ``folder``; a line may end with 3, "nothing to do", or 4,
+    stopped by SIGTERM (:func:`run_line`)."""
     done = []
     for line in snippet.text.replace("\\\n", " ").splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         for literal in (s for s in SEGMENT_IDS if s in line):
             line = line.replace(literal, newest_segment(folder))
-        result = subprocess.run(["bash", "-c", line], cwd=folder, env=env, capture_output=True, text=True,
-                                timeout=600)
-        assert result.returncode in (0, 3) and "Traceback" not in result.stderr, (line, result.stderr[-3000:])
+        result = run_line(line, folder, env)
+        assert result.returncode in (0, 3, 4) and "Traceback" not in result.stderr, (line, result.stderr[-3000:])
         done.append(result)
     return done
 
@@ -273,8 +293,46 @@ def test_a_docs_command_runs_on_the_crawl(doc_web, key):
         assert pq.read_table(folder / "batch.parquet").num_rows >= 4
     elif key[1].startswith("crawl export"):
         assert list((folder / "data" / "segments").glob("*/archive/*.cdxj"))
+    elif key[1].startswith("crawl run"):
+        assert results[0].returncode in (3, 4), results[0]  # nothing due yet, or stopped by SIGTERM
     elif key[1].startswith("crawl rebucket"):
         assert "64" in results[0].stdout + results[0].stderr
+
+
+@pytest.mark.web
+def test_the_s3_commands_crawl_into_a_local_s3_server(doc_web):
+    """data.md's S3 block, whole and unchanged, against moto on the address it names (127.0.0.1:9000;
+    skipped when something else holds that port); its "..." keys are what moto accepts."""
+    import socket
+
+    from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path, stop_moto
+
+    if not moto_server_path().exists():
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 9000)) == 0:
+            pytest.skip("127.0.0.1:9000 is taken")
+    server = subprocess.Popen([str(moto_server_path()), "-H", "127.0.0.1", "-p", "9000"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", 9000)) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:9000", region_name="us-east-1",
+                          aws_access_key_id="...", aws_secret_access_key="...")
+        s3.create_bucket(Bucket="my-bucket")
+        env = {k: v for k, v in doc_web["env"].items() if k not in STRAY_AWS_SETTINGS and not k.startswith("AWS_")}
+        before = len(doc_web["web"].requests())
+        done = subprocess.run(["bash", "-e", "-c", one(S3_RUN).text], cwd=doc_web["folder"], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="my-bucket", Prefix="crawl/crawldb/").get("Contents", [])]
+        assert any(k.endswith(".parquet") for k in keys), keys
+        assert len(doc_web["web"].requests()) > before  # the S3 store's crawl asked the web again
+    finally:
+        stop_moto(server)
 
 
 @pytest.mark.web

@@ -2,7 +2,7 @@
 
 The pairs are parsed as fetch parses them with the default config (main content,
 cycles.fingerprint.minhash64) and compared as update compares them (fingerprints within
-``update.simhash_max_distance`` bits). scripts/bench_update.py prints the same figures
+``update.simhash_max_distance`` bits). scripts/bench/web.py update prints the same figures
 against the fingerprints before issue #13 section 3 (precision 1.00, recall 0.52 then on
 the first 10 kinds; the SimHash of the main content: 0.90).
 """
