@@ -180,6 +180,9 @@ class Resolver:
         self.answers: dict[str, Answer] = {}
         self.pending: dict[str, dict] = {}
         """Names being looked up -> their queries' results so far."""
+        self.waiting: dict[str, set[str]] = {}
+        """Names being looked up -> the hosts whose next request waits for them (the name
+        itself, or a host whose robots.txt redirected to it); kept by the fetch loop."""
         self._done: list[tuple[str, Answer]] = []
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
