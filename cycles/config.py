@@ -567,9 +567,16 @@ class FetchConfig:
     real web: a page takes a round trip or two (100-300 ms; a TLS handshake two more on a
     new connection), and a host is asked once a second at most, so 1,000 pages/s need
     about 1,000 x 0.25 s = 250 transfers in flight over the workers (Little's law), from
-    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Measured
-    on the named-host HTTPS test web (scripts/bench_fetch.py --real-web, 2 shared cores):
-    at most ~100 hosts were in flight there, the limit being CPU, not this (docs/real-web-testing.md)."""
+    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Slow
+    handshakes and lookups do not hold the others up: a handshake is a transfer in flight
+    like any (bounded by ``connect_timeout_s``), and a lookup waits off the loop
+    (``dns_max_in_flight``). Not more: 1,024 a worker (with 512 resolver threads, before lookups
+    left the threads) on the named-host HTTPS test web
+    (scripts/bench_fetch.py --real-web, 2 cores shared at load 13-19) started more TLS
+    handshakes than the machine could finish within ``connect_timeout_s``: 834 timed out and
+    backed their hosts off, and fewer pages came than with 256 (4,369 against 6,835).
+    There, with the crawler given 0.25-0.35 of a core by the other load, CPU and not this
+    was the limit (docs/real-web-testing.md)."""
 
     processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
