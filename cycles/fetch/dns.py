@@ -385,8 +385,8 @@ class Resolver:
     def completed(self) -> list[tuple[str, Answer]]:
         """Lookups finished since the last call (their answers are now in the cache): reads
         the replies that came, times out the queries past their try, sends queued lookups."""
-        if self._udp is None:
-            return []
+        if self._udp is None or not self.pending:
+            return []  # nothing asked: no socket to read (the loop calls this every turn)
         now = time.monotonic()
         ended = self._udp.poll(now)
         for query, server in self._udp.truncated:
