@@ -178,6 +178,14 @@ def _tcp_query(message, server: tuple[str, int], timeout_s: float) -> tuple:
         return (), None, "servfail", f"{type(exc).__name__}: {exc}"[:200]
 
 
+def _plain_address(address: str) -> str:
+    """An IP address in its one textual form, without an IPv6 ``%scope``."""
+    try:
+        return str(ipaddress.ip_address(address.split("%", 1)[0]))
+    except ValueError:
+        return address
+
+
 @dataclass
 class _Query:
     """One A or AAAA query of a lookup, over its attempts."""
@@ -204,6 +212,8 @@ class UdpQueries:
 
     def __init__(self, servers: list[tuple[str, int]], timeout_s: float, attempts: int):
         self.servers = servers
+        self._expected = {server: (_plain_address(server[0]), server[1]) for server in servers}
+        """Each server as a reply's source shows it (``::1`` for ``0::1``, no ``%scope``)."""
         self.timeout_s = timeout_s
         self.attempts = attempts
         self._socks: dict[int, list[socket.socket]] = {}
@@ -276,7 +286,8 @@ class UdpQueries:
                     continue  # not a DNS message: as if lost
                 key = (sock.fileno(), reply.id)
                 entry = self._inflight.get(key)
-                if entry is None or source[:2] != entry[1] or not entry[0].message.is_response(reply):
+                if entry is None or (_plain_address(source[0]), source[1]) != self._expected[entry[1]] \
+                        or not entry[0].message.is_response(reply):
                     continue  # late, spoofed or for another question
                 del self._inflight[key]
                 query, server = entry

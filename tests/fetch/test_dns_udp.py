@@ -10,6 +10,7 @@ import time
 import dns.message
 import dns.rcode
 import dns.rrset
+import pytest
 
 from cycles.fetch.dns import UdpQueries, _Query
 
@@ -18,13 +19,13 @@ class Server:
     """A UDP name server on 127.0.0.1: ``mode`` is ``answer``, ``servfail``, ``silent`` or
     ``wrong_id`` (a reply whose id is not the query's, then none); ``asked`` is what it got."""
 
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, host: str = "127.0.0.1"):
         self.mode = mode
         self.asked: list[tuple[str, str]] = []
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((host, 0))
         self.sock.settimeout(0.1)
-        self.address = self.sock.getsockname()
+        self.address = self.sock.getsockname()[:2]
         self._stop = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -111,3 +112,16 @@ def test_servfail_passes_to_the_next_server_and_silence_is_tried_attempts_times(
         assert silent.asked == [("e.test", "A")] * 3
     finally:
         silent.close()
+
+
+def test_an_ipv6_name_server_written_another_way_is_recognised_as_the_source():
+    try:
+        server = Server("answer", "::1")
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        # resolv.conf may write ::1 as 0:0::1: the reply's source is matched by address, not text.
+        queries = UdpQueries([("0:0::1", server.address[1])], timeout_s=1.0, attempts=1)
+        assert run(queries, [("f.test", "A")])[("f.test", "A")][0] == ("127.9.9.9",)
+    finally:
+        server.close()
