@@ -571,9 +571,16 @@ class FetchConfig:
     real web: a page takes a round trip or two (100-300 ms; a TLS handshake two more on a
     new connection), and a host is asked once a second at most, so 1,000 pages/s need
     about 1,000 x 0.25 s = 250 transfers in flight over the workers (Little's law), from
-    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Measured
-    on the named-host HTTPS test web (scripts/bench_fetch.py --real-web, 2 shared cores):
-    at most ~100 hosts were in flight there, the limit being CPU, not this (docs/real-web-testing.md)."""
+    ~1,200 hosts with work. 256 a worker, one worker per core, leaves twice that. Slow
+    handshakes and lookups do not hold the others up: a handshake is a transfer in flight
+    like any (bounded by ``connect_timeout_s``), and a lookup waits off the loop
+    (``dns_max_in_flight``). Not more: 1,024 a worker (with 512 resolver threads, before lookups
+    left the threads) on the named-host HTTPS test web
+    (scripts/bench_fetch.py --real-web, 2 cores shared at load 13-19) started more TLS
+    handshakes than the machine could finish within ``connect_timeout_s``: 834 timed out and
+    backed their hosts off, and fewer pages came than with 256 (4,369 against 6,835).
+    There, with the crawler given 0.25-0.35 of a core by the other load, CPU and not this
+    was the limit (docs/real-web-testing.md)."""
 
     processes: Annotated[int, Int(0, 1024)] = 0
     """Fetch worker processes; 0 means one per CPU core. 1 runs in-process."""
@@ -777,13 +784,19 @@ class FetchConfig:
     balancers): a host asked every second would otherwise be looked up nearly as often."""
 
     dns_threads: Annotated[int, Int(2, 1024)] = 128
-    """Resolver threads of one fetch worker (each waits on one query; a lookup's A and AAAA
-    queries run in two at once). Lookups run beside the transfer loop, never in it; a host
-    waits for its own lookup only. At the real web's 10-200 ms a query, 128 threads resolve
-    ~600 names a second, so the 3,000 new hosts of a fetch list are resolved within ~5 s of
-    its start (32 threads, one query after the other, took 25 s of a 40 s fetch:
-    scripts/bench_fetch.py --real-web); a name that never answers holds two threads
-    ``dns_timeout_s``. Idle threads cost nothing but their stacks' address space."""
+    """Threads of one fetch worker for the rare lookup whose answer does not fit UDP (the TC
+    bit) and is asked again over TCP, which blocks (cycles/fetch/dns.py). Every other query is
+    sent and read without a thread (``dns_max_in_flight``). Idle threads cost nothing but
+    their stacks' address space, and none is started until one is needed."""
+
+    dns_max_in_flight: Annotated[int, Int(1, 65_536)] = 1024
+    """Lookups (each its A and AAAA query, over UDP, read by the fetch loop without blocking)
+    in flight at once in one fetch worker; more wait their turn (``dns/wait_seconds``). At the
+    real web's 10-200 ms a query, 1,024 resolve the 3,000 new names of a fetch list within
+    about a second of its start, where 128 resolver threads took 10-15 s on a loaded 2-core
+    machine (0.3-0.5 s a lookup, threads and the fetch loop fighting for the GIL; 3-5 s waiting
+    for a thread: scripts/bench_fetch.py --real-web). A bound all the same: a name server sees
+    at most twice this many of our queries at once."""
 
     dns_timeout_s: Annotated[float, Float(above=0, max=600)] = 5.0
     """Time allowed for one lookup (its A and AAAA queries, with the resolver's own retries

@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="port of the HTTPS hosts' TLS addresses; 0 picks a free one (default 0)")
     serve.add_argument("--tls-dir", default=None,
                        help="folder of the test CA (ca.pem, ca.key; made if absent; default tls/ beside --log)")
+    serve.add_argument("--processes", type=int, default=1,
+                       help="server processes, each serving a share of the hosts (default 1; testweb/server.py)")
     serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
                        help="event loop; auto uses uvloop when it is installed (default asyncio: "
                        "uvloop measured no faster here)")
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                          hostile=args.hostile, internal_port=args.internal_port, sitemaps=args.sitemaps,
                          tail=args.tail, https=args.https, tls=args.tls,
                          rtt_ms=parse_rtt(args.rtt_ms), tls_port=args.tls_port, tls_dir=args.tls_dir,
-                         h2=args.h2)
+                         h2=args.h2, processes=args.processes)
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"testweb: {exc}", file=sys.stderr)
             return 2

@@ -87,6 +87,8 @@ class TestWeb:
       hosts, per-host round trips, the TLS port (0: a free one) and the test CA's folder
       (default: the workdir's ``tls/``) — :mod:`testweb.tls`; :meth:`ca_file` is the CA to
       trust, :meth:`handshakes` the server's handshake log;
+    - ``processes``: server processes, each serving a share of the hosts (testweb/server.py
+      ``serve``); :meth:`cpu_seconds` is their CPU time together;
     - ``clock_start``, ``clock_rate``: the virtual clock at start (Unix seconds, default
       2024-01-01) and its speed in virtual seconds per real second (default 0: it moves only
       through :meth:`set_clock`).
@@ -102,7 +104,8 @@ class TestWeb:
                  clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
                  sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
                  rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
-                 tls_dir: str | Path | None = None, h2: float = 0.0):
+                 tls_dir: str | Path | None = None, h2: float = 0.0, processes: int = 1):
+        self.processes = processes
         self.params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special,
                            seed=seed, traps=traps, neardups=neardups, changing=changing,
                            hostile=hostile, internal_port=internal_port, sitemaps=sitemaps, tail=tail,
@@ -147,6 +150,8 @@ class TestWeb:
                "--port", str(self.requested_port), "--log", str(self.log_path),
                "--ready-file", str(self.ready_path), "--max-seconds", str(self.max_seconds),
                "--loop", self.loop]
+        if self.processes != 1:
+            cmd += ["--processes", str(self.processes)]
         if not p["special"]:
             cmd.append("--no-special")
         cmd += [f"--{kind}" for kind in ("traps", "neardups", "changing", "hostile", "sitemaps") if p[kind]]
@@ -221,6 +226,18 @@ class TestWeb:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the server's processes so far (all of them, with
+        ``processes`` > 1; a benchmark subtracts two readings)."""
+        pids = self.ready.get("pids") or [self.process.pid]
+        total = 0.0
+        for pid in pids:
+            try:
+                total += _cpu_seconds(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return total
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -71,6 +71,9 @@ STREAM_SNDBUF_BYTES = 64 * 1024
 """Kernel send buffer while streaming a large body: kept small so ``bytes_sent`` stays close
 to what the client really read when it gives up (Linux doubles the value given)."""
 
+CONN_IDS_PER_PROCESS = 1_000_000_000
+"""Connection ids of process k of a multi-process server start at k times this: unique in the log."""
+
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
@@ -79,28 +82,34 @@ def _reason(status: int) -> str:
 
 
 class RequestLog:
-    """Appends one JSON line per request; flushes once per event-loop iteration."""
+    """Appends one JSON line per request; writes them once per event-loop iteration.
+
+    The lines of an iteration go to the file in one ``write(2)`` on an ``O_APPEND``
+    descriptor, so the processes of a multi-process server (:func:`serve`'s ``processes``)
+    share one log without a line of one cut into a line of another."""
 
     def __init__(self, path: str | Path, loop: asyncio.AbstractEventLoop):
-        self._file = open(path, "a", encoding="utf-8", buffering=1 << 16)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lines: list[str] = []
         self._loop = loop
-        self._flush_scheduled = False
 
     def write(self, record: dict) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
+        if not self._lines:
             self._loop.call_soon(self.flush)
+        self._lines.append(json.dumps(record, ensure_ascii=False) + "\n")
 
     def flush(self) -> None:
-        self._flush_scheduled = False
-        if not self._file.closed:
-            self._file.flush()
+        if self._lines and self._fd is not None:
+            data = "".join(self._lines).encode()
+            self._lines.clear()
+            while data:
+                data = data[os.write(self._fd, data):]
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            self._file.close()
+        if self._fd is not None:
+            self.flush()
+            os.close(self._fd)
+            self._fd = None
 
 
 class _Request:
@@ -384,12 +393,13 @@ class TestWebServer:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, web: Web, log_path: str | Path, max_seconds: float = 600.0):
+    def __init__(self, web: Web, log_path: str | Path, max_seconds: float = 600.0, first_conn_id: int = 0):
         self.web = web
         self.log_path = Path(log_path)
         self.max_seconds = max_seconds
         self.connections: set[HttpProtocol] = set()
-        self._conn_ids = 0
+        self._conn_ids = first_conn_id
+        """Process k of a multi-process server counts from k x :data:`CONN_IDS_PER_PROCESS`."""
         self._date_second = -1
         self._date = ""
         self._servers: list[asyncio.AbstractServer] = []
@@ -519,7 +529,7 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
           clock_rate: float = 0.0, hostile: bool = False, internal_port: int = 0,
           sitemaps: bool = False, tail: bool = False, https: float = 0.0, tls: bool = False,
           rtt_ms: tuple[float, float] = (0.0, 0.0), tls_port: int = 0,
-          tls_dir: str | Path | None = None, h2: float = 0.0) -> str:
+          tls_dir: str | Path | None = None, h2: float = 0.0, processes: int = 1) -> str:
     """Run the test web until SIGTERM/SIGINT or ``max_seconds``; returns why it stopped.
 
     The ready file (JSON: ``port``, ``resolve``, ``seeds``, ``control`` (the control
@@ -527,9 +537,20 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
     listens. ``clock_start`` and ``clock_rate`` set the virtual clock (:mod:`testweb.web` doc).
     With HTTPS hosts (``https``, ``tls``: :mod:`testweb.tls`) it also has ``tls_port`` and
     ``ca_file`` (the test CA, made in ``tls_dir``, default ``tls/`` beside the log).
+
+    ``processes`` > 1 serves the hosts from that many processes (forked once every socket
+    listens; the ready file's ``pids``): a host's addresses, plain and TLS, all belong to one
+    process, so its state (counters of the special hosts, its connections) stays in one place,
+    and every process appends to the one request log (:class:`RequestLog`). One process
+    does TLS handshakes and Python per request for the whole web: a benchmark of thousands of
+    HTTPS hosts then measures the server, not the crawler (docs/real-web-testing.md). The
+    control address (the virtual clock) is the first process's, so a web whose pages follow
+    that clock (``changing``) needs one process.
     """
     if max_seconds <= 0:
         raise ValueError(f"max_seconds must be positive, got {max_seconds}")
+    if processes < 1 or (processes > 1 and changing):
+        raise ValueError(f"processes must be 1 or more, and 1 with changing hosts; got {processes}")
     params = dict(hosts=hosts, pages=pages, page_bytes=page_bytes, special=special, seed=seed,
                   traps=traps, neardups=neardups, changing=changing, hostile=hostile,
                   internal_port=internal_port, sitemaps=sitemaps, tail=tail, https=https, tls=tls,
@@ -546,25 +567,74 @@ def serve(*, hosts: int = 20, pages: int = 10, page_bytes: int = 30_000, special
     loop_name = use_fast_loop() if loop in ("auto", "uvloop") else "asyncio"
     if loop == "uvloop" and loop_name != "uvloop":
         raise RuntimeError("--loop uvloop asked for, but uvloop is not installed (pip install uvloop)")
-    server = TestWebServer(web, log_path, max_seconds)
-    tls_info = {}
+    tls_front, tls_info = None, {}
     if tls_sockets:
         ca = tls_web.TestCA.load_or_create(tls_dir or Path(log_path).parent / "tls")
-        server.tls = tls_web.TlsFront(web, ca)
-        server.tls.server = server
-        server.tls.warm()
+        tls_front = tls_web.TlsFront(web, ca)
+        tls_front.warm()
         tls_info = {"tls_port": actual_tls_port, "ca_file": str(ca.ca_file.resolve())}
+    index, children = _fork_processes(processes)
+    owned = _owner_of(layout.ips(), processes)
+    server = TestWebServer(web, log_path, max_seconds, first_conn_id=index * CONN_IDS_PER_PROCESS)
+    if tls_front is not None:
+        server.tls, tls_front.server = tls_front, server
+    mine = [sock for sock in sockets if owned.get(sock.getsockname()[0], 0) == index]
+    mine_tls = [sock for sock in tls_sockets if owned.get(sock.getsockname()[0], 0) == index]
+    for sock in set(sockets + tls_sockets) - set(mine + mine_tls):
+        sock.close()
 
     async def main() -> None:
-        await server.start(sockets, tls_sockets)
-        if ready_file is not None:
+        await server.start(mine, mine_tls)
+        if ready_file is not None and index == 0:
             _write_atomic(Path(ready_file), json.dumps({
                 "port": actual_port, "resolve": web.resolve_map(), "seeds": web.seeds(),
                 "control": f"{CONTROL_IP}:{actual_port}", **params,
-                "clock": web.clock.state(), "pid": os.getpid(), "loop": loop_name,
-                **tls_info,
+                "clock": web.clock.state(), "pid": os.getpid(), "pids": [os.getpid(), *children],
+                "loop": loop_name, "processes": processes, **tls_info,
             }))
         await server.wait_stopped()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        if index > 0:
+            os._exit(0)  # a forked server process: never back into the caller's code
+        _stop_children(children)
     return server.stop_reason
+
+
+def _owner_of(ips: list[str], processes: int) -> dict[str, int]:
+    """Which process serves each host address (its plain and TLS sockets alike)."""
+    return {ip: k % processes for k, ip in enumerate(ips)}
+
+
+def _fork_processes(processes: int) -> tuple[int, list[int]]:
+    """Fork the server's other processes: (this process's index, the children's pids in the
+    first). A child dies with the first process (``PR_SET_PDEATHSIG``), so a killed server
+    leaves none behind."""
+    children: list[int] = []
+    for index in range(1, processes):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                import ctypes
+
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+            return index, []
+        children.append(pid)
+    return 0, children
+
+
+def _stop_children(children: list[int]) -> None:
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass

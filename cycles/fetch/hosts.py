@@ -38,6 +38,7 @@ from cycles.storage.store import Store
 from cycles.tables.hostdb import load_host_state
 from cycles.tables.schema import FetchOutcome as O
 from cycles.tables.sitemaps import SitemapSteps
+from cycles.urls import url_host
 
 
 class HostSteps:
@@ -172,12 +173,15 @@ class HostSteps:
         libcurl resolves: cycles/fetch/dns.py). A name whose failure stands sets the host
         aside at once (no lookup: its back-off holds); any other name is looked up, and the
         slot waits off the heap until :meth:`dns_answered`."""
-        host = slot.host
+        # A robots.txt redirect's target (RFC 9309 §2.3.1.2; often another name, www. or a
+        # CDN) is looked up and pinned like the host's own name, not left to libcurl.
+        host = url_host(slot.robots.url) if slot.robots.url else slot.host
         if not self.dns.applies(host):
             return True
         answer = self.dns.answer(host, now_wall)
         if answer is None:
             self.dns.submit(host)
+            self.dns.waiting.setdefault(host, set()).add(slot.host)
             return not self.dns.applies(host)  # the resolver could not start: libcurl resolves
         if answer.error is None:
             return True
@@ -189,13 +193,14 @@ class HostSteps:
     def dns_answered(self) -> None:
         """Lookups that ended: their hosts go back on the heap (or aside, when they failed)."""
         for host, answer in self.dns.completed():
-            slot = self.frontier.slots.get(host)
-            if slot is None:
-                continue
-            if answer.error is not None:
-                self._dns_failed(slot, answer)
-            else:
-                self.frontier.schedule(slot)
+            for name in self.dns.waiting.pop(host, (host,)):
+                slot = self.frontier.slots.get(name)
+                if slot is None:
+                    continue
+                if answer.error is not None:
+                    self._dns_failed(slot, answer)
+                else:
+                    self.frontier.schedule(slot)
 
     def _dns_failed(self, slot: HostSlot, answer) -> None:
         """The name did not resolve: the host's URLs are deferred with the failure's kind

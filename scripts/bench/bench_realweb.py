@@ -58,6 +58,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--https", type=float, default=0.9, help="--real-web: share of HTTPS hosts (default 0.9)")
     ap.add_argument("--rtt-ms", default="20-500", help="--real-web: round trip range per host, ms (default 20-500)")
     ap.add_argument("--dns-ms", default="10-200", help="--real-web: DNS answer delay range per name, ms (default 10-200)")
+    ap.add_argument("--server-processes", type=int, default=2,
+                    help="--real-web: test web server processes, each serving a share of the hosts (default 2: "
+                    "one process did every TLS handshake of 3,000 hosts and was the limit; testweb/server.py)")
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -67,7 +70,19 @@ def _range(text: str) -> tuple[float, float]:
 
 def open_real_web(args, hosts: int, work: Path, max_seconds: float, **web_kw) -> RealWeb:
     return RealWeb(hosts, https=args.https, tls=True, rtt_ms=_range(args.rtt_ms), dns_latency_ms=_range(args.dns_ms),
-                   workdir=work / "realweb", max_seconds=max_seconds, ready_timeout_s=300, **web_kw)
+                   workdir=work / "realweb", max_seconds=max_seconds, ready_timeout_s=300,
+                   processes=args.server_processes, **web_kw)
+
+
+def servers_cpu_s(real: RealWeb) -> tuple[float, float]:
+    """CPU seconds so far of the test web's server processes and of its DNS server."""
+    from bench_fetch import proc_cpu_s
+
+    try:
+        dns = proc_cpu_s(real.dns.process.pid)
+    except (AttributeError, OSError):
+        dns = float("nan")
+    return real.web.cpu_seconds(), dns
 
 
 # --- figures -----------------------------------------------------------------------------------
@@ -90,9 +105,9 @@ def dns_figures(real: RealWeb, t0: float, t1: float) -> dict:
 
 
 def figures(real: RealWeb, name: str, requests: list[dict], t0: float, t1: float, pages: int, cpu_s: float,
-            faults: int, server_cpu_s: float = float("nan")) -> dict:
+            faults: int, server_cpu_s: float = float("nan"), dns_cpu_s: float = float("nan")) -> dict:
     seconds = t1 - t0
-    return {"name": name, "server_cpu_s": server_cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
+    return {"name": name, "server_cpu_s": server_cpu_s, "dns_cpu_s": dns_cpu_s, "cpu_s": cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
             "cpu_ms_per_page": 1000 * cpu_s / pages if pages else float("nan"),
             "in_flight": in_flight(requests, t0, t1), "requests": len(requests),
             "dns": dns_figures(real, t0, t1), "bad_tls": real.completed_to_bad_tls(requests), "faults": faults}
@@ -103,7 +118,8 @@ def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> Non
         ("good pages", lambda r: f"{r['pages']:,}"),
         ("seconds (wall)", lambda r: f"{r['seconds']:.1f}"),
         ("pages/s", lambda r: f"{r['pages_per_s']:.1f}"),
-        ("CPU-ms/page", lambda r: f"{r['cpu_ms_per_page']:.2f}"),
+        ("CPU-ms/page (the crawler's processes)", lambda r: f"{r['cpu_ms_per_page']:.2f}"),
+        ("crawler CPU-s (all its processes)", lambda r: f"{r['cpu_s']:.1f}"),
         ("hosts in flight (mean)", lambda r: f"{r['in_flight']:.1f}"),
         ("requests seen by the server", lambda r: f"{r['requests']:,}"),
         ("DNS: names asked", lambda r: f"{r['dns']['names']:,}"),
@@ -115,6 +131,7 @@ def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> Non
         ("requests completed to bad-cert hosts", lambda r: str(r["bad_tls"])),
         ("politeness faults (end->start < 1 s)", lambda r: str(r["faults"])),
         ("test web server CPU-s (shares the cores)", lambda r: f"{r['server_cpu_s']:.1f}"),
+        ("test DNS server CPU-s (shares the cores)", lambda r: f"{r['dns_cpu_s']:.1f}"),
     ]
     width = max(len(label) for label, _ in rows)
     names = [r["name"] for r in results]
@@ -175,8 +192,7 @@ def run_fetch(args) -> int:
 
 
 def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) -> dict:
-    from bench_fetch import (apply_override, politeness, prepare_store, proc_cpu_s, run_measured, segment_counters,
-                             write_toml)
+    from bench_fetch import apply_override, politeness, prepare_store, run_measured, segment_counters, write_toml
 
     config = real.crawl_config()
     config.fetch.max_duration_s = args.seconds
@@ -189,7 +205,7 @@ def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) ->
     write_toml(config, config_path)
     print(f"[ours] inject + generate {prep_s:.1f}s; crawl fetch {segment} in the namespace ...", flush=True)
     skip = len(real.web.requests())
-    server0 = proc_cpu_s(real.web.process.pid)
+    server0, dns0 = servers_cpu_s(real)
     t0 = time.time()
     m = run_measured(real.prefix + [sys.executable, "-m", "cycles", "--data", str(store.root), "--config",
                                     str(config_path), "fetch", segment],
@@ -202,14 +218,15 @@ def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) ->
     time.sleep(0.3)
     requests = real.web.requests()[skip:]
     pol = politeness(requests)
+    server1, dns1 = servers_cpu_s(real)
     result = figures(real, "ours (crawl fetch)", requests, t0, t1, counters.get("fetch/outcome/ok", 0), m["cpu_s"],
-                     len(pol["overlaps"]) + len(pol["gaps"]), proc_cpu_s(real.web.process.pid) - server0)
+                     len(pol["overlaps"]) + len(pol["gaps"]), server1 - server0, dns1 - dns0)
     result["counters"] = counters
     return result
 
 
 def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
-    from bench_fetch import politeness, proc_cpu_s, run_measured, zip_longest_all
+    from bench_fetch import politeness, run_measured, zip_longest_all
 
     by_host: dict[str, list[str]] = collections.defaultdict(list)
     for url in seeds:
@@ -219,7 +236,7 @@ def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
     out = work / "scrapy-stats.json"
     print(f"[scrapy] {args.scrapy_seconds:g}s in the namespace ...", flush=True)
     skip = len(real.web.requests())
-    server0 = proc_cpu_s(real.web.process.pid)
+    server0, dns0 = servers_cpu_s(real)
     t0 = time.time()
     m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
                                     "--out", str(out), "--seconds", str(args.scrapy_seconds), "--concurrency",
@@ -233,8 +250,9 @@ def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
     time.sleep(0.3)
     requests = real.web.requests()[skip:]
     pol = politeness(requests)
+    server1, dns1 = servers_cpu_s(real)
     return figures(real, f"scrapy {summary['scrapy_version']}", requests, t0, t1, summary["pages"], m["cpu_s"],
-                   len(pol["overlaps"]) + len(pol["gaps"]), proc_cpu_s(real.web.process.pid) - server0)
+                   len(pol["overlaps"]) + len(pol["gaps"]), server1 - server0, dns1 - dns0)
 
 
 # --- bench_crawl --real-web -------------------------------------------------------------------
@@ -244,7 +262,6 @@ def run_crawl(args) -> int:
     import tempfile
 
     from bench_crawl import host_rules, judge, seed_urls
-    from bench_fetch import proc_cpu_s
 
     work = Path(tempfile.mkdtemp(prefix="bench-crawl-realweb-"))
     loads = [f"start: {uptime()}"]
@@ -264,15 +281,15 @@ def run_crawl(args) -> int:
                     continue
                 (work / name).mkdir()
                 run = _crawl_ours if name == "ours" else _crawl_scrapy
-                server0 = proc_cpu_s(web.process.pid)
+                server0, dns0 = servers_cpu_s(real)
                 t0, label, cpu_s = run(real, seeds, args, work / name)
-                server_cpu_s = proc_cpu_s(web.process.pid) - server0
+                server1, dns1 = servers_cpu_s(real)
                 time.sleep(0.5)
                 requests = [r for r in web.requests() if t0 <= r["t_start"] < t0 + args.seconds]
                 judged = judge(web, requests, t0, args.seconds, rules, good, 0)
                 faults = sum(judged["faults"].values())
                 result = figures(real, label, requests, t0, t0 + args.seconds, judged["good_pages"], cpu_s, faults,
-                                 server_cpu_s)
+                                 server1 - server0, dns1 - dns0)
                 print(f"[{name}] {judged['good_pages']} good pages; faults {judged['faults']}", flush=True)
                 results.append(result)
         loads.append(f"end:   {uptime()}")

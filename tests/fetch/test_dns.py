@@ -185,3 +185,38 @@ def test_the_ssrf_guard_refuses_a_public_looking_name_that_resolves_to_loopback(
         segment = make_segment(store, [url])
         crawl_fetch(prefix, store, segment, **{"fetch.allowed_networks": ["127.0.0.0/8", "::1/128"]})
         assert [path for _, _, path, _ in internal.requests] == ["/robots.txt", "/secret"]
+
+
+def test_a_robots_txt_redirect_target_is_looked_up_by_the_fetcher_not_libcurl(tmp_path):
+    """robots.txt of ``alias.web.test`` (h0's address, plain http) redirects to h0's own name over
+    https (RFC 9309 §2.3.1.2; the test web sends an HTTPS host's http URLs there). The target
+    name goes through the fetcher's resolver like any host's: here it answers SERVFAIL, so the
+    host is deferred with the DNS failure's kind (libcurl would have said ``curl 6``), after one
+    lookup in the DNS server's log. Positive control: libcurl's own resolver (the curl command
+    in the same namespace) asks the server for that name too."""
+    with TestWeb(hosts=2, pages=2, page_bytes=1000, special=False, https=1.0, max_seconds=300) as web:
+        resolve = web.resolve_map()
+        target = "h0.web.test"
+        zone = zone_for(resolve, overrides={"alias.web.test": {"a": [resolve[target]]}, target: {"fail": "servfail"}})
+        with TestDNS(zone, max_seconds=300) as dns, crawl_namespace(dns.address, names=zone["names"]) as prefix:
+            store = Store(tmp_path / "data")
+            urls = [f"http://alias.web.test:{web.port}/p/{k}.html" for k in range(2)]
+            since = time.time()
+            segment = make_segment(store, urls)
+            stats = crawl_fetch(prefix, store, segment)
+            robots = [r for r in server_saw(web, "alias.web.test") if r["path"] == "/robots.txt"]
+            assert [r["status"] for r in robots] == [301]  # the redirect was asked for and answered
+            for row in rows(store, segment).values():
+                assert row["outcome"] == "deferred" and row["error"].startswith("dns servfail: "), row
+            assert len(lookups(dns, target, since, "A")) == 1 and len(lookups(dns, target, since, "AAAA")) == 1
+            assert stats["dns/lookups"] == 2 and stats["dns/failures/servfail"] == 1  # alias, then the target
+
+            since = time.time()
+            curl = subprocess.run(prefix + ["curl", "-sL", "-o", "/dev/null", "--max-time", "10", robots_of(urls[0])],
+                                  capture_output=True, timeout=60)
+            assert curl.returncode == 6  # could not resolve the redirect's target
+            assert lookups(dns, target, since, "A")
+
+
+def robots_of(url: str) -> str:
+    return url.split("/p/")[0] + "/robots.txt"

@@ -44,8 +44,9 @@ def test_a_host_gets_what_its_spacing_fits_into_the_plan():
     assert planned_urls(state(last_end=-2, not_before=-0.995), 15, 1.0, 30, NOW) == 15
 
 
-def slot(host: str, queued: int, delay_s: float = 1.0, next_allowed: float = 0.0) -> HostSlot:
+def slot(host: str, queued: int, delay_s: float = 1.0, next_allowed: float = 0.0, measured: bool = True) -> HostSlot:
     s = HostSlot(host, delay_s=delay_s, next_allowed=next_allowed)
+    s.cycle_s = delay_s if measured else 0.0  # its last request cycle was seen (a response came)
     s.queue.extend({"url": f"http://{host}/{k}"} for k in range(queued))
     return s
 
@@ -86,6 +87,25 @@ def test_one_host_is_never_its_own_tail_and_the_rule_waits_for_its_share_of_the_
     assert not watch.is_tail(busy[:1], 30.0)  # a tail, but before half the plan
     assert watch.is_tail(busy[:1], 61.0)
     assert not TailWatch(0.0, 0.0, 0.0).is_tail(busy, 5.0)  # tail_share = 0: off
+
+
+def test_the_peak_waits_for_measured_hosts():
+    """3,000 new hosts count at their bare 1 s delay until they answer; their measured cycles
+    (TLS handshake, round trip, delay_factor) are 5 s. That is no tail: the peak is taken once
+    half the hosts with work have answered."""
+    watch = TailWatch(0.25, after_s=0.0, started=0.0)
+    unasked = [slot(f"h{i}.test", 5, measured=False) for i in range(3000)]
+    assert not watch.is_tail(unasked, 1.0) and watch.peak == 0.0
+    answered = [slot(f"h{i}.test", 5, delay_s=1.0) for i in range(3000)]
+    for s in answered:
+        s.cycle_s = 5.0
+    assert not watch.is_tail(answered, 2.0)
+    # Positive control: the old yardstick (the unasked hosts' peak) made the same hosts a tail.
+    old = TailWatch(0.25, after_s=0.0, started=0.0)
+    for s in unasked:
+        s.cycle_s = 1.0
+    assert not old.is_tail(unasked, 1.0)
+    assert old.is_tail(answered, 2.0)
 
 
 def test_request_rate_counts_a_back_off_as_its_wait():

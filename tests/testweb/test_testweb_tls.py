@@ -168,3 +168,30 @@ def test_http2_where_the_host_offers_it():
         assert all(len(ids) == 1 for ids in by_host.values())  # one connection a host, either way
         assert {h["host"].split(".")[0]: h["alpn"] for h in web.handshakes()} == \
             {name: "h2" if h2 else "http/1.1" for name, h2 in offers.items()}
+
+
+def test_several_server_processes_share_the_hosts_and_one_log():
+    """``processes=2``: both processes answer (connection ids of process 1 start at 1e9), each
+    host's plain and TLS addresses belong to one process, the one request log holds every
+    request as a whole JSON line, and ``cpu_seconds`` reads both processes."""
+    with TestWeb(hosts=12, pages=2, page_bytes=2000, special=False, https=0.5, processes=2) as web:
+        assert len(web.ready["pids"]) == 2 and web.ready["pids"][0] == web.process.pid
+        urls = [web.web.profiles[name].url(f"/p/{k}.html") for name in sorted(web.web.profiles) for k in range(2)]
+        http_of_https = [f"http://{p.name}:{web.port}/" for p in web.web.profiles.values() if p.tls][:3]
+        for url in urls + http_of_https:
+            status, message, _ = _get(web, url)
+            assert status in (200, 301), (url, status, message)
+        assert web.cpu_seconds() > 0
+        time.sleep(0.3)
+        requests = web.requests()
+    assert len(requests) == len(urls) + len(http_of_https)  # every line parsed: none cut into another
+    by_process = {r["conn_id"] >= 1_000_000_000 for r in requests}
+    assert by_process == {False, True}  # both processes served
+    for host in {r["host"] for r in requests}:
+        assert len({r["conn_id"] >= 1_000_000_000 for r in requests if r["host"] == host}) == 1, host
+    # Positive control: one process (the default) gives no ids from the second range.
+    with TestWeb(hosts=4, pages=1, page_bytes=500, special=False) as web:
+        for name in web.web.profiles:
+            _get(web, web.web.profiles[name].url("/"))
+        time.sleep(0.3)
+        assert {r["conn_id"] < 1_000_000_000 for r in web.requests()} == {True}
