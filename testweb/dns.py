@@ -43,6 +43,7 @@ import struct
 import time
 from pathlib import Path
 
+from cycles.storage.durable import write_file_atomically
 from testweb.model import DOMAIN, mix, str_key
 
 LISTEN_PREFIX = "127.53."
@@ -305,10 +306,8 @@ def serve_dns(zone_path: str | Path, log_path: str | Path, ready_file: str | Pat
             loop.add_signal_handler(sig, stop, f"signal {sig.name}")
         loop.call_later(max_seconds, stop, f"max-seconds {max_seconds:g} reached")
         if ready_file is not None:
-            tmp = Path(str(ready_file) + ".tmp")
-            tmp.write_text(json.dumps({"address": chosen, "port": port, "pid": os.getpid(),
-                                       "names": len(zone["names"])}))
-            os.replace(tmp, ready_file)
+            write_file_atomically(Path(ready_file), json.dumps({"address": chosen, "port": port, "pid": os.getpid(),
+                                                                "names": len(zone["names"])}))
         await stopped.wait()
         transport.close()
         server.close()

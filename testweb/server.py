@@ -54,6 +54,7 @@ from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from cycles.storage.durable import write_file_atomically as _write_atomic
 from testweb.host import HostProfile
 from testweb.model import CONTROL_IP, canonical_target
 from testweb.respond import Response, http_date
@@ -491,12 +492,6 @@ def bind_all(ips: list[str], port: int) -> tuple[int, list[socket.socket]]:
                 raise OSError(exc.errno, f"cannot listen on {ip}:{chosen}: {exc.strerror}; "
                               "choose another --port, or 0 for a free one") from exc
     raise OSError(errno.EADDRINUSE, f"no port free on all {len(ips)} test web addresses")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def use_fast_loop() -> str:

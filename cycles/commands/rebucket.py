@@ -44,6 +44,7 @@ from cycles.config import Config
 from cycles.tables import schema
 from cycles.tables.crawldb import bucket_of, buckets_source_sql, checked_rows, connect, current_buckets
 from cycles.errors import StageError
+from cycles.storage.sql import ident
 from cycles.storage.store import Manifest, Store, utcnow
 
 MAX_BUCKETS = 100_000
@@ -90,7 +91,7 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
             old_rows = con.sql(f"SELECT count(*) FROM {buckets_source_sql(store, con, old_buckets)}").fetchall()[0][0]
         else:
             old_rows = sum(store.read_metadata(f).num_rows for f in files)
-        columns = ", ".join(f'"{name}"' for name in file_schema.names)
+        columns = ", ".join(ident(name) for name in file_schema.names)
         version, folder = store.new_version_dir("crawldb")
         rows = 0
         try:
