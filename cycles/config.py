@@ -489,8 +489,9 @@ class GenerateConfig:
 
 
 @dataclass
-class FetchConfig:
-    """Fetching: politeness, limits, identity."""
+class FetchTransfers:
+    """Fetching, its first part (:class:`FetchConfig` holds both): identity, politeness, TLS
+    and the limits of one transfer. One section, ``[fetch]``, in the file."""
 
     user_agent: Annotated[str, HEADER_VALUE] = "crawlbot/0.1 (+https://example.invalid/crawlbot)"
     """User-Agent header sent with every request. Name the crawler and a contact URL."""
@@ -589,6 +590,14 @@ class FetchConfig:
     (``fetch/blocked_address``, outcome ``blocked``). Checked on the address actually
     connected to, after DNS and ``resolve`` (cycles/fetch/addresses.py). A test web on
     loopback needs ``["127.0.0.0/8"]``; a bad entry is a ConfigError at load time."""
+
+
+
+@dataclass
+class FetchConfig(FetchTransfers):
+    """Fetching: identity, politeness, TLS and transfer limits (the first part, FetchTransfers);
+    then the segment's course: flushing, when to stop, discovery, robots.txt, sitemaps, DNS,
+    fingerprints."""
 
     flush_s: Annotated[float, Float(above=0)] = 30.0
     """Results are flushed to disk (Parquet + WARC, atomically) at least this often, so a
