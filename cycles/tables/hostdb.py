@@ -58,7 +58,7 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.tables.crawldb import connect, plain_connection
-from cycles.tables.partitioning import buckets_of
+from cycles.tables.partitioning import BucketTask, buckets_of
 from cycles.errors import StoreError
 from cycles.storage.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
@@ -420,11 +420,9 @@ class HostRouteTask:
 
 
 @dataclass(frozen=True)
-class HostBucketTask:
-    """One bucket's merge (:func:`merge_host_bucket`): locations, ids and the config (picklable)."""
+class HostBucketTask(BucketTask):
+    """One bucket's merge (:func:`merge_host_bucket`)."""
 
-    store_uri: str
-    config: Config
     bucket: int
     staging: StorePath
     """Where the route tasks left the bucket's rows (``staging/bucket-N/*.parquet``)."""

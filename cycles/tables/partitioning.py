@@ -14,8 +14,12 @@ between versions; MD5 never does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
+
+from cycles.config import Config
 
 
 def bucket_sql(host_hash_sql: str, buckets: int) -> str:
@@ -48,3 +52,14 @@ def host_key_sql(column: str) -> str:
 def part_sql(column: str, parts: int) -> str:
     """SQL for the host graph part (``hosts-NNNNN``) of the host named in ``column``."""
     return f"({host_key_sql(column)} % {int(parts)})"
+
+
+@dataclass(frozen=True)
+class BucketTask:
+    """One bucket's task of a table merge, as the executor ships it to a worker (picklable:
+    the store's location and the config, then the task's own ids and folders in the
+    subclass: the host DB's :class:`cycles.tables.hostdb.HostBucketTask`, the link DB's
+    ``LinkBucketTask`` in cycles/update/linkgraph.py)."""
+
+    store_uri: str
+    config: Config
