@@ -44,6 +44,7 @@ from cycles.config import Config
 from cycles.tables import schema
 from cycles.tables.crawldb import bucket_of, buckets_source_sql, checked_rows, connect, current_buckets
 from cycles.errors import StageError
+from cycles.storage.parquet import renamed_schema
 from cycles.storage.sql import ident
 from cycles.storage.store import Manifest, Store, utcnow
 
@@ -84,7 +85,7 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
                                   reason=f"the crawl DB already has {buckets} buckets; nothing changed")
         # Rows are copied in the schema they were written in (the manifest keeps its
         # schema_version): the first stage that rewrites them upgrades them, as usual.
-        file_schema = store.read_metadata(files[0]).schema.to_arrow_schema()
+        file_schema = renamed_schema(store.read_metadata(files[0]).schema.to_arrow_schema())  # read renamed
         con = connect(store, config)
         if any(b.deltas for b in old_buckets):  # deltas are in the current schema, as their base then
             file_schema = schema.CRAWLDB

@@ -46,7 +46,8 @@ from cycles.tables.crawldb import connect, current_buckets, merged_sql, plain_co
 from cycles.errors import CrawlError, StageError, StoreError, is_damaged_parquet
 from cycles.tables.hostdb import hostdb_files
 from cycles.storage.durable import write_atomically
-from cycles.storage.sql import ident, literal, literals
+from cycles.storage.sources import parquet_sql
+from cycles.storage.sql import ident, literal
 from cycles.storage.store import Store, StorePath, utcnow
 
 SEGMENT_VIEWS = ("fetchlist", "fetched", "outlinks")
@@ -135,12 +136,12 @@ def source_sql(store: Store, name: str, files: list[StorePath], con: duckdb.Duck
     segment_column = name in SEGMENT_VIEWS
     if con is not None and not store.local:
         return store.duckdb_source(con, files, segment_column=segment_column)
-    listed = literals(location(store, p) for p in files)
+    listed = [location(store, p) for p in files]
     if segment_column:
         # .../segments/<id>/<folder>/part-*.parquet: the id is the third name from the end.
         return (f"(SELECT * EXCLUDE (filename), split_part(filename, '/', -3) AS segment "
-                f"FROM read_parquet({listed}, filename = true, union_by_name = true))")
-    return f"read_parquet({listed}, union_by_name = true)"
+                f"FROM {parquet_sql(listed, ', filename = true, union_by_name = true')})")
+    return parquet_sql(listed, ", union_by_name = true")
 
 
 def column_sql(name: str, column: str) -> str:

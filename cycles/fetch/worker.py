@@ -629,7 +629,7 @@ class PartitionFetcher:
             return
         try:
             page = parse_html(body, item["url"], transfer.header("content-type"), self.fc.robots_agent,
-                              self.fc.simhash_block_min_bytes if self.fc.simhash_main_content else None)
+                              self.fc.minhash_block_min_bytes if self.fc.minhash_main_content else None)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
             self._fetched(transfer, O.PARSE_ERROR, [], error=f"parser crashed: {type(exc).__name__}: {exc}"[:500],
@@ -643,7 +643,7 @@ class PartitionFetcher:
                 if target is not slot:  # the finishing slot is rescheduled by _finish
                     self.frontier.schedule(target)
         self._fetched(transfer, O.OK, links, title=page.title, text=page.text, content_hash=page.content_hash,
-                      simhash=page.simhash, canonical=page.canonical, noindex=page.noindex, **common)
+                      minhash=page.minhash, canonical=page.canonical, noindex=page.noindex, **common)
 
     def _request_line(self, transfer: Transfer) -> str:
         """The WARC request record's request line, in the HTTP version the answer came in

@@ -6,6 +6,8 @@ checksums, so the crawl DB's buckets are verified here page by page before it re
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Iterable
 
 import pyarrow as pa
@@ -68,11 +70,66 @@ def _name(path, filesystem) -> str:
     return str(path)
 
 
+# --- columns renamed since files were written: read under their new names ---------------------
+RENAMED_COLUMNS: dict[str, str] = {}
+"""Old column name -> new name, registered by the tables' schema (cycles/tables/schema.py) with
+:func:`rename_columns`. A file written with the old name reads as if written with the new
+one, through :func:`read_parquet_checked` and the DuckDB sources (cycles/storage/sources.py):
+stored files need no rewrite, and the first stage that rewrites them writes the new name."""
+
+
+def rename_columns(renamed: dict[str, str]) -> None:
+    RENAMED_COLUMNS.update(renamed)
+
+
+def renames_for(names: Iterable[str]) -> dict[str, str]:
+    """The renames a file with these column names needs (an old name there, the new one not)."""
+    names = set(names)
+    return {old: new for old, new in RENAMED_COLUMNS.items() if old in names and new not in names}
+
+
+def renamed_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` (a file's) with its renamed columns under their new names."""
+    renamed = renames_for(schema.names)
+    return pa.schema([f.with_name(renamed.get(f.name, f.name)) for f in schema]) if renamed else schema
+
+
+def file_renames(path: str) -> tuple[tuple[str, str], ...]:
+    """The (old, new) renames a local Parquet file needs; () for one that is not local or
+    not readable here (the query that reads it names the problem)."""
+    if not RENAMED_COLUMNS:
+        return ()
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return ()
+    return _footer_renames(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _footer_renames(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    # Keyed by modification time and size too: a file replaced under its name is read again.
+    try:
+        names = pq.read_schema(path).names
+    except (OSError, pa.ArrowInvalid):
+        return ()
+    return tuple(sorted(renames_for(names).items()))
+
+
+def _read_renamed(path: StorePath, filesystem: pafs.FileSystem | None, columns: list[str] | None) -> pa.Table:
+    """The file (``columns`` of it), renamed columns under their new names; page CRCs checked."""
+    with pq.ParquetFile(str(path), filesystem=filesystem, pre_buffer=True, page_checksum_verification=True) as reader:
+        renamed = renames_for(reader.schema_arrow.names)
+        old = {new: old for old, new in renamed.items()}
+        table = reader.read(columns=None if columns is None else [old.get(c, c) for c in columns])
+    return table.rename_columns([renamed.get(n, n) for n in table.column_names]) if renamed else table
+
+
 def read_parquet_checked(path: StorePath, schema: pa.Schema | None = None, *,
                          filesystem: pafs.FileSystem | None = None, columns: list[str] | None = None) -> pa.Table:
     """Read a Parquet file, turning a corrupt or missing file into a StoreError that says what to do."""
     try:
-        table = pq.read_table(str(path), filesystem=filesystem, columns=columns, page_checksum_verification=True)
+        table = _read_renamed(path, filesystem, columns)
     except FileNotFoundError:
         raise StoreError(f"{_name(path, filesystem)} is missing") from None
     except (pa.ArrowInvalid, OSError) as exc:

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from cycles.storage.files import SEGMENTS, StorePath, _observed
-from cycles.storage.sql import literals
+from cycles.storage.parquet import file_renames
+from cycles.storage.sql import ident, literals
 
 _source_names = itertools.count()
 
@@ -41,12 +42,31 @@ class Sources:
         if self.local:
             for path in paths:
                 _observed("GET", path)  # at most the whole file: a query reads only its columns
-            quoted = literals(paths)
             if segment_column:
                 return (f"(SELECT * EXCLUDE (filename), split_part(filename, '/', -3) AS segment "
-                        f"FROM read_parquet({quoted}, filename = true))")
-            return f"read_parquet({quoted})"
+                        f"FROM {parquet_sql(paths, ', filename = true')})")
+            return parquet_sql(paths)
         name = f"store_source_{next(_source_names)}"
         con.register(name, self.dataset(paths, segment_column))
         return name
 
+
+
+def parquet_sql(files: list, options: str = "") -> str:
+    """``read_parquet([files]{options})``, with columns renamed since a file was written under
+    their new names (cycles/storage/parquet.py ``RENAMED_COLUMNS``): the files are grouped by
+    the renames they need, each group renamed, the groups unioned by name. Without old files
+    (the usual case) it is the plain ``read_parquet``."""
+    groups: dict[tuple[tuple[str, str], ...], list] = {}
+    for file in files:
+        groups.setdefault(file_renames(str(file)), []).append(file)
+    parts = []
+    for renames, group in groups.items():
+        part = f"read_parquet({literals(group)}{options})"
+        if renames:
+            renamed = ", ".join(f"{ident(old)} AS {ident(new)}" for old, new in renames)
+            part = f"(SELECT * RENAME ({renamed}) FROM {part})"
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    return "(" + " UNION ALL BY NAME ".join(f"SELECT * FROM {p}" for p in parts) + ")"

@@ -327,7 +327,7 @@ def new_url_rows_sql(source: str, config: Config) -> str:
                {int(config.update.default_interval_s)}::INTEGER AS fetch_interval_s,
                0::SMALLINT AS retries, 0::INTEGER AS fetch_count, 0::INTEGER AS change_count,
                NULL::TIMESTAMPTZ AS last_changed, NULL::SMALLINT AS http_status,
-               NULL::VARCHAR AS content_hash, NULL::UBIGINT AS simhash,
+               NULL::VARCHAR AS content_hash, NULL::UBIGINT AS minhash,
                NULL::VARCHAR AS etag, NULL::VARCHAR AS last_modified,
                score::FLOAT AS score, depth::SMALLINT AS depth,
                NULL::VARCHAR AS redirect_to, NULL::VARCHAR AS duplicate_of, NULL::VARCHAR AS error,
