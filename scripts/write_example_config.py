@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cycles.config import Config  # noqa: E402
-from cycles.commands.settings import toml_text  # noqa: E402
+from cycles.commands.effective_config import toml_text  # noqa: E402
 
 HEADER = """\
 # crawl.toml: an example config. Every setting is here at its default, documented as in
