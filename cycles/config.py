@@ -1092,7 +1092,7 @@ class MetricsConfig:
 
 @dataclass
 class WarcConfig:
-    """What the fetch stage archives in its WARC files (cycles/fetch/archive.py) and how the
+    """What the fetch stage archives in its WARC files (cycles/fetch/warc_records.py) and how the
     files are named. ``crawl export`` builds the indexes and text from them (cycles/archive/)."""
 
     archive: Annotated[str, Choice(("all", "html"))] = "all"

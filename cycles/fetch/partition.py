@@ -31,7 +31,7 @@ from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import CrawlError, StageError, StoreError
 from cycles.executor import parent_pid
-from cycles.fetch.lease import PartitionLease, fenced_stop_signal
+from cycles.fetch.partition_lease import PartitionLease, fenced_stop_signal
 from cycles.fetch.worker import PartitionFetcher
 from cycles.storage.store import Store
 

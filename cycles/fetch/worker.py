@@ -72,7 +72,7 @@ from cycles.tables.hostdb import load_host_state
 from cycles.tables.leases import fetched_by_continued
 from cycles.slotkey import slot_key
 from cycles.metrics import allowed_requests
-from cycles.fetch.archive import Archive, warcinfo_fields
+from cycles.fetch.warc_records import Archive, warcinfo_fields
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.parse import parse_html
 from cycles.fetch.discovery import Discovery

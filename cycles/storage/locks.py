@@ -89,7 +89,7 @@ class S3Lock:
         self.lost = False
         self.took_over = False
         """Set when the lock was taken over from a holder that died or stalled (a fetch
-        partition's lease: that holder may have asked hosts just before, cycles/fetch/lease.py)."""
+        partition's lease: that holder may have asked hosts just before, cycles/fetch/partition_lease.py)."""
         self.renewed_mono = 0.0
         """When this holder last wrote its lock object (monotonic clock): the lease runs from there."""
         self._stop = threading.Event()

@@ -13,7 +13,7 @@ Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.storage.s
                                           crawl DB did not know, created if absent (cycles/tables/newhosts.py)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
-    warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
+    warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/warc_records.py)
     archive/                              export: CDXJ, URL index, WET (cycles/archive/)
     hosts/part-NNNNN.parquet              fetch: host state after the partition (schema.HOSTS)
     stats/<stage>*.json                   counters of each stage
