@@ -122,8 +122,8 @@ def fetched_numbers(con) -> dict:
     first, last = _rows(con, f"SELECT epoch(min(fetched_at)), epoch(max(fetched_at)) FROM fetched WHERE {_PAGES}")[0]
     bin_s = max(1, int(((last or 0) - (first or 0)) / RATE_POINTS) + 1)
     rate = _rows(con, f"""
-        SELECT floor(epoch(fetched_at) / {bin_s}) * {bin_s} AS t, count(*) FROM fetched
-        WHERE {_PAGES} AND fetched_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
+        SELECT floor(epoch(fetched_at) / $bin_s) * $bin_s AS t, count(*) FROM fetched
+        WHERE {_PAGES} AND fetched_at IS NOT NULL GROUP BY 1 ORDER BY 1""", {"bin_s": bin_s})
     # A refetch: a successful fetch (2xx or 304) of a URL that an earlier segment fetched successfully.
     refetches = dict(_rows(con, """
         SELECT segment, count(*) FILTER (WHERE nth > 1) FROM (
@@ -149,9 +149,9 @@ def distributions(con) -> dict:
     scores: list[tuple[float, int]] = []
     if low is not None:
         width = (high - low) / SCORE_BINS or 1.0
-        scores = [(low + b * width, n) for b, n in _rows(con, f"""
-            SELECT least(floor((score - {low}) / {width}), {SCORE_BINS - 1})::INT AS b, count(*)
-            FROM crawldb GROUP BY 1 ORDER BY 1""")]
+        scores = [(low + b * width, n) for b, n in _rows(con, """
+            SELECT least(floor((score - $low) / $width), $top)::INT AS b, count(*)
+            FROM crawldb GROUP BY 1 ORDER BY 1""", {"low": low, "width": width, "top": SCORE_BINS - 1})]
         scores = [(round(x, 6), n) for x, n in scores]
     return {"depth": depth, "scores": scores, "score_width": (high - low) / SCORE_BINS if low is not None else 0}
 

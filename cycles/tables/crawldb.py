@@ -56,7 +56,7 @@ def plain_connection(**settings) -> duckdb.DuckDBPyConnection:
     :func:`connect`'s limits (a few hosts' rows, a segment's page list)."""
     con = duckdb.connect(config=settings)
     # A session setting: DuckDB refuses it in connect()'s config ("not a global option").
-    con.execute(f"SET enable_progress_bar = {str(progress_bar_wanted()).lower()}")
+    con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     return con
 
 
@@ -93,10 +93,10 @@ def connect(store: Store | None, config: Config, workers: int = 1, *,
     else:
         con = shared_database(spill, keep_order).cursor()
         # A session setting: each cursor starts from DuckDB's default.
-        con.execute(f"SET enable_progress_bar = {str(progress_bar_wanted()).lower()}")
+        con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     # The database's limits, set for this caller: a process runs one stage's work at a time.
-    con.execute(f"SET memory_limit = {literal(memory_limit)}")
-    con.execute(f"SET threads = {threads}")
+    con.execute("SET memory_limit = ?", [memory_limit])
+    con.execute("SET threads = ?", [int(threads)])
     return con
 
 
@@ -122,9 +122,9 @@ def open_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
     """A new in-memory database with the settings every connection shares: spill folder,
     UTC, row order kept or not (its progress bar set first, by :func:`plain_connection`)."""
     con = plain_connection()
-    con.execute(f"SET temp_directory = {literal(spill)}")
+    con.execute("SET temp_directory = ?", [str(spill)])
     con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+    con.execute("SET preserve_insertion_order = ?", [bool(keep_order)])
     return con
 
 
