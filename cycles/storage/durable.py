@@ -66,23 +66,34 @@ def rename_durably(tmp: Path, path: Path, before: Callable[[Path], None] | None 
 
 
 def write_atomically(path: Path, write: Callable[[Path], T],
-                     before: Callable[[Path], None] | None = None) -> T:
+                     before: Callable[[Path], None] | None = None, durable: bool = True) -> T:
     """The one local atomic write: ``write(tmp)`` fills a temporary file beside ``path``,
     which is fsynced and renamed into place (:func:`rename_durably`); on any failure
-    ``path`` is left as it was and the temporary file removed. Returns what ``write`` did."""
+    ``path`` is left as it was and the temporary file removed. Returns what ``write`` did.
+    ``durable=False``: no fsync, for files a power cut may lose (progress counters
+    rewritten every second): still whole or absent for a reader."""
     path = Path(path)
-    make_dirs(path.parent)
+    (make_dirs if durable else _mkdir)(path.parent)
     tmp = tmp_name(path)
     try:
         result = write(tmp)
-        fsync_file(tmp)
-        rename_durably(tmp, path, before)
+        if durable:
+            fsync_file(tmp)
+            rename_durably(tmp, path, before)
+        else:
+            if before is not None:
+                before(path)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return result
 
 
-def write_file_atomically(path: Path, data: bytes | str) -> None:
+def _mkdir(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def write_file_atomically(path: Path, data: bytes | str, durable: bool = True) -> None:
     """A whole small file, atomically (:func:`write_atomically`), without a commit point."""
     raw = data.encode() if isinstance(data, str) else data
-    write_atomically(Path(path), lambda tmp: tmp.write_bytes(raw))
+    write_atomically(Path(path), lambda tmp: tmp.write_bytes(raw), durable=durable)
