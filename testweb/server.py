@@ -50,6 +50,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qsl
@@ -103,17 +104,14 @@ class RequestLog:
             self._file.close()
 
 
+@dataclass(slots=True)
 class _Request:
-    __slots__ = ("method", "target", "version", "headers", "t_start", "clock_t")
-
-    def __init__(self, method: str, target: str, version: str, headers: dict[str, str],
-                 t_start: float, clock_t: float = 0.0):
-        self.method = method
-        self.target = target
-        self.version = version
-        self.headers = headers
-        self.t_start = t_start
-        self.clock_t = clock_t
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+    t_start: float
+    clock_t: float = 0.0
 
     def keep_alive(self) -> bool:
         conn = self.headers.get("connection", "").lower()
