@@ -1,8 +1,8 @@
 """The file system layer: paths, listing, reading and deleting, on a local disk or on S3.
 
 A store root is a local folder or ``s3://bucket/prefix``; pyarrow's ``FileSystem`` does the
-work for both. Atomic writes are cycles/storage/atomic.py's; this layer only reads, lists
-and deletes, and counts each request for the cost benchmark (:func:`observe_io`).
+work for both. Atomic writes are cycles/storage/writes.py's (durable.py locally); this layer
+only reads, lists and deletes, and counts each request for the cost benchmark (:func:`observe_io`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ def observe_io(observer: IoObserver | None) -> IoObserver | None:
 def _observed(kind: str, path: StorePath, nbytes: int | None = None) -> None:
     if _io_observer is not None:
         _io_observer(kind, path, nbytes)
-
 
 
 class Files:
