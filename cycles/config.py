@@ -493,8 +493,9 @@ class GenerateConfig:
 
 
 @dataclass
-class FetchConfig:
-    """Fetching: politeness, limits, identity."""
+class FetchTransfers:
+    """Fetching, its first part (:class:`FetchConfig` holds both): identity, politeness, TLS
+    and the limits of one transfer. One section, ``[fetch]``, in the file."""
 
     user_agent: Annotated[str, HEADER_VALUE] = "crawlbot/0.1 (+https://example.invalid/crawlbot)"
     """User-Agent header sent with every request. Name the crawler and a contact URL."""
@@ -600,6 +601,14 @@ class FetchConfig:
     (``fetch/blocked_address``, outcome ``blocked``). Checked on the address actually
     connected to, after DNS and ``resolve`` (cycles/fetch/addresses.py). A test web on
     loopback needs ``["127.0.0.0/8"]``; a bad entry is a ConfigError at load time."""
+
+
+
+@dataclass
+class FetchConfig(FetchTransfers):
+    """Fetching: identity, politeness, TLS and transfer limits (the first part, FetchTransfers);
+    then the segment's course: flushing, when to stop, discovery, robots.txt, sitemaps, DNS,
+    fingerprints."""
 
     flush_s: Annotated[float, Float(above=0)] = 30.0
     """Results are flushed to disk (Parquet + WARC, atomically) at least this often, so a
@@ -813,9 +822,9 @@ class FetchConfig:
     dns_retry_max_s: Annotated[float, Float(0, 30 * DAY_S)] = 86400.0
     """Longest back-off between lookups of a failing name (see ``dns_retry_s``)."""
 
-    simhash_main_content: Annotated[bool, Flag()] = True
+    minhash_main_content: Annotated[bool, Flag()] = True
     """Take a page's near-duplicate fingerprint (cycles.fingerprint.minhash64, the crawl DB's
-    ``simhash`` column) of its main content in paragraphs (cycles.fetch.parse._main_blocks:
+    ``minhash`` column) of its main content in paragraphs (cycles.fetch.parse._main_blocks:
     header, nav, footer, aside and short paragraphs left out) instead of its whole text. On
     testweb.neardup_set it finds 98 % of the near-duplicate pairs instead of 78 %, at
     precision 1.00 either way (``scripts/bench_update.py --only neardup-set``): copies that
@@ -826,8 +835,8 @@ class FetchConfig:
     Switching it changes every fingerprint (pages fingerprinted one way do not match pages
     fingerprinted the other until they are fetched again)."""
 
-    simhash_block_min_bytes: Annotated[int, Int(0, 1 << 20)] = 200
-    """A paragraph of a page's main content counts in its SimHash only when its text is at
+    minhash_block_min_bytes: Annotated[int, Int(0, 1 << 20)] = 200
+    """A paragraph of a page's main content counts in its fingerprint only when its text is at
     least this many UTF-8 bytes (cycles.fetch.parse._main_blocks): shorter ones are menus,
     taglines, advertisements, footers, date and session lines. 200 bytes: about 30 English
     words or 70 CJK characters. Measured on testweb.neardup_set (scripts/bench_update.py):
@@ -965,24 +974,24 @@ class UpdateConfig:
     max_depth: Annotated[int, Int(0, 10_000)] = 20
     """Links are not followed beyond this many hops from a seed."""
 
-    simhash_max_distance: Annotated[int, Int(0, 16)] = 3
-    """Two pages whose 64-bit near-duplicate fingerprints (the ``simhash`` column: a 1-bit
+    minhash_max_distance: Annotated[int, Int(0, 16)] = 3
+    """Two pages whose 64-bit near-duplicate fingerprints (the ``minhash`` column: a 1-bit
     MinHash, cycles.fingerprint.minhash64) differ in at most this many bits are
     near-duplicates (Manku et al., WWW 2007: k = 3 for 64-bit fingerprints at web scale).
     For the MinHash, 3 bits is a Jaccard similarity of about 0.9 of the shingles or more;
     on testweb.neardup_set 3 finds 98 % of the copies, 4 finds 99 %, and different pages
     are at least 20 bits apart (scripts/bench_update.py --only neardup-set)."""
 
-    simhash_blocks: Annotated[int, Int(1, 16)] = 5
-    """The SimHash is cut into this many blocks; a near-duplicate pair agrees on at least
+    minhash_blocks: Annotated[int, Int(1, 16)] = 5
+    """The fingerprint is cut into this many blocks; a near-duplicate pair agrees on at least
     ``blocks - max_distance`` of them, so candidates are found by joining on every such
     combination of blocks (10 joins on ~26-bit keys for 5 and 3; 20 on ~32-bit keys for
     6) instead of comparing all pairs. Every pair within the distance is found either way;
     more blocks: more joins, fewer false candidates per join. 5 measured 1.8x faster than
     6 with 7 M segment pages against 78 M stored fingerprints (a crawl DB of 100 M URLs)."""
 
-    simhash_min_chars: Annotated[int, Int(0)] = 300
-    """Pages with less text than this are never called near-duplicates: a SimHash of a few
+    minhash_min_chars: Annotated[int, Int(0)] = 300
+    """Pages with less text than this are never called near-duplicates: a fingerprint of a few
     words matches too easily."""
 
     dup_host_ratio: Annotated[float, Float(0, 1)] = 0.5
@@ -1100,7 +1109,7 @@ class MetricsConfig:
 
 @dataclass
 class WarcConfig:
-    """What the fetch stage archives in its WARC files (cycles/fetch/archive.py) and how the
+    """What the fetch stage archives in its WARC files (cycles/fetch/warc_records.py) and how the
     files are named. ``crawl export`` builds the indexes and text from them (cycles/archive/)."""
 
     archive: Annotated[str, Choice(("all", "html"))] = "all"
@@ -1220,9 +1229,9 @@ def check_setting(section: str, key: str, rule: Rule | Typed, value: Any) -> Any
 _RELATIONS = [
     lambda c: None if c.update.min_interval_s <= c.update.max_interval_s else
     f"update.min_interval_s = {c.update.min_interval_s} must not exceed update.max_interval_s = {c.update.max_interval_s}",
-    lambda c: None if c.update.simhash_max_distance < c.update.simhash_blocks else
-    f"update.simhash_max_distance = {c.update.simhash_max_distance} must be below update.simhash_blocks = "
-    f"{c.update.simhash_blocks} (a near-duplicate pair must agree on a block to be found)",
+    lambda c: None if c.update.minhash_max_distance < c.update.minhash_blocks else
+    f"update.minhash_max_distance = {c.update.minhash_max_distance} must be below update.minhash_blocks = "
+    f"{c.update.minhash_blocks} (a near-duplicate pair must agree on a block to be found)",
     lambda c: None if c.db.s3_lock_renew_s * 3 <= c.db.s3_lock_lease_s else
     f"db.s3_lock_renew_s = {c.db.s3_lock_renew_s} must be at most a third of db.s3_lock_lease_s = "
     f"{c.db.s3_lock_lease_s} (two renewals may fail before the lease runs out)",
@@ -1251,6 +1260,10 @@ RENAMED = {
     # Two settings named max_urls_per_host meant different things (per fetch list in
     # generate, in total in update).
     ("update", "max_urls_per_host"): "max_urls_per_host_total",
+    # The near-duplicate fingerprint is a 1-bit MinHash, not a SimHash (issue 25: honest names).
+    **{(section, "simhash_" + rest): "minhash_" + rest for section, rest in (
+        ("fetch", "main_content"), ("fetch", "block_min_bytes"),
+        ("update", "max_distance"), ("update", "blocks"), ("update", "min_chars"))},
 }
 
 

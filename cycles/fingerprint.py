@@ -3,7 +3,7 @@
 - :func:`content_hash` finds pages whose text is the same once case and whitespace are ignored
   (exact duplicates, unchanged pages).
 - :func:`minhash64` finds near-duplicates, and is what fetch stores (:func:`fingerprints`; the
-  crawl DB's ``simhash`` column): two pages whose fingerprints differ in at most 3 of 64 bits
+  crawl DB's ``minhash`` column): two pages whose fingerprints differ in at most 3 of 64 bits
   are taken to be the same page, as with a SimHash (Manku, Jain, Das Sarma, "Detecting
   Near-Duplicates for Web Crawling", WWW 2007: f = 64, k = 3 for 8 billion pages;
   ChatNoir-CopyCat-21 uses the same threshold: Fröbe et al., SIGIR 2021,
@@ -265,7 +265,7 @@ BLOCK_SEPARATOR = "\0"
 def fingerprints(text: str, *, collapsed: bool = False, blocks: list[str] | None = None) -> tuple[str, int]:
     """``(content_hash(text), minhash64(text))``, normalising the text once; with ``blocks``,
     ``(content_hash(text), minhash64_blocks(blocks))``. What fetch stores of every page
-    (the crawl DB's ``simhash`` column holds the second: see the module doc).
+    (the crawl DB's ``minhash`` column holds the second: see the module doc).
 
     ``collapsed=True`` promises that the text's (and the blocks') whitespace is already
     collapsed (as the text of cycles.fetch.parse is), which saves checking it.

@@ -271,16 +271,10 @@ def link_resolver(base: str):
     parts = split_url(base)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.netloc:
-        relative_resolve = link_resolver("http://invalid.invalid/")
-
-        def absolute_only(href: str) -> str | None:
-            url = relative_resolve(href)
-            if url is None or url.startswith("http://invalid.invalid/"):
-                return None
-            return url if href.lstrip(_C0_AND_SPACE)[:2] != "//" else None
-        return absolute_only
+        return _absolute_links_only()
     origin = f"{scheme}://{parts.netloc}"
     origin_length = len(origin)
+    netloc_start = origin_length - len(parts.netloc)
     path = parts.path or "/"
     directory = origin + path[:path.rfind("/") + 1]
     # directory, its parent, ... up to the root: "../../p" is ancestors[2] + "p".
@@ -293,66 +287,91 @@ def link_resolver(base: str):
         href = href.strip(_C0_AND_SPACE)
         if not href or href[0] == "#":
             return None  # empty, or a same-document reference
-        if "\n" in href or "\t" in href or "\r" in href:
-            href = href.replace("\n", "").replace("\t", "").replace("\r", "")
-        if "#" in href:
-            href = href[:href.index("#")]
-        if "\\" in href:  # WHATWG: in http(s) URLs a backslash before the query is a slash
-            before, mark, query = href.partition("?")
-            href = before.replace("\\", "/") + mark + query
+        if "\n" in href or "\t" in href or "\r" in href or "#" in href or "\\" in href:
+            href = _cleaned(href)
         first = href[0]
         if first == "/":
-            if href[1:2] != "/":
-                url = origin + href
-            else:  # "//host/path"
-                url = scheme + ":" + href
-                host_start = len(scheme) + 3
-                if len(url) == host_start or url[host_start] in "/?":
-                    return None  # no host
-                return _without_dot_segments(url, host_start) if "/." in url else url
+            if href[1:2] == "/":  # "//host/path"
+                return _with_host(scheme + ":" + href, len(scheme) + 3)
+            url = origin + href
         elif first == "?":
             url = no_query + href
         elif first == "h" and (href.startswith("https://") or href.startswith("http://")):
-            host_start = 8 if href[4] == "s" else 7
-            if len(href) == host_start or href[host_start] in "/?":
-                return None
-            return _without_dot_segments(href, host_start) if "/." in href else href
+            return _with_host(href, 8 if href[4] == "s" else 7)
         elif ":" not in href or _SCHEME.match(href) is None:  # a relative path
-            if first == ".":
-                # "../../p" is the base's second ancestor + "p" (most relative links with
-                # dots look like that); anything else with dots is left to the general case.
-                rest = href.lstrip("./")
-                prefix = len(href) - len(rest)
-                up = href.count("../", 0, prefix)
-                if up * 3 == prefix:
-                    href = rest
-                    url = ancestors[min(up, len(ancestors) - 1)] + rest
-                elif prefix == 2 and href[1] == "/":  # "./p"
-                    url = directory + rest
-                else:
-                    url = directory + href
-            else:
-                url = directory + href
+            url = _relative_path(href, directory, ancestors) if first == "." else directory + href
         else:
-            name = href[:href.index(":")].lower()
-            if name != "http" and name != "https":
-                return None  # javascript:, mailto:, tel:, data:, ftp: ...
-            rest = href[len(name) + 1:]
-            host_start = len(name) + 3
-            if rest[:2] == "//":  # "HTTP://host/p"
-                url = name + ":" + rest
-            elif name != scheme:  # "https:host/p": the authority follows (WHATWG)
-                url = name + "://" + rest.lstrip("/")
-            else:  # "http:p": relative when the scheme is the base's (WHATWG)
-                url = directory + rest if rest[:1] != "/" else origin + rest
-                host_start = origin_length - len(parts.netloc)
-            if len(url) == host_start or url[host_start] in "/?":
-                return None
-            return _without_dot_segments(url, host_start) if "/." in url else url
+            return _with_scheme(href, scheme, directory, origin, netloc_start)
         # Relative to the base: the host is the base's.
         return _without_dot_segments(url, origin_length) if "/." in url else url
 
     return resolve
+
+
+def _absolute_links_only():
+    """The resolver for a base that is not an absolute http(s) URL: absolute http(s) links only."""
+    relative_resolve = link_resolver("http://invalid.invalid/")
+
+    def absolute_only(href: str) -> str | None:
+        url = relative_resolve(href)
+        if url is None or url.startswith("http://invalid.invalid/"):
+            return None
+        return url if href.lstrip(_C0_AND_SPACE)[:2] != "//" else None
+    return absolute_only
+
+
+def _cleaned(href: str) -> str:
+    """WHATWG's fix-ups of a link: tab and newline inside dropped, the fragment cut, a
+    backslash before the query read as a slash (in http(s) URLs)."""
+    if "\n" in href or "\t" in href or "\r" in href:
+        href = href.replace("\n", "").replace("\t", "").replace("\r", "")
+    if "#" in href:
+        href = href[:href.index("#")]
+    if "\\" in href:
+        before, mark, query = href.partition("?")
+        href = before.replace("\\", "/") + mark + query
+    return href
+
+
+def _with_host(url: str, host_start: int) -> str | None:
+    """An absolute URL whose host starts at ``host_start``: None without a host, else with
+    its path's dot segments removed."""
+    if len(url) == host_start or url[host_start] in "/?":
+        return None  # no host
+    return _without_dot_segments(url, host_start) if "/." in url else url
+
+
+def _relative_path(href: str, directory: str, ancestors: list[str]) -> str:
+    """A relative path starting with a dot: "../../p" is the base's second ancestor + "p"
+    (most relative links with dots look like that); anything else with dots is left to
+    the general case (:func:`_without_dot_segments`)."""
+    rest = href.lstrip("./")
+    prefix = len(href) - len(rest)
+    up = href.count("../", 0, prefix)
+    if up * 3 == prefix:
+        return ancestors[min(up, len(ancestors) - 1)] + rest
+    if prefix == 2 and href[1] == "/":  # "./p"
+        return directory + rest
+    return directory + href
+
+
+def _with_scheme(href: str, scheme: str, directory: str, origin: str, netloc_start: int) -> str | None:
+    """A link with a scheme name: http(s) only (javascript:, mailto:, tel:, data:, ftp: are
+    None); ``https:host/p`` has its authority after the colon, ``http:p`` is relative when
+    the scheme is the base's (WHATWG)."""
+    name = href[:href.index(":")].lower()
+    if name != "http" and name != "https":
+        return None
+    rest = href[len(name) + 1:]
+    host_start = len(name) + 3
+    if rest[:2] == "//":  # "HTTP://host/p"
+        url = name + ":" + rest
+    elif name != scheme:  # "https:host/p"
+        url = name + "://" + rest.lstrip("/")
+    else:  # "http:p"
+        url = directory + rest if rest[:1] != "/" else origin + rest
+        host_start = netloc_start
+    return _with_host(url, host_start)
 
 
 def _without_dot_segments(url: str, host_start: int) -> str:

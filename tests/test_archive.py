@@ -121,7 +121,7 @@ def test_every_fetched_row_points_at_its_own_record(crawl):
                        and r.rec_headers.get_header("WARC-Concurrent-To") == record.rec_headers.get_header("WARC-Record-ID")]
             assert f"outcome: {row['outcome']}\r\n" in meta.body.decode()
             assert f"http-status: {row['http_status']}\r\n" in meta.body.decode()
-            if row["outcome"] != "not_modified":  # a 304's revisit has no HTTP block (cycles/fetch/archive.py)
+            if row["outcome"] != "not_modified":  # a 304's revisit has no HTTP block (cycles/fetch/warc_records.py)
                 assert record.http_headers.get_statuscode() == str(row["http_status"])
     web = crawl["web"]
     first = crawl["first"]

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 
-import cycles.storage.store as store_module
+import cycles.storage.files as store_module  # the I/O observer lives with the file layer
 from cycles.storage.store import Store, observe_io
 
 BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench"

@@ -176,7 +176,7 @@ def test_a_retried_partition_never_overlaps_its_stalled_run(s3_env):  # noqa: F8
     and then knows it resumes an earlier run."""
     from cycles.config import DbConfig
     from cycles.errors import LockedError
-    from cycles.fetch.lease import VALID_SHARE, PartitionLease
+    from cycles.fetch.partition_lease import VALID_SHARE, PartitionLease
 
     store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/lease")
     db = DbConfig(s3_lock_lease_s=5.0, s3_lock_renew_s=1.0)

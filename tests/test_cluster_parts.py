@@ -1,5 +1,5 @@
 """The cluster's small parts without a cluster: choosing the executor, and a partition lease's
-self-fencing (cycles/cluster.py, cycles/fetch/lease.py). The cluster itself: tests/test_cluster.py."""
+self-fencing (cycles/cluster.py, cycles/fetch/partition_lease.py). The cluster itself: tests/test_cluster.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from cycles.cluster import DaskExecutor, cluster_executor, executor_for
 from cycles.config import Config, config_from_dict
 from cycles.errors import ConfigError, LockedError
-from cycles.fetch.lease import VALID_SHARE, PartitionLease, fenced_stop_signal, lease_name
+from cycles.fetch.partition_lease import VALID_SHARE, PartitionLease, fenced_stop_signal, lease_name
 from cycles.storage.store import Store
 
 
@@ -73,7 +73,7 @@ def test_a_holder_fetches_only_in_the_first_half_of_its_lease():
 def test_a_lost_lease_stops_the_run_and_refuses_the_final_commit(monkeypatch):
     lock = FakeLock(renewed_mono=0.0)
     lease = lease_with(lock)
-    monkeypatch.setattr("cycles.fetch.lease.time.monotonic", lambda: 10.0)
+    monkeypatch.setattr("cycles.fetch.partition_lease.time.monotonic", lambda: 10.0)
     stop = fenced_stop_signal(lambda: None, lease)
     assert stop() is None
     lock.lost = True  # a renewal found another run's lease object

@@ -141,8 +141,8 @@ def test_numbers_are_of_the_setting_type():
 def test_relations_between_settings():
     with pytest.raises(ConfigError, match="update.min_interval_s = 100 must not exceed update.max_interval_s = 10"):
         config_from_dict({"update": {"min_interval_s": 100, "max_interval_s": 10}})
-    with pytest.raises(ConfigError, match="simhash_max_distance = 5 must be below update.simhash_blocks = 5"):
-        config_from_dict({"update": {"simhash_max_distance": 5, "simhash_blocks": 5}})
+    with pytest.raises(ConfigError, match="minhash_max_distance = 5 must be below update.minhash_blocks = 5"):
+        config_from_dict({"update": {"minhash_max_distance": 5, "minhash_blocks": 5}})
     # An S3 lock renewed less often than a third of its lease could run out after one failed renewal.
     with pytest.raises(ConfigError, match="db.s3_lock_renew_s = 50.0 must be at most a third of db.s3_lock_lease_s = 120.0"):
         config_from_dict({"db": {"s3_lock_renew_s": 50}})
@@ -243,3 +243,18 @@ def test_a_renamed_setting_names_its_new_name():
         config_from_dict({"update": {"max_urls_per_host": 50}})
     assert config_from_dict({"update": {"max_urls_per_host_total": 50}}).update.max_urls_per_host_total == 50
     assert config_from_dict({"generate": {"max_urls_per_host": 50}}).generate.max_urls_per_host == 50
+
+
+@pytest.mark.parametrize("section, old, value", [
+    ("fetch", "simhash_main_content", False), ("fetch", "simhash_block_min_bytes", 100),
+    ("update", "simhash_max_distance", 2), ("update", "simhash_blocks", 6), ("update", "simhash_min_chars", 100)])
+def test_simhash_settings_are_refused_with_their_minhash_names(section, old, value, tmp_path):
+    """The fingerprint is a MinHash (issue 25): a config file with a simhash_* key is refused
+    in one line naming the minhash_* key; the new key is taken (the positive control)."""
+    new = old.replace("simhash_", "minhash_")
+    path = tmp_path / "crawl.toml"
+    path.write_text(f"[{section}]\n{old} = {str(value).lower()}\n")
+    with pytest.raises(ConfigError, match=rf"{section}\.{old} was renamed to {section}\.{new}") as refused:
+        load_config(path)
+    assert "\n" not in str(refused.value)
+    assert getattr(getattr(config_from_dict({section: {new: value}}), section), new) == value

@@ -60,7 +60,7 @@ def fetched_segment(store: Store, config: Config, results: list[dict]) -> str:
 
 def ok(url: str, at=None, content="c") -> dict:
     return {"url": url, "host": url.split("/")[2], "outcome": "ok", "http_status": 200,
-            "fetched_at": at or utcnow(), "content_hash": content * 32, "simhash": 7}
+            "fetched_at": at or utcnow(), "content_hash": content * 32, "minhash": 7}
 
 
 def with_dedup(monkeypatch, result: DedupResult) -> None:

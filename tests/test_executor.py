@@ -41,7 +41,7 @@ def crawl_once(root, executor, now) -> tuple[list[dict], list[dict]]:
     for i, row in enumerate(sorted(listed, key=lambda r: r["url"])):
         result = {name: None for name in schema.FETCHED.names}
         result.update(url=row["url"], host=row["host"], fetched_at=now, outcome="ok" if i % 4 else "gone",
-                      http_status=200 if i % 4 else 404, content_hash=f"{i % 7:032x}", simhash=i + 1)
+                      http_status=200 if i % 4 else 404, content_hash=f"{i % 7:032x}", minhash=i + 1)
         results.append(result)
         links += [{"from_url": row["url"], "url": f"http://{row['host']}/new/{i}/{j}", "anchor": "", "nofollow": False,
                    "depth": 1} for j in range(3)]

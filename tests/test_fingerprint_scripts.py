@@ -26,7 +26,7 @@ from testweb import languages
 from testweb.languages import DATE_LINES, LANGUAGES
 from tests.examples import examples
 
-K = Config().update.simhash_max_distance
+K = Config().update.minhash_max_distance
 """Pages within this many bits are near-duplicates (update's default)."""
 
 APART = 10

@@ -41,7 +41,7 @@ def publish(store: Store, pages: int, text_bytes: int = 200) -> str:
     segment = new_id()
     rows = [{"url": f"http://127.0.0.1/{segment}/{i}", "host": "127.0.0.1",
              "fetched_at": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "status": "new", "http_status": 200,
-             "content_hash": f"{i:032x}", "simhash": i, "title": f"page {i}",
+             "content_hash": f"{i:032x}", "minhash": i, "title": f"page {i}",
              "text": os.urandom(text_bytes).hex(), "warc_file": f"segments/{segment}/warc/part-00000.warc.gz",
              "warc_offset": 0, "warc_length": 1, "segment": segment} for i in range(pages)]
     store.write_table(store.path("pages", f"{segment}.parquet"), pa.Table.from_pylist(rows, schema=schema.PAGES),

@@ -82,7 +82,7 @@ def fake_fetch(store: Store, segment: str) -> None:
     for row in listed:
         result = {name: None for name in schema.FETCHED.names}
         result.update(url=row["url"], host=row["host"], fetched_at=utcnow(), outcome="ok", http_status=200,
-                      content_hash=f"{hash(row['url']) & 0xffff:032x}", simhash=1)
+                      content_hash=f"{hash(row['url']) & 0xffff:032x}", minhash=1)
         rows.append(result)
     folder = seg.segment_dir(store, segment)
     store.write_table(folder / seg.FETCHED / "part-00000-c000001.parquet",

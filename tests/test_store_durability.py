@@ -16,6 +16,7 @@ from cycles.tables.crawldb import current_bucket_files
 from cycles.errors import StoreError
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
+from cycles.storage.durable import write_atomically, write_file_atomically
 from cycles.storage.store import Store
 from cycles.update.update import update_segment
 from tests.support.corruption import flip_a_bit_in_a_data_page
@@ -83,6 +84,26 @@ def test_every_write_is_fsynced_before_and_after_its_rename(store, disk_log, tmp
     assert_durably_renamed(disk_log, store.path("segments", "s1", "d.warc.gz"))
     # The folders created on the way are durable too: each one's parent was fsynced.
     assert ("fsync", str(store.path("segments"))) in disk_log
+
+
+def test_local_files_outside_the_store_share_the_one_atomic_write(tmp_path, disk_log):
+    """The pages feed's file, a query's --out, the report page and the test web's ready files
+    go through storage/durable.py: fsynced, renamed, folder fsynced; a failed write leaves
+    the old file and no temporary one (the new content shows the write could succeed)."""
+    target = tmp_path / "out" / "result.csv"
+    write_file_atomically(target, "old\n")
+    assert_durably_renamed(disk_log, target)
+
+    def fails(tmp):
+        tmp.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(target, fails)
+    assert target.read_text() == "old\n" and sorted(p.name for p in target.parent.iterdir()) == ["result.csv"]
+    write_file_atomically(target, "new\n", durable=False)  # progress counters: whole, not fsynced
+    assert target.read_text() == "new\n"
+    assert disk_log[-1][0] == "rename" and disk_log[-1][1].endswith(f"-> {target}")
 
 
 def test_current_is_renamed_only_after_every_file_it_names_is_durable(store, config, tmp_path, disk_log):

@@ -43,6 +43,7 @@ import struct
 import time
 from pathlib import Path
 
+from cycles.storage.durable import write_file_atomically
 from testweb.model import DOMAIN, mix, str_key
 
 LISTEN_PREFIX = "127.53."
@@ -305,10 +306,8 @@ def serve_dns(zone_path: str | Path, log_path: str | Path, ready_file: str | Pat
             loop.add_signal_handler(sig, stop, f"signal {sig.name}")
         loop.call_later(max_seconds, stop, f"max-seconds {max_seconds:g} reached")
         if ready_file is not None:
-            tmp = Path(str(ready_file) + ".tmp")
-            tmp.write_text(json.dumps({"address": chosen, "port": port, "pid": os.getpid(),
-                                       "names": len(zone["names"])}))
-            os.replace(tmp, ready_file)
+            write_file_atomically(Path(ready_file), json.dumps({"address": chosen, "port": port, "pid": os.getpid(),
+                                                                "names": len(zone["names"])}))
         await stopped.wait()
         transport.close()
         server.close()
@@ -351,11 +350,10 @@ class TestDNS:
         self._final: list[dict] | None = None
 
     def start(self) -> "TestDNS":
-        import subprocess
         import sys
         import tempfile
 
-        from testweb.harness import REPO_ROOT, TestWebError
+        from testweb.harness import TestWebError, launch
 
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="testdns-"))
@@ -370,32 +368,21 @@ class TestDNS:
                "--ready-file", str(self.ready_path), "--max-seconds", str(self.max_seconds)]
         if self.requested_address:
             cmd += ["--address", self.requested_address]
-        with open(self.stderr_path, "wb") as err:
-            # testweb is not installed with the product: the repository root on PYTHONPATH.
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                                              os.environ.get("PYTHONPATH")]))}
-            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
-        deadline = time.monotonic() + self.ready_timeout_s
-        while not self.ready_path.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise TestWebError(f"test DNS server did not start; its stderr:\n"
-                                   f"{self.stderr_path.read_text(errors='replace')}\ncommand: {' '.join(cmd)}")
-            time.sleep(0.02)
+        try:
+            self.process = launch(cmd, self.stderr_path, self.ready_path, self.ready_timeout_s, "test DNS server")
+        except TestWebError:
+            self.stop()  # reads what the log holds, removes a temporary workdir
+            raise
         self.address = json.loads(self.ready_path.read_text())["address"]
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
         import shutil
-        import subprocess
 
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        from testweb.harness import stop_process
+
+        if self.process is not None:
+            stop_process(self.process, timeout_s)
         if self._final is None and self.workdir is not None:
             self._final = self._read_log()
             if self._own_workdir:
@@ -408,12 +395,9 @@ class TestDNS:
         self.stop()
 
     def _read_log(self) -> list[dict]:
-        try:
-            data = self.log_path.read_bytes()
-        except (AttributeError, FileNotFoundError):
-            return []
-        end = data.rfind(b"\n")
-        return [json.loads(line) for line in data[:end + 1].splitlines() if line.strip()]
+        from testweb.harness import read_log
+
+        return read_log(getattr(self, "log_path", None))
 
     def queries(self, name: str | None = None, qtype: str | None = None) -> list[dict]:
         """The query log so far (module doc), of one name (any spelling case) and type if given."""

@@ -62,6 +62,49 @@ def _server_env() -> dict[str, str]:
 class TestWebError(CrawlError):
     """The test web server did not start, or died."""
 
+
+# --- a test server's process: the web's and the DNS server's (testweb/dns.py) -------------
+def launch(cmd: list[str], stderr_path: Path, ready_path: Path, timeout_s: float, name: str) -> subprocess.Popen:
+    """Start a server process and wait for its ready file (written atomically once it listens).
+    If it exits first or is not ready within ``timeout_s``, it is stopped and TestWebError
+    says why, with its stderr and the command."""
+    with open(stderr_path, "wb") as err:
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=_server_env())
+    deadline = time.monotonic() + timeout_s
+    while not ready_path.exists():
+        exited = process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            why = (f"exited with {process.returncode} before it was ready" if exited
+                   else f"not ready after {timeout_s:g} s")
+            stop_process(process)
+            raise TestWebError(f"{name} {why}; its stderr:\n{stderr_path.read_text(errors='replace')}\n"
+                               f"command: {' '.join(cmd)}")
+        time.sleep(0.02)
+    return process
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float = 5.0) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def read_log(path: Path | None) -> list[dict]:
+    """A server's JSON-lines log so far: complete lines only (the server may be midway
+    through one); [] before the server made it."""
+    try:
+        data = path.read_bytes()
+    except (AttributeError, FileNotFoundError):
+        return []
+    end = data.rfind(b"\n")
+    return [json.loads(line) for line in data[:end + 1].splitlines() if line.strip()]
+
     __test__ = False
 
 
@@ -175,22 +218,11 @@ class TestWeb:
             cmd += ["--clock-start", repr(float(self.clock_start))]
         if self.clock_rate:
             cmd += ["--clock-rate", repr(float(self.clock_rate))]
-        with open(self.stderr_path, "wb") as err:
-            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                            env=_server_env())
-        deadline = time.monotonic() + self.ready_timeout_s
-        while not self.ready_path.exists():
-            if self.process.poll() is not None:
-                message = (f"test web server exited with {self.process.returncode} before it was "
-                           f"ready; its stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
-                self.stop()
-                raise TestWebError(message)
-            if time.monotonic() > deadline:
-                message = (f"test web server not ready after {self.ready_timeout_s:g} s; its "
-                           f"stderr:\n{self.stderr()}\ncommand: {' '.join(cmd)}")
-                self.stop()
-                raise TestWebError(message)
-            time.sleep(0.02)
+        try:
+            self.process = launch(cmd, self.stderr_path, self.ready_path, self.ready_timeout_s, "test web server")
+        except TestWebError:
+            self.stop()  # reads what the log holds, removes a temporary workdir
+            raise
         self.ready = json.loads(self.ready_path.read_text())
         self.port = self.ready["port"]
         self.tls_port = self.ready.get("tls_port", 443)
@@ -201,16 +233,7 @@ class TestWeb:
     def stop(self, timeout_s: float = 5.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the server's exit code.
         Reads the log into memory and removes a temporary workdir."""
-        code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            code = self.process.returncode
+        code = stop_process(self.process, timeout_s) if self.process is not None else None
         if self._final is None and self.workdir is not None:
             self._stderr_final = self.stderr()
             self._final = self._read_log()
@@ -312,13 +335,7 @@ class TestWeb:
 
     # What the server saw --------------------------------------------------------------
     def _read_log(self) -> list[dict]:
-        try:
-            data = self.log_path.read_bytes()
-        except (AttributeError, FileNotFoundError):
-            return []
-        # The server may be midway through a line: keep complete lines only.
-        end = data.rfind(b"\n")
-        return [json.loads(line) for line in data[:end + 1].splitlines() if line.strip()]
+        return read_log(getattr(self, "log_path", None))
 
     def requests(self) -> list[dict]:
         """Every request the server logged so far, in order (see ``server.py`` for fields)."""

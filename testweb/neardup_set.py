@@ -310,7 +310,7 @@ def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, st
         return pa.table({
             "url": urls, "host": [u.split("/")[2] for u in urls],
             "content_hash": pa.array([content_hash(texts[u]) if fetched else None for u in urls], pa.string()),
-            "simhash": pa.array([prints[u] if fetched else None for u in urls], pa.uint64()),
+            "minhash": pa.array([prints[u] if fetched else None for u in urls], pa.uint64()),
             "score": [score] * len(urls), "first_seen": pa.array([int(not fetched)] * len(urls), pa.timestamp("us")),
             "first_fetched": pa.array([0 if fetched else None] * len(urls), pa.timestamp("us")),
             "status": [status] * len(urls), "duplicate_of": pa.array([None] * len(urls), pa.string())})
@@ -318,7 +318,7 @@ def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, st
     random_rows = pa.table({
         "url": randoms, "host": [u.split("/")[2] for u in randoms],
         "content_hash": [f"{i:032x}" for i in range(stored)],
-        "simhash": pa.array([rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
+        "minhash": pa.array([rng.getrandbits(64) for _ in range(stored)], pa.uint64()),
         "score": [1.0] * stored, "first_seen": pa.array([0] * stored, pa.timestamp("us")),
         "first_fetched": pa.array([0] * stored, pa.timestamp("us")),
         "status": ["fetched"] * stored, "duplicate_of": pa.array([None] * stored, pa.string())})
@@ -326,7 +326,7 @@ def update_search(pairs: list[Pair], prints: dict[str, int], texts: dict[str, st
                                  rows(seconds, 0.5, "unfetched", False)])
     segment = pa.table({"url": seconds, "host": [u.split("/")[2] for u in seconds],
                         "content_hash": [content_hash(texts[u]) for u in seconds],
-                        "simhash": pa.array([prints[u] for u in seconds], pa.uint64()),
+                        "minhash": pa.array([prints[u] for u in seconds], pa.uint64()),
                         "text_chars": [len(texts[u]) for u in seconds]})
     con = duckdb.connect()
     con.register("neardup_set_db", crawl_db)

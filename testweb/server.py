@@ -51,10 +51,12 @@ import sys
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from cycles.storage.durable import write_file_atomically as _write_atomic
 from testweb.host import HostProfile
 from testweb.model import CONTROL_IP, canonical_target
 from testweb.respond import Response, http_date
@@ -112,17 +114,14 @@ class RequestLog:
             self._fd = None
 
 
+@dataclass(slots=True)
 class _Request:
-    __slots__ = ("method", "target", "version", "headers", "t_start", "clock_t")
-
-    def __init__(self, method: str, target: str, version: str, headers: dict[str, str],
-                 t_start: float, clock_t: float = 0.0):
-        self.method = method
-        self.target = target
-        self.version = version
-        self.headers = headers
-        self.t_start = t_start
-        self.clock_t = clock_t
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+    t_start: float
+    clock_t: float = 0.0
 
     def keep_alive(self) -> bool:
         conn = self.headers.get("connection", "").lower()
@@ -504,12 +503,6 @@ def bind_all(ips: list[str], port: int) -> tuple[int, list[socket.socket]]:
                 raise OSError(exc.errno, f"cannot listen on {ip}:{chosen}: {exc.strerror}; "
                               "choose another --port, or 0 for a free one") from exc
     raise OSError(errno.EADDRINUSE, f"no port free on all {len(ips)} test web addresses")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def use_fast_loop() -> str:

@@ -70,6 +70,7 @@ from asyncio import sslproto
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from cycles.storage.durable import write_file_atomically as _write_atomic
 from testweb.host import SmallHost
 from testweb.model import DOMAIN, mix, str_key
 from testweb.respond import Response
@@ -220,12 +221,6 @@ def _build(subject, issuer, public_key, signer, *, ca: bool, sans: list[str] | N
         builder = builder.add_extension(
             x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     return builder.sign(signer, hashes.SHA256())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 # --- the model: which host is HTTPS, and its round trip ------------------------------------

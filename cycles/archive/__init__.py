@@ -7,5 +7,5 @@
 - cycles/archive/export.py: the entry point, :func:`export_segment`.
 
 Everything goes to ``segments/<id>/archive/`` (the export stage's own folder); the WARC
-files themselves are written by fetch (cycles/fetch/archive.py) and never changed.
+files themselves are written by fetch (cycles/fetch/warc_records.py) and never changed.
 """

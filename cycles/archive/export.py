@@ -1,6 +1,6 @@
 """``crawl export [SEGMENT]``: the CDXJ index, the cc-index URL index and WET text of segments.
 
-Reads the segment's WARC files (written by fetch, cycles/fetch/archive.py) and fetched rows
+Reads the segment's WARC files (written by fetch, cycles/fetch/warc_records.py) and fetched rows
 (the pages' text), and writes the export stage's own folder ``segments/<id>/archive/``::
 
     <prefix>-<segment>.cdxj                 CDXJ, SURT-sorted (cycles/archive/cdxj.py)

@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 
 from cycles.tables.segment import segment_state
 from cycles.config import Config
-from cycles.commands.settings import Effective
+from cycles.commands.effective_config import Effective
 from cycles.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_TO_DO, EXIT_OK, EXIT_USER_ERROR, CrawlError,
                            Interrupted, NothingToDo, StageError, is_damaged_parquet)
 from cycles.storage.store import Store
@@ -290,7 +290,7 @@ def main(
 ) -> None:
     """Global options: where the store is, which config to use, how much to log."""
     from cycles.logs import setup_logging
-    from cycles.commands.settings import effective_config
+    from cycles.commands.effective_config import effective_config
 
     state.as_json, state.stage = False, ""
     if verbose and quiet:
@@ -323,7 +323,7 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="One JSON lin
 
     Example: crawl -c crawl.toml -s fetch.delay_s=2 config show
     """
-    from cycles.commands.settings import show_json, show_text
+    from cycles.commands.effective_config import show_json, show_text
 
     show = show_json if as_json else show_text
     typer.echo(show(state.effective, state.store.uri, state.data_source))

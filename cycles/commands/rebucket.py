@@ -44,6 +44,8 @@ from cycles.config import Config
 from cycles.tables import schema
 from cycles.tables.crawldb import bucket_of, buckets_source_sql, checked_rows, connect, current_buckets
 from cycles.errors import StageError
+from cycles.storage.parquet import renamed_schema
+from cycles.storage.sql import ident
 from cycles.storage.store import Manifest, Store, utcnow
 
 MAX_BUCKETS = 100_000
@@ -83,14 +85,14 @@ def rebucket(store: Store, config: Config, buckets: int) -> RebucketResult:
                                   reason=f"the crawl DB already has {buckets} buckets; nothing changed")
         # Rows are copied in the schema they were written in (the manifest keeps its
         # schema_version): the first stage that rewrites them upgrades them, as usual.
-        file_schema = store.read_metadata(files[0]).schema.to_arrow_schema()
+        file_schema = renamed_schema(store.read_metadata(files[0]).schema.to_arrow_schema())  # read renamed
         con = connect(store, config)
         if any(b.deltas for b in old_buckets):  # deltas are in the current schema, as their base then
             file_schema = schema.CRAWLDB
             old_rows = con.sql(f"SELECT count(*) FROM {buckets_source_sql(store, con, old_buckets)}").fetchall()[0][0]
         else:
             old_rows = sum(store.read_metadata(f).num_rows for f in files)
-        columns = ", ".join(f'"{name}"' for name in file_schema.names)
+        columns = ", ".join(ident(name) for name in file_schema.names)
         version, folder = store.new_version_dir("crawldb")
         rows = 0
         try:

@@ -33,6 +33,8 @@ from cycles.errors import CrawlError
 from cycles.metrics import ERROR_OUTCOMES, UNANSWERED_OUTCOMES
 from cycles.tables.schema import DbStatus
 from cycles.commands.status import open_views, require_crawldb
+from cycles.storage.durable import write_file_atomically
+from cycles.storage.sql import literal
 from cycles.storage.store import Store
 from cycles.update.dedup import dedup_summary
 
@@ -46,8 +48,8 @@ RATE_POINTS = 60
 FAILING_STATUSES = (DbStatus.ERROR, DbStatus.DEAD, DbStatus.GONE)
 """Crawl DB statuses counted as failing in the summary."""
 
-_PAGES = "outcome NOT IN ({})".format(", ".join(f"'{o}'" for o in UNANSWERED_OUTCOMES))
-_ERRORS = "outcome IN ({})".format(", ".join(f"'{o}'" for o in ERROR_OUTCOMES))
+_PAGES = "outcome NOT IN ({})".format(", ".join(literal(o) for o in UNANSWERED_OUTCOMES))
+_ERRORS = "outcome IN ({})".format(", ".join(literal(o) for o in ERROR_OUTCOMES))
 
 
 @dataclass
@@ -81,8 +83,8 @@ def segment_stats(store: Store) -> list[dict]:
 
 def crawldb_numbers(con) -> dict:
     total, hosts, fetched, failing, changes, refetches = _rows(con, f"""
-        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE status = '{DbStatus.FETCHED}'),
-               count(*) FILTER (WHERE status IN ({", ".join(f"'{s}'" for s in FAILING_STATUSES)})),
+        SELECT count(*), count(DISTINCT host), count(*) FILTER (WHERE status = {literal(DbStatus.FETCHED)}),
+               count(*) FILTER (WHERE status IN ({", ".join(literal(s) for s in FAILING_STATUSES)})),
                coalesce(sum(change_count), 0), coalesce(sum(greatest(fetch_count - 1, 0)), 0)
         FROM crawldb""")[0]
     by_status = dict(_rows(con, "SELECT status, count(*) FROM crawldb GROUP BY 1 ORDER BY 2 DESC, 1"))
@@ -120,8 +122,8 @@ def fetched_numbers(con) -> dict:
     first, last = _rows(con, f"SELECT epoch(min(fetched_at)), epoch(max(fetched_at)) FROM fetched WHERE {_PAGES}")[0]
     bin_s = max(1, int(((last or 0) - (first or 0)) / RATE_POINTS) + 1)
     rate = _rows(con, f"""
-        SELECT floor(epoch(fetched_at) / {bin_s}) * {bin_s} AS t, count(*) FROM fetched
-        WHERE {_PAGES} AND fetched_at IS NOT NULL GROUP BY 1 ORDER BY 1""")
+        SELECT floor(epoch(fetched_at) / $bin_s) * $bin_s AS t, count(*) FROM fetched
+        WHERE {_PAGES} AND fetched_at IS NOT NULL GROUP BY 1 ORDER BY 1""", {"bin_s": bin_s})
     # A refetch: a successful fetch (2xx or 304) of a URL that an earlier segment fetched successfully.
     refetches = dict(_rows(con, """
         SELECT segment, count(*) FILTER (WHERE nth > 1) FROM (
@@ -147,9 +149,9 @@ def distributions(con) -> dict:
     scores: list[tuple[float, int]] = []
     if low is not None:
         width = (high - low) / SCORE_BINS or 1.0
-        scores = [(low + b * width, n) for b, n in _rows(con, f"""
-            SELECT least(floor((score - {low}) / {width}), {SCORE_BINS - 1})::INT AS b, count(*)
-            FROM crawldb GROUP BY 1 ORDER BY 1""")]
+        scores = [(low + b * width, n) for b, n in _rows(con, """
+            SELECT least(floor((score - $low) / $width), $top)::INT AS b, count(*)
+            FROM crawldb GROUP BY 1 ORDER BY 1""", {"low": low, "width": width, "top": SCORE_BINS - 1})]
         scores = [(round(x, 6), n) for x, n in scores]
     return {"depth": depth, "scores": scores, "score_width": (high - low) / SCORE_BINS if low is not None else 0}
 
@@ -489,16 +491,9 @@ def build_report(store: Store, config: Config, out: str | os.PathLike) -> Report
     for name, title, fig in charts:
         png = _png(fig)
         path = folder / f"{name}.png"
-        _write_atomically(path, png)
+        write_file_atomically(path, png)
         images.append(path)
         rendered.append((name, title, png))
     page = folder / "index.html"
-    _write_atomically(page, render_html(store, summary, cycles, fetched, db, rendered).encode("utf-8"))
+    write_file_atomically(page, render_html(store, summary, cycles, fetched, db, rendered).encode("utf-8"))
     return ReportResult(page, images, summary)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """A reader (a browser refreshing the page) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

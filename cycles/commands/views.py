@@ -28,7 +28,6 @@ import contextlib
 import functools
 import io
 import os
-import secrets
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -46,6 +45,9 @@ from cycles.config import Config, load_config
 from cycles.tables.crawldb import connect, current_buckets, merged_sql, plain_connection, upgraded_sql
 from cycles.errors import CrawlError, StageError, StoreError, is_damaged_parquet
 from cycles.tables.hostdb import hostdb_files
+from cycles.storage.durable import write_atomically
+from cycles.storage.sources import parquet_sql
+from cycles.storage.sql import ident, literal
 from cycles.storage.store import Store, StorePath, utcnow
 
 SEGMENT_VIEWS = ("fetchlist", "fetched", "outlinks")
@@ -107,11 +109,6 @@ def crawl_files(store: Store, verify: bool) -> CrawlFiles:
 
 
 # --- the view definitions -----------------------------------------------------------------------
-def quote(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def location(store: Store, path: StorePath) -> str:
     """How DuckDB names a store file in SQL: an absolute path, or an ``s3://`` URL."""
     return str(path) if store.local else "s3://" + str(path)
@@ -125,7 +122,7 @@ def duckdb_types(name: str) -> tuple[str, ...]:
 
 def empty_sql(name: str) -> str:
     """A table expression with the view's columns and no rows (plain SQL: usable in any DuckDB)."""
-    columns = ", ".join(f'NULL::{t} AS "{f.name}"' for f, t in zip(schema.VIEWS[name], duckdb_types(name)))
+    columns = ", ".join(f'NULL::{t} AS {ident(f.name)}' for f, t in zip(schema.VIEWS[name], duckdb_types(name)))
     return f"(SELECT {columns} WHERE false)"
 
 
@@ -139,12 +136,12 @@ def source_sql(store: Store, name: str, files: list[StorePath], con: duckdb.Duck
     segment_column = name in SEGMENT_VIEWS
     if con is not None and not store.local:
         return store.duckdb_source(con, files, segment_column=segment_column)
-    listed = ", ".join(quote(location(store, p)) for p in files)
+    listed = [location(store, p) for p in files]
     if segment_column:
         # .../segments/<id>/<folder>/part-*.parquet: the id is the third name from the end.
         return (f"(SELECT * EXCLUDE (filename), split_part(filename, '/', -3) AS segment "
-                f"FROM read_parquet([{listed}], filename = true, union_by_name = true))")
-    return f"read_parquet([{listed}], union_by_name = true)"
+                f"FROM {parquet_sql(listed, ', filename = true, union_by_name = true')})")
+    return parquet_sql(listed, ", union_by_name = true")
 
 
 def column_sql(name: str, column: str) -> str:
@@ -152,7 +149,7 @@ def column_sql(name: str, column: str) -> str:
         # The segment's files hold it relative to the segment; the pages feed from the store
         # root. The view gives it from the root in both, so a join or a ranged read needs no fix-up.
         return "'segments/' || segment || '/' || warc_file AS warc_file"
-    return f'"{column}"'
+    return ident(column)
 
 
 def view_select(store: Store, name: str, files: CrawlFiles, con: duckdb.DuckDBPyConnection | None = None) -> str:
@@ -186,7 +183,7 @@ def segments_select(segments: list[tuple[str, str]]) -> str:
     """The ``segments`` view: the states as values (they live in marker files, not Parquet)."""
     if not segments:
         return f"SELECT * FROM {empty_sql('segments')}"
-    rows = ", ".join(f"({quote(s)}, {quote(state)})" for s, state in segments)
+    rows = ", ".join(f"({literal(s)}, {literal(state)})" for s, state in segments)
     return f"SELECT * FROM (VALUES {rows}) AS segments(segment, state)"
 
 
@@ -194,8 +191,8 @@ def comment_statements(name: str) -> list[str]:
     """``COMMENT ON VIEW`` and ``COMMENT ON COLUMN`` for view ``name``, from cycles/tables/schema.py."""
     view = schema.VIEWS[name]
     doc = view.metadata[b"crawl.view"].decode()
-    return ([f"COMMENT ON VIEW {name} IS {quote(doc)};"]
-            + [f'COMMENT ON COLUMN {name}."{f.name}" IS {quote(schema.doc_of(f))};' for f in view])
+    return ([f"COMMENT ON VIEW {name} IS {literal(doc)};"]
+            + [f'COMMENT ON COLUMN {name}.{ident(f.name)} IS {literal(schema.doc_of(f))};' for f in view])
 
 
 def view_statements(store: Store, files: CrawlFiles, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
@@ -228,13 +225,13 @@ def s3_setup_statements(store: Store) -> list[str]:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         url = urlparse(endpoint)
-        options += [f"ENDPOINT {quote(url.netloc or url.path)}", "URL_STYLE 'path'",
+        options += [f"ENDPOINT {literal(url.netloc or url.path)}", "URL_STYLE 'path'",
                     f"USE_SSL {'false' if url.scheme == 'http' else 'true'}"]
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
-        options.append(f"REGION {quote(region)}")
+        options.append(f"REGION {literal(region)}")
     bucket = str(store.root).split("/")[0]
-    options.append(f"SCOPE {quote('s3://' + bucket)}")
+    options.append(f"SCOPE {literal('s3://' + bucket)}")
     return ["INSTALL httpfs;", "LOAD httpfs;", "INSTALL aws;", "LOAD aws;",
             f"CREATE OR REPLACE SECRET crawl_store ({', '.join(options)});"]
 
@@ -309,7 +306,7 @@ def write_result(con: duckdb.DuckDBPyConnection, relation: duckdb.DuckDBPyRelati
             target.write_text(box(relation, every_row))
         else:
             con.register("crawl_result", relation)
-            con.execute(f"COPY crawl_result TO {quote(str(target))} ({COPY_OPTIONS[fmt]})")
+            con.execute(f"COPY crawl_result TO {literal(str(target))} ({COPY_OPTIONS[fmt]})")
     except duckdb.Error as exc:
         raise query_error(exc) from None
 
@@ -323,12 +320,7 @@ def deliver_result(con: duckdb.DuckDBPyConnection, relation: duckdb.DuckDBPyRela
         target = Path(out)
         if not target.parent.is_dir():
             raise CrawlError(f"cannot write {out}: folder {target.parent} does not exist")
-        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            write_result(con, relation, fmt, tmp)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_atomically(target, lambda tmp: write_result(con, relation, fmt, tmp))
         return
     if fmt == "table" and tty and relation is not None:
         try:

@@ -2,7 +2,7 @@
 
 - :func:`response_of`: what cycles/fetch/classify.py reads of it;
 - :func:`request_line` and :func:`request_headers`: the WARC request record's first line
-  and headers, as sent (cycles/fetch/archive.py);
+  and headers, as sent (cycles/fetch/warc_records.py);
 - :func:`started_iso` and :func:`wall`: its times.
 """
 

@@ -6,7 +6,7 @@ Results are buffered and committed as a *chunk* every ``fetch.flush_s`` seconds,
 object on S3 — see cycles/storage/store.py):
 
 1. ``warc/<prefix>-<segment>-<chunk>-<host>.warc.gz``   every exchange (gzip per record,
-   cycles/fetch/archive.py says which records), written to a local temporary file while the
+   cycles/fetch/warc_records.py says which records), written to a local temporary file while the
    chunk fills and put into the store at commit; the name (:func:`warc_file_name`) is unique
    across segments and writers, so files from many segments can share one collection;
 2. ``outlinks/<chunk>.parquet``;
@@ -267,7 +267,7 @@ class PartitionOutput:
         """Approximate size of rows and links (see FLUSH_BYTES)."""
         self.warc_prefix = warc_prefix
         self.warcinfo = warcinfo or {}
-        """Fields of each file's warcinfo record besides the standard ones (cycles/fetch/archive.py)."""
+        """Fields of each file's warcinfo record besides the standard ones (cycles/fetch/warc_records.py)."""
         self.host = writer_host()
         self._warc_tmp: Path | None = None
         self._warc_fh = None

@@ -42,7 +42,7 @@ class Pages:
             return O.TOO_LARGE, [], {"error": "body does not inflate within the size cap"}
         try:
             page = parse_html(body, item.url, transfer.header("content-type"), self.fc.robots_agent,
-                              self.fc.simhash_block_min_bytes if self.fc.simhash_main_content else None)
+                              self.fc.minhash_block_min_bytes if self.fc.minhash_main_content else None)
         except Exception as exc:  # a parser crash costs one page, never the worker
             self.stats["parse/crash"] += 1
             return O.PARSE_ERROR, [], {"error": f"parser crashed: {type(exc).__name__}: {exc}"[:500]}
@@ -54,7 +54,7 @@ class Pages:
                 if target is not slot:  # the finishing slot is rescheduled when its response is done
                     self.frontier.schedule(target)
         return O.OK, links, dict(title=page.title, text=page.text, content_hash=page.content_hash,
-                                 simhash=page.simhash, canonical=page.canonical, noindex=page.noindex)
+                                 minhash=page.minhash, canonical=page.canonical, noindex=page.noindex)
 
     def follow_redirect(self, slot: HostSlot, item: FetchItem, target: str) -> str | None:
         """Queue the target if this worker fetches it now (cycles/fetch/redirects.py); the

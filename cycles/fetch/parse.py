@@ -58,7 +58,7 @@ from cycles.fingerprint import collapse_other_whitespace, collapse_whitespace, f
 from cycles.urls import link_resolver, split_url
 
 SIMHASH_BLOCK_MIN_BYTES = 200
-"""Default of ``fetch.simhash_block_min_bytes`` (cycles.config), for callers without a config."""
+"""Default of ``fetch.minhash_block_min_bytes`` (cycles.config), for callers without a config."""
 
 ANCHOR_MAX_CHARS = 200
 """Anchor texts are cut to this many characters (after collapsing whitespace)."""
@@ -127,7 +127,7 @@ class ParsedPage:
     content_hash: str = ""
     """cycles.fingerprint.content_hash(text)."""
 
-    simhash: int = 0
+    minhash: int = 0
     """cycles.fingerprint.minhash64 (the near-duplicate fingerprint) of the page's main
     content (``_main_blocks``: the text less its boilerplate), unsigned 64-bit."""
 
@@ -356,9 +356,9 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
 
     ``content_type`` is the response's Content-Type header (for its charset); ``agent`` is
     our robots.txt product token (``fetch.robots_agent``): ``<meta name=crawlbot>`` counts
-    like ``<meta name=robots>``; ``block_min_bytes`` is ``fetch.simhash_block_min_bytes``
+    like ``<meta name=robots>``; ``block_min_bytes`` is ``fetch.minhash_block_min_bytes``
     (see :func:`_main_blocks`), or None for a SimHash of the whole text
-    (``fetch.simhash_main_content = false``). Never raises on page content (see the module doc).
+    (``fetch.minhash_main_content = false``). Never raises on page content (see the module doc).
     """
     text, encoding = _decode(body, content_type)
     root = _tree(body, text, encoding)
@@ -370,18 +370,18 @@ def parse_html(body: bytes, url: str, content_type: str | None = None,
     _clear(scan.noscripts)
     text = _visible_text(root)
     blocks = _main_blocks(root, text, block_min_bytes) if block_min_bytes is not None else None
-    content_hash, simhash = fingerprints(text, collapsed=True, blocks=blocks)
+    content_hash, minhash = fingerprints(text, collapsed=True, blocks=blocks)
     return ParsedPage(title=scan.title, text=text, links=links, canonical=canonical,
                       noindex=scan.noindex, nofollow=scan.nofollow, content_hash=content_hash,
-                      simhash=simhash, encoding=encoding)
+                      minhash=minhash, encoding=encoding)
 
 
 # The steps of parse_html, separate so that scripts/bench_parse.py can time each.
 
 def _empty_page(encoding: str) -> ParsedPage:
-    content_hash, simhash = fingerprints("")
+    content_hash, minhash = fingerprints("")
     return ParsedPage(title=None, text="", links=[], canonical=None, noindex=False,
-                      nofollow=False, content_hash=content_hash, simhash=simhash,
+                      nofollow=False, content_hash=content_hash, minhash=minhash,
                       encoding=encoding)
 
 

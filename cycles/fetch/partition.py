@@ -7,7 +7,7 @@ process (cycles/executor.py ProcessPool, inheriting nothing) or in this process.
 - holds the partition's lock file while it runs: one run of a partition at a time, and
   finding the file means an earlier run started and did not finish (``resumed``: the worker
   then waits a full delay before asking any host again); on an S3 store, where runs may be
-  on different machines, an S3 lease instead (cycles/fetch/lease.py; taken over = resumed);
+  on different machines, an S3 lease instead (cycles/fetch/partition_lease.py; taken over = resumed);
 - resumes: a finished partition (stats file written) returns its counters; an unfinished
   one continues from its last committed chunk (cycles/fetch/output.py);
 - drives :class:`~cycles.fetch.worker.PartitionFetcher` and writes the partition's stats
@@ -31,7 +31,7 @@ from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.errors import CrawlError, StageError, StoreError
 from cycles.executor import parent_pid
-from cycles.fetch.lease import PartitionLease, fenced_stop_signal
+from cycles.fetch.partition_lease import PartitionLease, fenced_stop_signal
 from cycles.fetch.worker import PartitionFetcher
 from cycles.storage.store import Store
 
@@ -92,7 +92,7 @@ def fetch_partition(task: FetchTask) -> dict:
 
 
 def _fetch_leased(store: Store, task: FetchTask) -> dict:
-    """On S3: the partition under its lease (cycles/fetch/lease.py), so that a run retried
+    """On S3: the partition under its lease (cycles/fetch/partition_lease.py), so that a run retried
     on another machine never overlaps an earlier run that is still alive."""
     with PartitionLease(store, task.segment, task.partition, task.config.db) as lease:
         stats_path = seg.partition_stats_file(seg.segment_dir(store, task.segment), task.partition)

@@ -14,7 +14,7 @@ step of its outcome:
   a redirect's target written as an outlink and maybe followed (cycles/fetch/redirects.py).
 
 Every exchange is archived before its row is written (the row holds its WARC location;
-cycles/fetch/archive.py decides which records it gets).
+cycles/fetch/warc_records.py decides which records it gets).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import Counter
 
 from cycles import clock
 from cycles.config import FetchConfig
-from cycles.fetch.archive import Archive
+from cycles.fetch.warc_records import Archive
 from cycles.fetch.classify import ROBOTS_ANSWER, SITEMAP_ANSWER, HOST_FAILURE, Outcome, classify, curl_error
 from cycles.fetch.exchange import request_headers, request_line, response_of, started_iso, wall
 from cycles.fetch.frontier import HostSlot
@@ -74,7 +74,7 @@ class Results:
             self.page(slot, transfer, outcome)
 
     def _archive(self, transfer: Transfer, error: str | None, outcome: str | None = None) -> dict | None:
-        """The exchange's WARC records (cycles/fetch/archive.py); a page's WARC location."""
+        """The exchange's WARC records (cycles/fetch/warc_records.py); a page's WARC location."""
         args = (transfer, transfer.ip, request_line(transfer), request_headers(transfer, self.fc.user_agent),
                 started_iso(transfer))
         kind = transfer.request.kind
@@ -156,6 +156,6 @@ class Results:
 
     def _fetched(self, transfer: Transfer, outcome: str, links: list[dict], **values) -> None:
         """The row of a page that was requested, its exchange archived first (its WARC location
-        goes into the row; cycles/fetch/archive.py)."""
+        goes into the row; cycles/fetch/warc_records.py)."""
         location = self._archive(transfer, values.get("error"), outcome)
         self.rows.add(transfer.request.item, outcome, links, **values, **location)

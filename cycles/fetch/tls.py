@@ -13,7 +13,7 @@
   as it may be a passing overload. The host DB
   keeps ``tls_failures`` and ``tls_error`` (``"expired: <libcurl's message>"``) for operators.
 - Each failed exchange gets a WARC ``metadata`` record (``tls-verify: failed``,
-  ``tls-failure: <reason>``, the libcurl error) — cycles/fetch/archive.py.
+  ``tls-failure: <reason>``, the libcurl error) — cycles/fetch/warc_records.py.
 - Never a fallback to plain http: nothing here (or anywhere in fetch) rewrites a scheme.
 - ``fetch.tls_archive_anyway`` (off by default), as archival crawlers (Heritrix, wget
   --no-check-certificate) do: after a certificate failure (expired, name_mismatch,

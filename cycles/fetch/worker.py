@@ -28,7 +28,7 @@ concern; each part counts what it does in the partition's stats:
 - cycles/fetch/tls.py: certificate verification, TLS failures (classified, the host backed
   off, recorded in the host DB and the WARC), archive-anyway;
 - cycles/fetch/output.py: the committed chunks (fetched rows, outlinks, WARC);
-- cycles/fetch/archive.py: which WARC records each exchange gets (every one by default);
+- cycles/fetch/warc_records.py: which WARC records each exchange gets (every one by default);
 - cycles/fetch/partition.py: the runner around this loop (lock, resume, stats, stop signals).
 
 The worker owns every host of its partition (generate put each host in exactly one), so
@@ -71,7 +71,7 @@ import pyarrow as pa
 
 from cycles import clock
 from cycles.config import Config
-from cycles.fetch.archive import Archive, warcinfo_fields
+from cycles.fetch.warc_records import Archive, warcinfo_fields
 from cycles.fetch.discovery import Discovery
 from cycles.fetch.dns import Resolver
 from cycles.fetch.exchange import started_iso, wall  # noqa: F401  (started_iso: tests/fetch/test_hot_path.py)
@@ -137,7 +137,7 @@ class PartitionFetcher:
         self._make_parts()
         self.output: PartitionOutput | None = None
         self.archive: Archive | None = None
-        """Which WARC records each exchange gets (cycles/fetch/archive.py)."""
+        """Which WARC records each exchange gets (cycles/fetch/warc_records.py)."""
         self.results: Results | None = None
         """Where finished transfers go (set up with the output, by :meth:`load`)."""
         self.resumed = False

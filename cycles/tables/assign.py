@@ -60,6 +60,7 @@ from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.tables.crawldb import pattern_hash_sql
 from cycles.tables.hostdb import load_host_state, planned_spacing_s
+from cycles.tables.partitioning import bucket_of_hash, buckets_of
 from cycles.slotkey import slot_key
 from cycles.storage.store import Store, StorePath
 from cycles.urls import host_hash, host_hashes
@@ -113,7 +114,7 @@ def assign_hosts(urls_per_host: dict[str, int], delays: dict[str, float], partit
 
 def key_groups(keys: list[str] | pa.Array, groups: int) -> np.ndarray:
     """The hash group (``host_hash(key) % groups``) of each slot key, as int64."""
-    return (host_hashes(keys).to_numpy(zero_copy_only=False) % np.uint64(groups)).astype(np.int64)
+    return buckets_of(host_hashes(keys), groups)
 
 
 @dataclass(frozen=True)
@@ -255,8 +256,8 @@ class Assignment:
         if part is not None:
             return part
         if self.group_parts:
-            return self.group_parts[host_hash(key) % len(self.group_parts)]
-        return host_hash(key) % self.partitions
+            return self.group_parts[bucket_of_hash(host_hash(key), len(self.group_parts))]
+        return bucket_of_hash(host_hash(key), self.partitions)
 
 
 def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb_sql: str,

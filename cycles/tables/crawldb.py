@@ -36,6 +36,8 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
+from cycles.storage.sql import literal, literals
+from cycles.tables.partitioning import bucket_sql, buckets_of
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
@@ -54,7 +56,7 @@ def plain_connection(**settings) -> duckdb.DuckDBPyConnection:
     :func:`connect`'s limits (a few hosts' rows, a segment's page list)."""
     con = duckdb.connect(config=settings)
     # A session setting: DuckDB refuses it in connect()'s config ("not a global option").
-    con.execute(f"SET enable_progress_bar = {str(progress_bar_wanted()).lower()}")
+    con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     return con
 
 
@@ -91,10 +93,10 @@ def connect(store: Store | None, config: Config, workers: int = 1, *,
     else:
         con = shared_database(spill, keep_order).cursor()
         # A session setting: each cursor starts from DuckDB's default.
-        con.execute(f"SET enable_progress_bar = {str(progress_bar_wanted()).lower()}")
+        con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     # The database's limits, set for this caller: a process runs one stage's work at a time.
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    con.execute(f"SET threads = {threads}")
+    con.execute("SET memory_limit = ?", [memory_limit])
+    con.execute("SET threads = ?", [int(threads)])
     return con
 
 
@@ -120,15 +122,14 @@ def open_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
     """A new in-memory database with the settings every connection shares: spill folder,
     UTC, row order kept or not (its progress bar set first, by :func:`plain_connection`)."""
     con = plain_connection()
-    con.execute(f"SET temp_directory = '{spill}'")
+    con.execute("SET temp_directory = ?", [str(spill)])
     con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+    con.execute("SET preserve_insertion_order = ?", [bool(keep_order)])
     return con
 
 
-def bucket_of(host_hash_sql: str, buckets: int) -> str:
-    """SQL for the bucket of a host hash column."""
-    return f"({host_hash_sql} % {int(buckets)})"
+bucket_of = bucket_sql
+"""SQL for the bucket of a host hash column (cycles/tables/partitioning.py, the one rule)."""
 
 
 VERIFY_THREADS = 4
@@ -229,7 +230,7 @@ def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: Buck
     bucket = as_bucket_files(bucket)  # a plain file: a base without deltas
     base = store.duckdb_source(con, [bucket.base])
     deltas = [store.duckdb_source(con, [d]) for d in bucket.deltas]
-    where = f"next_fetch <= TIMESTAMPTZ '{due_at.isoformat()}'" if due_at is not None else ""
+    where = f"next_fetch <= TIMESTAMPTZ {literal(due_at.isoformat())}" if due_at is not None else ""
     if where and schema_version < schema.SCHEMA_VERSION:
         return f"(SELECT * FROM {upgraded_sql(merged_sql(base, deltas), schema_version)} WHERE {where})"
     return upgraded_sql(merged_sql(base, deltas, where), schema_version)
@@ -291,8 +292,7 @@ def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | 
         return buckets_source_sql(store, con, list(files), schema_version)
     if store is not None:
         return upgraded_sql(store.duckdb_source(con, files), schema_version)
-    quoted = ", ".join(f"'{f}'" for f in files)
-    return upgraded_sql(f"read_parquet([{quoted}])", schema_version)
+    return upgraded_sql(f"read_parquet({literals(files)})", schema_version)
 
 
 def upgraded_sql(source: str, schema_version: int) -> str:
@@ -322,12 +322,12 @@ def new_url_rows_sql(source: str, config: Config) -> str:
     ``$now`` must be bound to the current time.
     """
     return f"""
-        SELECT url, host, host_hash, {pattern_hash_sql('url')} AS pattern_hash, '{schema.DbStatus.UNFETCHED}' AS status, $now AS first_seen,
+        SELECT url, host, host_hash, {pattern_hash_sql('url')} AS pattern_hash, {literal(schema.DbStatus.UNFETCHED)} AS status, $now AS first_seen,
                NULL::TIMESTAMPTZ AS first_fetched, NULL::TIMESTAMPTZ AS last_fetched, $now AS next_fetch,
                {int(config.update.default_interval_s)}::INTEGER AS fetch_interval_s,
                0::SMALLINT AS retries, 0::INTEGER AS fetch_count, 0::INTEGER AS change_count,
                NULL::TIMESTAMPTZ AS last_changed, NULL::SMALLINT AS http_status,
-               NULL::VARCHAR AS content_hash, NULL::UBIGINT AS simhash,
+               NULL::VARCHAR AS content_hash, NULL::UBIGINT AS minhash,
                NULL::VARCHAR AS etag, NULL::VARCHAR AS last_modified,
                score::FLOAT AS score, depth::SMALLINT AS depth,
                NULL::VARCHAR AS redirect_to, NULL::VARCHAR AS duplicate_of, NULL::VARCHAR AS error,
@@ -396,7 +396,7 @@ def checked_bucket(batches: Iterable[pa.RecordBatch], where: str, bucket: int, b
     for batch in batches:
         if batch.num_rows:
             url, hashes = batch.column("url"), batch.column("host_hash")
-            wrong = np.flatnonzero(hashes.to_numpy(zero_copy_only=False) % np.uint64(buckets) != np.uint64(bucket))
+            wrong = np.flatnonzero(buckets_of(hashes, buckets) != bucket)
             if url.null_count or batch.column("host").null_count or hashes.null_count or len(wrong):
                 raise StageError(f"bucket {bucket} ({where}) would hold a row without url or host, or of another "
                                  "bucket; nothing was installed and the crawl DB is unchanged; report this as a bug")
@@ -463,10 +463,11 @@ def bucket_violation(batch: pa.RecordBatch, last: tuple[str, str] | None, bucket
         if pc.any(twice).as_py():
             return f"URL {keys_url[pc.index(twice, True).as_py()].as_py()!r} twice"
     numbers = hashes.to_numpy()
-    wrong = np.flatnonzero(numbers % np.uint64(buckets) != np.uint64(bucket))
+    found = buckets_of(numbers, buckets)
+    wrong = np.flatnonzero(found != bucket)
     if len(wrong):
         return f"URL {url[int(wrong[0])].as_py()!r} of another bucket (host_hash % {buckets} = " \
-               f"{int(numbers[wrong[0]] % np.uint64(buckets))})"
+               f"{int(found[wrong[0]])})"
     # host_hash must be its host's: checked once per run of one host (rows are sorted by host).
     starts = np.flatnonzero(np.concatenate(([True], pc.not_equal(host[1:], host[:-1]).to_numpy(zero_copy_only=False))))
     expected = run_host_hashes(host.take(pa.array(starts)))

@@ -58,6 +58,7 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.tables.crawldb import connect, plain_connection
+from cycles.tables.partitioning import BucketTask, buckets_of
 from cycles.errors import StoreError
 from cycles.storage.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
 from cycles.urls import host_hashes
@@ -83,7 +84,7 @@ def host_buckets(hosts: pa.Array | pa.ChunkedArray | Iterable[str], buckets: int
     """The bucket (``host_hash % buckets``) of each host, as an int64 array."""
     if not isinstance(hosts, (pa.Array, pa.ChunkedArray)):
         hosts = pa.array(list(hosts), pa.string())
-    return (host_hashes(hosts).to_numpy(zero_copy_only=False) % np.uint64(buckets)).astype(np.int64)
+    return buckets_of(host_hashes(hosts), buckets)
 
 
 def segment_host_files(store: Store, include_segment: str | None = None) -> list[StorePath]:
@@ -419,11 +420,9 @@ class HostRouteTask:
 
 
 @dataclass(frozen=True)
-class HostBucketTask:
-    """One bucket's merge (:func:`merge_host_bucket`): locations, ids and the config (picklable)."""
+class HostBucketTask(BucketTask):
+    """One bucket's merge (:func:`merge_host_bucket`)."""
 
-    store_uri: str
-    config: Config
     bucket: int
     staging: StorePath
     """Where the route tasks left the bucket's rows (``staging/bucket-N/*.parquet``)."""

@@ -7,6 +7,8 @@ Its file names live here, in the tables layer, so that generate need not import 
 from __future__ import annotations
 
 from cycles.storage.store import Store, StorePath
+# A host's part of the host graph (hosts-NNNNN): update's routing writes by it, its ranking reads by it.
+from cycles.tables.partitioning import host_key_sql, part_sql  # noqa: F401 (the one rule's home)
 
 LINKDB = "linkdb"
 """The store table (``linkdb/CURRENT`` and its version folders)."""
@@ -15,15 +17,6 @@ LINKDB = "linkdb"
 OLD_HOSTS = "hosts.parquet"
 """A version's host ranks written by an older release, in one file (before host graph parts)."""
 
-
-# A host's part of the host graph (hosts-NNNNN): update's routing writes by it, its ranking reads by it.
-def host_key_sql(column: str) -> str:
-    """A host's 64-bit key: the low half of its MD5 (stable across DuckDB versions)."""
-    return f"md5_number_lower({column})"
-
-
-def part_sql(column: str, parts: int) -> str:
-    return f"({host_key_sql(column)} % {int(parts)})"
 
 
 # Every file at the version's top level: the seal (_COMPLETE) and `crawl recover` see only those.

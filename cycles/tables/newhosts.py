@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections import Counter
 from urllib.parse import unquote
 
@@ -56,6 +55,7 @@ from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.errors import StoreError
 from cycles.tables.leases import IN_FLIGHT
+from cycles.storage.durable import fsync_dir, fsync_file, make_dirs, tmp_name
 from cycles.storage.store import Store, StorePath
 
 KNOWN_HOSTS_FP = 0.001
@@ -73,14 +73,13 @@ def create_if_absent(store: Store, path: StorePath, data: bytes) -> bool:
     fails with EEXIST), so a reader never sees a half-written claim. S3: a conditional PUT."""
     if not store.local:
         return _s3_create_if_absent(store, path, data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    make_dirs(path.parent)
+    tmp = tmp_name(path)
+    tmp.write_bytes(data)
+    fsync_file(tmp)
     try:
         os.link(tmp, path)
+        fsync_dir(path.parent)  # the claim's name is durable before the worker acts on it
         return True
     except FileExistsError:
         return False

@@ -17,9 +17,7 @@ so two readers of one consumer name never both move it past pages only one of th
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ import pyarrow.parquet as pq
 
 from cycles.tables import schema
 from cycles.errors import CrawlError, LockedError
+from cycles.storage.durable import write_atomically
 from cycles.storage.store import Store, utcnow
 
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -161,18 +160,12 @@ def write_pages_file(store: Store, paths: list, out: Path) -> int:
     if not folder.is_dir():
         raise CrawlError(f"cannot write {out}: folder {folder} does not exist; create it or choose another "
                          "--out (the cursor was not moved)")
-    tmp = folder / f".{out.name}.{secrets.token_hex(4)}.tmp"
     try:
-        pages = _write_batches(store, paths, str(tmp))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
+        # Fsynced and renamed, the folder fsynced: the rename survives a power cut before the cursor moves.
+        pages = write_atomically(out, lambda tmp: _write_batches(store, paths, str(tmp)))
     except OSError as exc:
         raise CrawlError(f"cannot write {out}: {exc.strerror or exc}; fix that and read again (the cursor "
                          "was not moved, nothing is lost)") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(folder)  # the rename itself survives a power cut before the cursor moves
     return pages
 
 
@@ -186,14 +179,6 @@ def write_pages_stdout(store: Store, paths: list) -> int:
         raise CrawlError(f"cannot write the pages to stdout: {exc.strerror or exc} (the cursor was not "
                          "moved, nothing is lost)") from exc
     return pages
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def feed_lag(store: Store) -> tuple[str | None, int]:

@@ -35,11 +35,19 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from cycles.storage.parquet import rename_columns
+
 SCHEMA_VERSION = 3
 """2: the crawl DB lost lease_until / lease_segment (leases live in the segments' fetch
 lists, cycles/tables/leases.py) and gained pattern_hash. 3: the crawl DB gained unchanged_s (the
 change-rate estimate from Last-Modified, cycles/update/schedule.py). cycles/tables/crawldb.py
 upgrades an older crawl DB as it reads it."""
+
+RENAMED_COLUMNS = {"simhash": "minhash"}
+"""Columns renamed in every table, old name -> new: a stored file with the old name reads
+under the new one (cycles/storage/parquet.py), so no schema version is needed and nothing is
+rewritten. ``simhash`` held a 1-bit MinHash, never a SimHash (issue 25)."""
+rename_columns(RENAMED_COLUMNS)
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -63,7 +71,7 @@ class DbStatus:
     ERROR = "error"                  # transient failure (5xx, timeout, network); retried soon
     DEAD = "dead"                    # failed max_retries times in a row; retried very rarely
     DUPLICATE = "duplicate"          # text identical to duplicate_of's; not indexed, links not followed
-    NEAR_DUPLICATE = "near_duplicate"  # fingerprint (simhash column) within update.simhash_max_distance of duplicate_of's; not indexed
+    NEAR_DUPLICATE = "near_duplicate"  # fingerprint (minhash column) within update.minhash_max_distance of duplicate_of's; not indexed
     SKIPPED = "skipped"              # fetched but not stored: not HTML or too large
     BLOCKED = "blocked"              # its host's address is not public nor in fetch.allowed_networks
                                      # (SSRF guard); looked at again after update.gone_interval_s
@@ -122,7 +130,7 @@ CRAWLDB = _schema("crawldb", [
     _field("last_changed", TS, "When content was last seen to change"),
     _field("http_status", pa.int16(), "HTTP status of the last attempt; null if none"),
     _field("content_hash", pa.string(), "Hex digest of the normalised page text of the last 2xx"),
-    _field("simhash", pa.uint64(), "64-bit near-duplicate fingerprint (1-bit MinHash, cycles.fingerprint.minhash64) of the main content of the last 2xx (cycles.fetch.parse._main_blocks)"),
+    _field("minhash", pa.uint64(), "64-bit near-duplicate fingerprint (1-bit MinHash, cycles.fingerprint.minhash64) of the main content of the last 2xx (cycles.fetch.parse._main_blocks)"),
     _field("etag", pa.string(), "ETag of the last 2xx, sent back as If-None-Match"),
     _field("last_modified", pa.string(), "Last-Modified of the last 2xx, sent back as If-Modified-Since"),
     _field("score", pa.float32(), "Priority; higher is fetched first", False),
@@ -197,7 +205,7 @@ FETCHED = _schema("fetched", [
     _field("title", pa.string(), "<title> text"),
     _field("text", pa.string(), "Visible text of the page"),
     _field("content_hash", pa.string(), "Hex digest of the normalised text"),
-    _field("simhash", pa.uint64(), "64-bit near-duplicate fingerprint (1-bit MinHash, cycles.fingerprint.minhash64) of the main content (cycles.fetch.parse._main_blocks)"),
+    _field("minhash", pa.uint64(), "64-bit near-duplicate fingerprint (1-bit MinHash, cycles.fingerprint.minhash64) of the main content (cycles.fetch.parse._main_blocks)"),
     _field("canonical", pa.string(), "Absolute <link rel=canonical> target"),
     _field("noindex", pa.bool_(), "Meta robots noindex"),
     _field("warc_file", pa.string(), "WARC file (relative to the segment) holding the response"),
@@ -274,7 +282,7 @@ PAGES = _schema("pages", [
     _field("status", pa.string(), "'new' (first time in the feed) or 'changed' (text changed since last fetch)", False),
     _field("http_status", pa.int16(), "HTTP status (2xx)"),
     _field("content_hash", pa.string(), "Hex digest of the normalised text", False),
-    _field("simhash", pa.uint64(), "64-bit near-duplicate fingerprint of the main content (cycles.fingerprint.minhash64)"),
+    _field("minhash", pa.uint64(), "64-bit near-duplicate fingerprint of the main content (cycles.fingerprint.minhash64)"),
     _field("title", pa.string(), "<title> text"),
     _field("text", pa.string(), "Visible text"),
     _field("warc_file", pa.string(), "WARC file holding the raw response, relative to the store root"),

@@ -13,7 +13,7 @@ Layout of ``segments/<id>/`` (ids sort by creation time, :func:`cycles.storage.s
                                           crawl DB did not know, created if absent (cycles/tables/newhosts.py)
     fetched/part-NNNNN-cNNNNNN.parquet    fetch, chunk by chunk: one row per attempt (schema.FETCHED)
     outlinks/part-NNNNN-cNNNNNN.parquet   fetch: links found (schema.OUTLINKS)
-    warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/archive.py)
+    warc/<prefix>-<id>-part-NNNNN-cNNNNNN-<host>.warc.gz   fetch: every exchange (cycles/fetch/warc_records.py)
     archive/                              export: CDXJ, URL index, WET (cycles/archive/)
     hosts/part-NNNNN.parquet              fetch: host state after the partition (schema.HOSTS)
     stats/<stage>*.json                   counters of each stage
@@ -104,8 +104,14 @@ class Marker:
     """A marker file: a small JSON object written last by the stage it names."""
 
     FILE: ClassVar[str] = ""
+    """``_<STATE>``: the marker's file name in the segment's folder."""
     STATE: ClassVar[State]
     segment: str
+
+    def __init_subclass__(cls, state: State | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if state is not None:  # class Generated(Marker, state=State.GENERATED): file _GENERATED
+            cls.STATE, cls.FILE = state, "_" + state.value.upper()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str) + "\n"
@@ -123,11 +129,13 @@ class Marker:
 
 
 @dataclass
-class Generated(Marker):
-    FILE: ClassVar[str] = "_GENERATED"
-    STATE: ClassVar[State] = State.GENERATED
+class Generated(Marker, state=State.GENERATED):
+    """Written last by generate: the fetch list is complete and its URLs are leased."""
+
     generated_at: str | None = None
+    """ISO time the fetch list was complete."""
     urls: int = 0
+    """URLs in the fetch list, over ``hosts`` hosts in ``partitions`` partitions."""
     hosts: int = 0
     partitions: int = 0
     lease_until: str | None = None
@@ -146,22 +154,26 @@ class Generated(Marker):
 
 
 @dataclass
-class Fetching(Marker):
-    FILE: ClassVar[str] = "_FETCHING"
-    STATE: ClassVar[State] = State.FETCHING
+class Fetching(Marker, state=State.FETCHING):
+    """Written when a fetch first starts (where: ``host``, ``pid``); a resumed fetch keeps it, so
+    ``started_at`` times the whole fetch."""
+
     started_at: str | None = None
     host: str | None = None
     pid: int | None = None
 
 
 @dataclass
-class Fetched(Marker):
-    FILE: ClassVar[str] = "_FETCHED"
-    STATE: ClassVar[State] = State.FETCHED
+class Fetched(Marker, state=State.FETCHED):
+    """Written last by fetch, after every partition's chunks: what update reads is complete
+    (``chunks``: what it must find)."""
+
     fetched_at: str | None = None
     seconds: float = 0.0
     partitions: int = 0
+    """The fetch's partitions (worker tasks), which took ``seconds`` together, wall clock."""
     requests: int = 0
+    """Requests sent (the ``fetch/requests`` counter)."""
     chunks: list[dict] | None = None
     """Every chunk committed: ``{"partition", "chunk", "fetched_rows", "outlinks_rows",
     "warc_bytes", "warc_file"}`` (``warc_bytes`` and ``warc_file`` None when the chunk had no
@@ -170,9 +182,7 @@ class Fetched(Marker):
 
 
 @dataclass
-class Updated(Marker):
-    FILE: ClassVar[str] = "_UPDATED"
-    STATE: ClassVar[State] = State.UPDATED
+class Updated(Marker, state=State.UPDATED):
     updated_at: str | None = None
     new_urls: int = 0
     results: int = 0
@@ -180,9 +190,7 @@ class Updated(Marker):
 
 
 @dataclass
-class Abandoned(Marker):
-    FILE: ClassVar[str] = "_ABANDONED"
-    STATE: ClassVar[State] = State.ABANDONED
+class Abandoned(Marker, state=State.ABANDONED):
     reason: str = ""
     abandoned_at: str = field(default_factory=lambda: utcnow().isoformat())
 

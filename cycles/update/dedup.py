@@ -11,11 +11,11 @@ and every other member becomes ``duplicate`` with ``duplicate_of`` pointing at i
 groups touched by the segment are looked at, so the cost is one scan of two columns of
 the crawl DB, linear in its size (docs/dedup.md says why that scan stays).
 
-**Near-duplicates** have near-duplicate fingerprints (the ``simhash`` column: a 1-bit
+**Near-duplicates** have near-duplicate fingerprints (the ``minhash`` column: a 1-bit
 MinHash since GitHub issue #13 section 3, cycles.fingerprint.minhash64; a SimHash before,
-searched the same way) within ``update.simhash_max_distance`` bits. Comparing
+searched the same way) within ``update.minhash_max_distance`` bits. Comparing
 every pair is quadratic; instead (Manku et al., WWW 2007) the 64 bits are cut into
-``update.simhash_blocks`` blocks: two fingerprints within k bits differ in at most k
+``update.minhash_blocks`` blocks: two fingerprints within k bits differ in at most k
 blocks, so they agree exactly on some ``blocks - k`` of them. For every such combination
 of blocks we join the segment's pages with the stored pages on the masked fingerprint
 (a ~32-bit key for 6 blocks and k = 3), and check the distance of the candidates only.
@@ -112,7 +112,7 @@ def block_masks(blocks: int, distance: int) -> list[int]:
 
 def find_duplicates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Table,
                     config: Config, counters: Counter, known_mirrors: dict[str, str] | None = None) -> DedupResult:
-    """``pages``: this segment's stored pages (url, host, content_hash, simhash, text_chars).
+    """``pages``: this segment's stored pages (url, host, content_hash, minhash, text_chars).
 
     ``db_source`` is the SQL source of the whole (old) crawl DB, scanned here in one
     process: for tools and tests. update runs the same scan bucket by bucket as tasks
@@ -139,7 +139,7 @@ MATCH_KINDS = ("seg", "exact", "near_pairs", "near_holders", "copies")
   with a page of the segment: exact-copy candidates, with ``first_fetched`` and ``copy``
   (the row is a duplicate or near-duplicate already);
 - ``near_pairs``: (url, other_hash) — a page of the segment and a stored fingerprint
-  within ``update.simhash_max_distance`` bits; ``near_holders``: the stored pages holding
+  within ``update.minhash_max_distance`` bits; ``near_holders``: the stored pages holding
   those fingerprints;
 - ``copies``: (host, of_host, n) — the rows' earlier exact copies (not of the segment's
   pages) by host pair, for the mirror search.
@@ -153,7 +153,7 @@ exact marks before the near search) is applied after the union, in :func:`merge_
 
 def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) -> dict[str, str]:
     """Scan crawl DB rows ``db_source`` (a bucket, or the whole crawl DB) for the segment's
-    pages ``pages`` (a table: url, host, content_hash, simhash, text_chars); returns kind →
+    pages ``pages`` (a table: url, host, content_hash, minhash, text_chars); returns kind →
     temp table (:data:`MATCH_KINDS`). Cost: one pass over the rows' cheap columns plus one
     hash join per block mask with the segment's fingerprints on the build side."""
     stored = stored_sql(db_source)
@@ -164,9 +164,9 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     # 64-bit SimHash and only then compared by content hash: probing 80 M 32-character
     # strings took a minute at 100 M URLs, the integers a few seconds.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_exact AS
-        SELECT url, host, content_hash, simhash, first_fetched,
+        SELECT url, host, content_hash, minhash, first_fetched,
                status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}') AS copy FROM {stored}
-           AND simhash IN (SELECT simhash FROM {pages} WHERE simhash IS NOT NULL)
+           AND minhash IN (SELECT minhash FROM {pages} WHERE minhash IS NOT NULL)
            AND content_hash IN (SELECT content_hash FROM {pages})
            AND url NOT IN (SELECT url FROM {pages})""")
     # Near: the segment's candidates (before the exact marks are known: a superset, cut in
@@ -176,21 +176,21 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     # instead of ~40 s at 100 M URLs). Only fingerprints go through the joins; the few
     # rows holding a paired one are looked up after.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
-        SELECT url, simhash FROM {pages} WHERE simhash IS NOT NULL AND simhash <> 0
-          AND text_chars >= {u.simhash_min_chars}""")
+        SELECT url, minhash FROM {pages} WHERE minhash IS NOT NULL AND minhash <> 0
+          AND text_chars >= {u.minhash_min_chars}""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
-        SELECT simhash FROM {stored} AND simhash IS NOT NULL AND simhash <> 0""")
+        SELECT minhash FROM {stored} AND minhash IS NOT NULL AND minhash <> 0""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
-    for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
+    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
         con.execute(f"""INSERT INTO m_cand
-            SELECT a.url, b.simhash FROM m_mine a JOIN m_hashes b
-              ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""")
+            SELECT a.url, b.minhash FROM m_mine a JOIN m_hashes b
+              ON (a.minhash & {mask}::UBIGINT) = (b.minhash & {mask}::UBIGINT)
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
-        SELECT url, host, simhash, first_fetched FROM {stored}
+        SELECT url, host, minhash, first_fetched FROM {stored}
            AND status NOT IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
-           AND simhash IN (SELECT other_hash FROM m_near_pairs)""")
+           AND minhash IN (SELECT other_hash FROM m_near_pairs)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_copies AS
         SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host, count(*) AS n
         FROM {db_source} db
@@ -237,14 +237,14 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     # Every page of the segment, whichever bucket its row is (or will be) in, with the crawl
     # DB's facts where it has a row: the exact and near searches below see the whole segment.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE seg AS
-        SELECT p.url, p.host, p.content_hash, p.simhash, p.text_chars, s.first_fetched, false AS copy,
+        SELECT p.url, p.host, p.content_hash, p.minhash, p.text_chars, s.first_fetched, false AS copy,
                p.host IN (SELECT host FROM known_mirrors) AS mirror
         FROM {pages} p LEFT JOIN (SELECT url, min(first_fetched) AS first_fetched FROM {sources['seg']} GROUP BY url) s
           USING (url)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
         SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
         FROM {sources['exact']}
-        WHERE simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
+        WHERE minhash IN (SELECT minhash FROM seg WHERE minhash IS NOT NULL)""")
     exact = con.sql(f"""
         WITH stored_copies AS (
             SELECT * FROM exact_stored
@@ -358,28 +358,28 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
     never holders (the scans leave them out), so a mark points at an original.
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
-        SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
+        SELECT url, minhash FROM seg WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= {u.minhash_min_chars}
           AND url NOT IN (SELECT url FROM exact_marks)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_cand AS
         SELECT url, other_hash FROM {sources['near_pairs']} WHERE url IN (SELECT url FROM near_mine)""")
-    for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
+    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
         con.execute(f"""INSERT INTO near_cand
-            SELECT a.url, b.simhash FROM near_mine a JOIN near_mine b
-              ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}
+            SELECT a.url, b.minhash FROM near_mine a JOIN near_mine b
+              ON (a.minhash & {mask}::UBIGINT) = (b.minhash & {mask}::UBIGINT)
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}
               AND b.url <> a.url""")
     con.execute("CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM near_cand")
     order = CANONICAL_ORDER.replace("length(url)", "length(other)").replace("url ASC", "other ASC")
     return con.sql(f"""
         WITH holders AS (
-            SELECT url, simhash, first_fetched, copy, mirror FROM near_mine JOIN seg USING (url, simhash)
+            SELECT url, minhash, first_fetched, copy, mirror FROM near_mine JOIN seg USING (url, minhash)
             UNION ALL
-            SELECT url, simhash, first_fetched, false AS copy, host IN (SELECT host FROM known_mirrors) AS mirror
+            SELECT url, minhash, first_fetched, false AS copy, host IN (SELECT host FROM known_mirrors) AS mirror
             FROM {sources['near_holders']}
             WHERE url NOT IN (SELECT url FROM seg) AND url NOT IN (SELECT url FROM exact_marks)),
         candidates AS (
             SELECT p.url, o.url AS other, o.first_fetched, o.copy, o.mirror
-            FROM near_pairs p JOIN holders o ON o.simhash = p.other_hash AND o.url <> p.url
+            FROM near_pairs p JOIN holders o ON o.minhash = p.other_hash AND o.url <> p.url
             UNION ALL  -- the page itself: marked only when another page comes before it
             SELECT url, url AS other, first_fetched, copy, mirror FROM seg WHERE url IN (SELECT url FROM near_pairs)),
         best AS (

@@ -47,7 +47,7 @@ def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, cou
     # so it is not sorted (sorting 7 M texts ran DuckDB out of memory at 100 M URLs); rows
     # come in fetch order, grouped by partition and host.
     reader = con.sql(f"""
-        SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.simhash,
+        SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.minhash,
                f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
                '{segment}' AS segment
         FROM {store.duckdb_source(con, files)} f JOIN changed c ON f.url = c.url

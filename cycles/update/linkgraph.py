@@ -54,6 +54,7 @@ from cycles.tables.crawldb import connect
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 from cycles.update.hostrank import IN_MEMORY_EDGES  # noqa: F401  (host_pagerank's default; scripts import it here)
 from cycles.tables.linkdb import LINKDB, current_link_files, inlinks_file, urls_file  # noqa: F401  (the link DB's files)
+from cycles.tables.partitioning import BucketTask
 from cycles.update.hostrank import iterate_in_memory, old_host_graph, rank_host_graph
 from cycles.update.route import ROUTED_INLINKS, routed_files, routed_source
 
@@ -165,11 +166,9 @@ def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: St
 
 
 @dataclass(frozen=True)
-class LinkBucketTask:
-    """One bucket's in-link merge (:func:`merge_link_bucket`): locations, ids and the config (picklable)."""
+class LinkBucketTask(BucketTask):
+    """One bucket's in-link merge (:func:`merge_link_bucket`)."""
 
-    store_uri: str
-    config: Config
     inputs: StorePath
     """The segment's update inputs (``update/``): the routed ``inlinks/bucket-N/`` files."""
     bucket: int

@@ -62,7 +62,7 @@ tasks for the executor's workers, large enough that a task's start (a DuckDB con
 the partition's fetch list read) does not count."""
 
 FETCHED_COLUMNS = ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
-                   "redirect_to", "error", "content_hash", "simhash"]
+                   "redirect_to", "error", "content_hash", "minhash"]
 
 ROUTED_FETCHED = pa.schema([schema.FETCHED.field(name) for name in FETCHED_COLUMNS]
                            + [pa.field("listed", pa.bool_()), pa.field("host_hash", pa.uint64())])

@@ -140,7 +140,7 @@ def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
         ("last_changed", f"CASE WHEN {changed} OR ({ok} AND db.content_hash IS NULL) THEN f.fetched_at ELSE db.last_changed END"),
         ("http_status", "coalesce(f.http_status, db.http_status)"),
         ("content_hash", f"CASE WHEN {ok} THEN f.content_hash ELSE db.content_hash END"),
-        ("simhash", f"CASE WHEN {ok} THEN f.simhash ELSE db.simhash END"),
+        ("minhash", f"CASE WHEN {ok} THEN f.minhash ELSE db.minhash END"),
         ("etag", f"CASE WHEN {ok} THEN f.etag ELSE db.etag END"),
         ("last_modified", f"CASE WHEN {ok} THEN f.last_modified ELSE db.last_modified END"),
         ("redirect_to", "CASE WHEN f.outcome = 'redirect' THEN f.redirect_to ELSE db.redirect_to END"),
@@ -178,7 +178,7 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
 
 
 def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
-    """This segment's stored pages, for dedup: (url, host, content_hash, simhash, text_chars).
+    """This segment's stored pages, for dedup: (url, host, content_hash, minhash, text_chars).
 
     DuckDB measures the text where it lies: the texts never become Python objects (reading
     them into Arrow first held a whole segment's text in memory, 21 GB at 100 M URLs).
@@ -187,14 +187,14 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
     files = seg.output_files(store, seg_dir, seg.FETCHED)
     if not files:
         return pa.table({"url": pa.array([], pa.string()), "host": pa.array([], pa.string()),
-                         "content_hash": pa.array([], pa.string()), "simhash": pa.array([], pa.uint64()),
+                         "content_hash": pa.array([], pa.string()), "minhash": pa.array([], pa.uint64()),
                          "text_chars": pa.array([], pa.int64())})
     con = con or plain_connection()
     # One row per URL, its newest result as the bucket merge applies it (a URL fetched twice
     # in one segment, listed and inline, would otherwise be a "copy" of itself).
     return con.sql(f"""
-        SELECT url, host, content_hash, simhash, text_chars FROM (
-            SELECT url, host, content_hash, simhash, coalesce(length(text), 0)::BIGINT AS text_chars, outcome
+        SELECT url, host, content_hash, minhash, text_chars FROM (
+            SELECT url, host, content_hash, minhash, coalesce(length(text), 0)::BIGINT AS text_chars, outcome
             FROM {store.duckdb_source(con, files)}
             QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1)
         WHERE outcome = 'ok'""").to_arrow_table()

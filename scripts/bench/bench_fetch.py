@@ -356,7 +356,7 @@ def segment_counters(store: Store, segment: str) -> tuple[dict, dict]:
 
 def warc_bytes_by_type(store: Store, segment: str) -> dict[str, int]:
     """Compressed bytes of the segment's WARC files by record type (warc.archive decides
-    which records there are; cycles/fetch/archive.py)."""
+    which records there are; cycles/fetch/warc_records.py)."""
     from warcio.archiveiterator import ArchiveIterator
 
     sizes: dict[str, int] = collections.Counter()

@@ -170,11 +170,11 @@ def simulate(web: Web, pages: list[str], config: Config, steps: int, step_s: flo
                          "fetched_at": when(at), "http_status": 304 if content == stored else 200,
                          "etag": content, "last_modified": http_date(profile.last_modified(target, version)),
                          "redirect_to": None, "error": None,
-                         "content_hash": None if content == stored else content, "simhash": None})
+                         "content_hash": None if content == stored else content, "minhash": None})
             fetches[url].append(at)
         con.register("fetched", pa.Table.from_pylist(rows, schema=schema.FETCHED).select(
             ["url", "host", "outcome", "fetched_at", "http_status", "etag", "last_modified",
-             "redirect_to", "error", "content_hash", "simhash"]))
+             "redirect_to", "error", "content_hash", "minhash"]))
         prepare_schedule(con, config, "db")
         if oracle:
             sql = oracle_transition_sql(config, oracle_mu)

@@ -10,7 +10,7 @@ navigation, breadcrumbs, ~28 paragraphs of Zipf-distributed words with inline li
 related-articles list, a nofollow footer; half of them minified) and prints, per page:
 
 - microseconds for parse_html as a whole (wall clock and CPU time; with the main content,
-  fetch's default, and with the whole text, ``fetch.simhash_main_content = false``) and for
+  fetch's default, and with the whole text, ``fetch.minhash_main_content = false``) and for
   each of its steps, the same functions in the same order: decode, lxml parse, scan (pad
   block elements; collect anchors, hidden elements and head data), clear
   script/style/template, links (resolve, deduplicate, anchor text), text, main content
@@ -200,7 +200,7 @@ def time_steps(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict[
     lowered = [fingerprint.lower(text) for text in texts]
     fingerprints = lambda text: fingerprint.fingerprints(text, collapsed=True)  # noqa: E731
     whole = lambda page: parse.parse_html(page[0], page[1], page[2])  # noqa: E731
-    # fetch.simhash_main_content = true (the default): the fingerprint of the main content.
+    # fetch.minhash_main_content = true (the default): the fingerprint of the main content.
     block = parse.SIMHASH_BLOCK_MIN_BYTES
     main = lambda page: parse.parse_html(page[0], page[1], page[2], "crawlbot", block)  # noqa: E731
     blocks = [parse._main_blocks(*with_text(i), block) for i in indexes]
@@ -370,7 +370,7 @@ def time_output(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict
     parsed = [parse.parse_html(*page) for page in pages]
     rows = [dict({name: None for name in schema.FETCHED.names}, url=url, host="h1.web.test", outcome="ok",
                  http_status=200, content_type=ctype, body_bytes=len(body), title=page.title, text=page.text,
-                 content_hash=page.content_hash, simhash=page.simhash, warc_file="warc/x.warc.gz",
+                 content_hash=page.content_hash, minhash=page.minhash, warc_file="warc/x.warc.gz",
                  warc_offset=0, warc_length=1, duration_ms=100)
             for (body, url, ctype), page in zip(pages, parsed)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -223,7 +223,7 @@ DB_SELECT = """
         (CASE status WHEN 'unfetched' THEN NULL WHEN 'robots_denied' THEN NULL WHEN 'not_modified' THEN 304
              WHEN 'gone' THEN 404 WHEN 'redirected' THEN 301 WHEN 'error' THEN 503 WHEN 'dead' THEN 503
              ELSE 200 END)::SMALLINT AS http_status,
-        CASE WHEN content_hash IS NOT NULL THEN hash(url, 12) END AS simhash,
+        CASE WHEN content_hash IS NOT NULL THEN hash(url, 12) END AS minhash,
         CASE WHEN content_hash IS NOT NULL AND hash(hid, j, 13) % 2 = 0
              THEN '"' || substr(md5(url || 'e'), 1, 16) || '"' END AS etag,
         CASE WHEN content_hash IS NOT NULL AND hash(hid, j, 14) % 10 < 3
@@ -252,7 +252,7 @@ DB_SELECT = """
 
 
 DB_KNOWN = ("url host host_hash status first_seen first_fetched last_fetched next_fetch fetch_interval_s retries "
-            "fetch_count change_count last_changed http_status content_hash simhash etag last_modified score "
+            "fetch_count change_count last_changed http_status content_hash minhash etag last_modified score "
             "depth lease_until lease_segment redirect_to duplicate_of error").split()
 
 
@@ -399,7 +399,7 @@ FETCHED_SELECT = """
         -- 3 % near-duplicates (one bit off) of their host's root page
         CASE WHEN outcome = 'ok' THEN CASE WHEN hash(url, 49) % 100 < 3 THEN hash(root, 12)
                                            WHEN hash(url, 49) % 100 < 6 THEN xor(hash(root, 12), 1::UBIGINT << (hash(url, 54) % 64)::INTEGER)
-                                           ELSE hash(url, 50) END END AS simhash,
+                                           ELSE hash(url, 50) END END AS minhash,
         NULL::VARCHAR AS canonical, CASE WHEN outcome = 'ok' THEN hash(url, 51) % 50 = 0 END AS noindex,
         CASE WHEN outcome IN ('ok', 'not_modified', 'gone', 'server_error', 'redirect', 'not_html')
              THEN 'warc/' || chunk_name || '.warc.gz' END AS warc_file,

@@ -206,34 +206,34 @@ def part_dedup(store: Store, t: Timer, threads: int, memory_limit: str, explain:
     # them with the crawl DB's stored pages straight from Parquet (semi-join first, so no
     # 20-rows-per-page table of the whole DB is built).
     u = config.update
-    masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
+    masks = block_masks(u.minhash_blocks, u.minhash_max_distance)
     con.register("seg_pages", pages)
     src = crawldb_source_sql([Path(f) for f in old_files])
     mine_keys = " UNION ALL ".join(
-        f"SELECT url, simhash, {i}::UTINYINT AS t, simhash & {m}::UBIGINT AS key FROM mine" for i, m in enumerate(masks))
+        f"SELECT url, minhash, {i}::UTINYINT AS t, minhash & {m}::UBIGINT AS key FROM mine" for i, m in enumerate(masks))
     db_keys = " UNION ALL ".join(
-        f"SELECT d.url, d.simhash, {i}::UTINYINT AS t, d.simhash & {m}::UBIGINT AS key FROM db d "
-        f"WHERE d.simhash & {m}::UBIGINT IN (SELECT key FROM mine_keys WHERE t = {i})" for i, m in enumerate(masks))
+        f"SELECT d.url, d.minhash, {i}::UTINYINT AS t, d.minhash & {m}::UBIGINT AS key FROM db d "
+        f"WHERE d.minhash & {m}::UBIGINT IN (SELECT key FROM mine_keys WHERE t = {i})" for i, m in enumerate(masks))
     with t("alt near-dup: probe DB Parquet against segment keys"):
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE mine AS SELECT url, simhash FROM seg_pages
-                        WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}""")
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE mine AS SELECT url, minhash FROM seg_pages
+                        WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= {u.minhash_min_chars}""")
         con.execute(f"CREATE OR REPLACE TEMP TABLE mine_keys AS {mine_keys}")
         alt = con.sql(f"""
-            WITH db AS (SELECT url, simhash FROM {src}
-                        WHERE simhash IS NOT NULL AND simhash <> 0
+            WITH db AS (SELECT url, minhash FROM {src}
+                        WHERE minhash IS NOT NULL AND minhash <> 0
                           AND status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')),
             db_keys AS ({db_keys})
             SELECT DISTINCT a.url, b.url AS other
             FROM mine_keys a JOIN db_keys b ON a.t = b.t AND a.key = b.key AND a.url <> b.url
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""").to_arrow_table()
-    print(f"  -> {alt.num_rows:,} candidate pairs within {u.simhash_max_distance} bits "
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}""").to_arrow_table()
+    print(f"  -> {alt.num_rows:,} candidate pairs within {u.minhash_max_distance} bits "
           "(before the canonical-order pick; same pairs as the original's 'pairs' CTE up to "
           "the segment's own fingerprints)", flush=True)
 
 
 def part_neardup(store: Store, t: Timer, threads: int, memory_limit: str) -> None:
     """Near-duplicate pairs, probing instead of building: for each of the 20 block masks,
-    hash the segment's keys (small) and stream the stored pages' (url, simhash) past them.
+    hash the segment's keys (small) and stream the stored pages' (url, minhash) past them.
     No table of 20 key rows per stored page is built, so nothing spills."""
     from cycles.tables.crawldb import crawldb_source_sql
     from cycles.update.dedup import block_masks
@@ -245,24 +245,24 @@ def part_neardup(store: Store, t: Timer, threads: int, memory_limit: str) -> Non
     pages = stored_pages(segment_dir(store))
     con.register("seg_pages", pages)
     src = crawldb_source_sql([Path(f) for f in old_files])
-    masks = block_masks(u.simhash_blocks, u.simhash_max_distance)
-    with t("probe near-dup: cand (url, simhash) once"):
+    masks = block_masks(u.minhash_blocks, u.minhash_max_distance)
+    with t("probe near-dup: cand (url, minhash) once"):
         con.execute(f"""CREATE OR REPLACE TEMP TABLE cand2 AS
-            SELECT db.url, coalesce(p.simhash, db.simhash) AS simhash, p.url IS NOT NULL AS in_segment,
-                   coalesce(p.text_chars, {u.simhash_min_chars}) AS text_chars
+            SELECT db.url, coalesce(p.minhash, db.minhash) AS minhash, p.url IS NOT NULL AS in_segment,
+                   coalesce(p.text_chars, {u.minhash_min_chars}) AS text_chars
             FROM {src} db LEFT JOIN seg_pages p ON db.url = p.url
             WHERE (p.url IS NOT NULL OR (db.status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')
                                          AND db.content_hash IS NOT NULL))""")
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE cand2 AS SELECT url, simhash, in_segment FROM cand2
-            WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}""")
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE cand2 AS SELECT url, minhash, in_segment FROM cand2
+            WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= {u.minhash_min_chars}""")
     with t("probe near-dup: 20 joins, build = segment keys, probe = stored pages"):
         pairs = []
         for m in masks:
             pairs.append(con.sql(f"""
                 SELECT a.url, b.url AS other
-                FROM (SELECT url, simhash, simhash & {m}::UBIGINT AS key FROM cand2 WHERE in_segment) a
-                JOIN cand2 b ON a.key = (b.simhash & {m}::UBIGINT) AND a.url <> b.url
-                WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""").to_arrow_table())
+                FROM (SELECT url, minhash, minhash & {m}::UBIGINT AS key FROM cand2 WHERE in_segment) a
+                JOIN cand2 b ON a.key = (b.minhash & {m}::UBIGINT) AND a.url <> b.url
+                WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}""").to_arrow_table())
         con.register("pairs_all", pa.concat_tables(pairs))
         n = con.sql("SELECT count(*) FROM (SELECT DISTINCT url, other FROM pairs_all)").fetchall()[0][0]
     print(f"  -> {n:,} distinct candidate pairs (the original's 'pairs' CTE)", flush=True)
@@ -289,7 +289,7 @@ def part_write(store: Store, t: Timer) -> None:
         "snappy, 64Ki-row groups": lambda p: batches_write(p, compression="snappy"),
         "lz4, 64Ki-row groups": lambda p: batches_write(p, compression="lz4"),
         "zstd, no dictionary for url/content_hash": lambda p: batches_write(
-            p, compression="zstd", use_dictionary=[n for n in names if n not in ("url", "content_hash", "simhash", "etag")]),
+            p, compression="zstd", use_dictionary=[n for n in names if n not in ("url", "content_hash", "minhash", "etag")]),
         "zstd, one write_table (1Mi-row groups)": lambda p: pq.write_table(table, p, compression="zstd"),
     }
     for label, fn in variants.items():

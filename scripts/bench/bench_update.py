@@ -174,11 +174,11 @@ def compare_neardup_methods(store: Store, web, config: Config) -> None:
 
     texts, fetched_simhash = {}, {}
     for segment in store.segments():
-        table = pq.read_table(store.segment_dir(segment) / "fetched", columns=["url", "outcome", "text", "simhash"])
+        table = pq.read_table(store.segment_dir(segment) / "fetched", columns=["url", "outcome", "text", "minhash"])
         for row in table.to_pylist():
             if row["outcome"] == "ok" and row["text"]:
                 texts[row["url"]] = row["text"]
-                fetched_simhash[row["url"]] = row["simhash"]
+                fetched_simhash[row["url"]] = row["minhash"]
     pairs = [(a, b, label) for a, b, label, _ in web.neardup_pairs() if a in texts and b in texts]
     urls = sorted({u for a, b, _ in pairs for u in (a, b)})
 
@@ -191,7 +191,7 @@ def compare_neardup_methods(store: Store, web, config: Config) -> None:
     started = time.process_time()
     sims = {u: simhash64(texts[u]) for u in urls}
     sim_ms = (time.process_time() - started) * 1000 / max(1, len(urls))
-    k = config.update.simhash_max_distance
+    k = config.update.minhash_max_distance
     sim_p, sim_r = score(lambda a, b: hamming(sims[a], sims[b]) <= k)
     # What update compares: the SimHash fetch took of the main content (parse._main_blocks).
     main_p, main_r = score(lambda a, b: hamming(fetched_simhash[a], fetched_simhash[b]) <= k)
@@ -302,8 +302,8 @@ def run_neardup_set(args) -> None:
     print("== near-duplicate set ==")
     old_fp, old_parse = load_before(args.before)
     config = Config()
-    k = config.update.simhash_max_distance
-    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
+    k = config.update.minhash_max_distance
+    block = config.fetch.minhash_block_min_bytes if config.fetch.minhash_main_content else None
     pairs = labelled_pairs()
     distinct_pages = sorted({(p.a, p.a_url) for p in pairs} | {(p.b, p.b_url) for p in pairs}, key=lambda x: x[1])
 
@@ -351,7 +351,7 @@ def run_neardup_set(args) -> None:
     for (body, url), bl in zip(distinct_pages, blocks):
         methods["before"][url] = old_parse.parse_html(body, url).simhash
         methods["simhash-main"][url] = simhash64_blocks(bl)
-        methods["after"][url] = parse_after(body, url).simhash
+        methods["after"][url] = parse_after(body, url).minhash
     distances = {name: {id(p): hamming(prints[p.a_url], prints[p.b_url]) for p in pairs}
                  for name, prints in methods.items()}
     print(f"  {len(pairs)} labelled pairs ({sum(p.label for p in pairs)} copies), {len(distinct_pages)} pages; "
@@ -374,7 +374,7 @@ def run_neardup_set(args) -> None:
     for kk in range(2, 9):
         figures = "   ".join(f"{name} P {pr[0]:.3f} R {pr[1]:.3f}" for name, pr in
                              ((name, precision_recall(distances[name], lambda d: d <= kk)) for name in methods))
-        mark = "  <- update.simhash_max_distance" if kk == k else ""
+        mark = "  <- update.minhash_max_distance" if kk == k else ""
         print(f"    k={kk}: {figures}{mark}")
     nearest = {name: min(distances[name][id(p)] for p in pairs if not p.label) for name in methods}
     print(f"  closest different pages: {nearest} bits")
@@ -416,14 +416,14 @@ def report_tuning_and_held_back(config: Config, stored: int) -> None:
     from cycles.fetch.parse import parse_html
     from testweb.neardup_set import held_back_pairs, tuning_pairs, update_search
 
-    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
+    block = config.fetch.minhash_block_min_bytes if config.fetch.minhash_main_content else None
     for name, pairs in (("tuning", tuning_pairs()), ("held back", held_back_pairs())):
         prints, texts = {}, {}
         for p in pairs:
             for body, url in ((p.a, p.a_url), (p.b, p.b_url)):
                 if url not in prints:
                     page = parse_html(body, url, block_min_bytes=block)
-                    prints[url], texts[url] = page.simhash, page.text
+                    prints[url], texts[url] = page.minhash, page.text
         run = update_search(pairs, prints, texts, config, stored)
         tp = sum(1 for p in pairs if p.label and run.found[id(p)])
         fp = sum(1 for p in pairs if not p.label and run.found[id(p)])

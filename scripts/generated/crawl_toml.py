@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "crawl.toml"
 
 from cycles.config import Config  # noqa: E402
-from cycles.commands.settings import toml_text  # noqa: E402
+from cycles.commands.effective_config import toml_text  # noqa: E402
 
 HEADER = """\
 # crawl.toml: an example config. Every setting is here at its default, documented as in
@@ -36,13 +36,14 @@ HEADER = """\
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass (attribute docstrings are only in the source)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
+    """The docstring under each field of a dataclass and of the dataclasses it extends (a
+    section in two parts: FetchConfig); attribute docstrings are only in the source."""
     docs = {}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    for part in reversed([c for c in cls.__mro__ if dataclasses.is_dataclass(c)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(part))).body[0].body
+        for node, after in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
 

@@ -1,4 +1,4 @@
-"""Which records cycles.fetch.archive writes for each kind of exchange, without a web: a
+"""Which records cycles.fetch.warc_records writes for each kind of exchange, without a web: a
 Transfer filled as libcurl would leave it, the records read back with warcio."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 from warcio.archiveiterator import ArchiveIterator
 
 from cycles.config import Config
-from cycles.fetch.archive import Archive
+from cycles.fetch.warc_records import Archive
 from cycles.fetch.output import PartitionOutput
 from cycles.fetch.transfer import ABORT_NOT_HTML, Request, Transfer
 from cycles.storage.store import Store

@@ -47,8 +47,8 @@ def assert_sane(page: ParsedPage) -> None:
     assert page.canonical is None or page.canonical.startswith(("http://", "https://"))
     assert isinstance(page.noindex, bool) and isinstance(page.nofollow, bool)
     assert page.content_hash == fingerprint.content_hash(page.text)
-    assert page.simhash == fingerprint.minhash64(page.text)
-    assert 0 <= page.simhash < 1 << 64
+    assert page.minhash == fingerprint.minhash64(page.text)
+    assert 0 <= page.minhash < 1 << 64
     assert isinstance(page.encoding, str) and page.encoding
 
 
@@ -285,7 +285,7 @@ def test_frameset_page_has_no_text_but_is_not_an_error():
 def test_fingerprints_are_of_the_text():
     page = parse("<title>T</title><p>Some  <b>page</b> text</p>")
     assert page.content_hash == fingerprint.content_hash("Some page text")
-    assert page.simhash == fingerprint.minhash64("Some page text")
+    assert page.minhash == fingerprint.minhash64("Some page text")
 
 
 # --- charset -------------------------------------------------------------------------------------
@@ -429,7 +429,7 @@ def test_empty_body_gives_an_empty_page():
     page = parse_html(b"", PAGE, "text/html")
     assert (page.title, page.text, page.links, page.canonical, page.noindex, page.nofollow) == \
            (None, "", [], None, False, False)
-    assert page.simhash == 0 and page.content_hash == fingerprint.content_hash("")
+    assert page.minhash == 0 and page.content_hash == fingerprint.content_hash("")
 
 
 def test_random_bytes_never_raise():

@@ -26,7 +26,7 @@ def write_fetched(store: Store, segment: str, urls: list[str], links=()) -> None
     for url in urls:
         row = {name: None for name in schema.FETCHED.names}
         row.update(url=url, host=url.split("/")[2], fetched_at=utcnow(), http_status=200, outcome="ok",
-                   text="text of " + url, title="t", content_hash=uuid.uuid4().hex, simhash=7,
+                   text="text of " + url, title="t", content_hash=uuid.uuid4().hex, minhash=7,
                    warc_file="warc/part-00000-c000001.warc.gz", warc_offset=0, warc_length=1)
         rows.append(row)
     folder = store.segment_dir(segment)

@@ -56,7 +56,7 @@ def test_block_masks_cover_every_pair_within_distance():
 def test_exact_duplicates_point_at_the_canonical_url(store, config, tmp_path):
     urls = ["http://a.example/page", "http://a.example/page/index.html", "http://b.example/copy"]
     seed(store, config, tmp_path, urls)
-    crawl_once(store, config, {u: {"content_hash": "1" * 32, "simhash": 77} for u in urls})
+    crawl_once(store, config, {u: {"content_hash": "1" * 32, "minhash": 77} for u in urls})
     db = rows(store)
     # Same score and first seen: the shortest URL is canonical.
     assert db["http://a.example/page"]["status"] == "fetched"
@@ -72,7 +72,7 @@ def test_links_of_an_exact_copy_are_not_followed(store, config, tmp_path):
               "nofollow": False, "depth": 1},
              {"from_url": "http://a.example/page", "url": "http://a.example/from-page", "anchor": "",
               "nofollow": False, "depth": 1}]
-    crawl_once(store, config, {u: {"content_hash": "2" * 32, "simhash": 5} for u in urls}, links)
+    crawl_once(store, config, {u: {"content_hash": "2" * 32, "minhash": 5} for u in urls}, links)
     db = rows(store)
     assert "http://a.example/from-page" in db and "http://a.example/only-from-copy" not in db
 
@@ -82,7 +82,7 @@ def test_near_duplicates_within_three_bits(store, config, tmp_path):
     urls = {"http://n.example/a": base, "http://n.example/b": base ^ 0b101,
             "http://n.example/c": base ^ 0xFFFF_0000_0000_0000}
     seed(store, config, tmp_path, list(urls))
-    crawl_once(store, config, {u: {"content_hash": f"{i}" * 32, "simhash": s}
+    crawl_once(store, config, {u: {"content_hash": f"{i}" * 32, "minhash": s}
                                for i, (u, s) in enumerate(urls.items())})
     db = rows(store)
     assert db["http://n.example/a"]["status"] == "fetched"
@@ -94,7 +94,7 @@ def test_near_duplicates_within_three_bits(store, config, tmp_path):
 def test_short_pages_are_not_near_duplicates(store, config, tmp_path):
     urls = {"http://s.example/a": 1 << 40, "http://s.example/b": (1 << 40) | 1}
     seed(store, config, tmp_path, list(urls))
-    crawl_once(store, config, {u: {"content_hash": f"{i}" * 32, "simhash": s, "text": "short"}
+    crawl_once(store, config, {u: {"content_hash": f"{i}" * 32, "minhash": s, "text": "short"}
                                for i, (u, s) in enumerate(urls.items())})
     assert {r["status"] for r in rows(store).values()} == {"fetched"}
 

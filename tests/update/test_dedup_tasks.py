@@ -31,10 +31,10 @@ BUCKETS = 4
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def near(simhash: int, rng: random.Random, bits: int) -> int:
+def near(minhash: int, rng: random.Random, bits: int) -> int:
     for bit in rng.sample(range(64), bits):
-        simhash ^= 1 << bit
-    return simhash
+        minhash ^= 1 << bit
+    return minhash
 
 
 def crawl_db_rows(rng: random.Random) -> list[dict]:
@@ -45,16 +45,16 @@ def crawl_db_rows(rng: random.Random) -> list[dict]:
     for h in range(24):
         for p in range(12):
             text = (h * 7 + p) % 40  # 40 texts over 288 pages: exact copies across hosts
-            simhash = base[text % 12] if text < 12 else near(base[text % 12], rng, 1 + text % 5)
+            minhash = base[text % 12] if text < 12 else near(base[text % 12], rng, 1 + text % 5)
             rows.append({"url": f"http://h{h}.example/p{p}", "host": f"h{h}.example", "status": "fetched",
-                         "content_hash": f"{text:032x}", "simhash": simhash, "score": 1.0 / (1 + p % 3),
+                         "content_hash": f"{text:032x}", "minhash": minhash, "score": 1.0 / (1 + p % 3),
                          "first_seen": T0 + dt.timedelta(minutes=h + p), "duplicate_of": None})
     for p in range(8):  # m0 copied o0 in earlier cycles
         rows.append({"url": f"http://o0.example/p{p}", "host": "o0.example", "status": "fetched",
-                     "content_hash": f"{100 + p:032x}", "simhash": rng.getrandbits(64), "score": 1.0,
+                     "content_hash": f"{100 + p:032x}", "minhash": rng.getrandbits(64), "score": 1.0,
                      "first_seen": T0, "duplicate_of": None})
         rows.append({"url": f"http://m0.example/p{p}", "host": "m0.example", "status": "duplicate",
-                     "content_hash": f"{100 + p:032x}", "simhash": rng.getrandbits(64), "score": 0.5,
+                     "content_hash": f"{100 + p:032x}", "minhash": rng.getrandbits(64), "score": 0.5,
                      "first_seen": T0, "duplicate_of": f"http://o0.example/p{p}"})
     return rows
 
@@ -85,16 +85,16 @@ def segment_pages(rng: random.Random, stored: list[dict]) -> pa.Table:
         kind = rng.randrange(4)
         text = rng.randrange(60)
         other = rng.choice(stored)  # near a page of any bucket, or only a new text
-        simhash = near(other["simhash"], rng, rng.randrange(4)) if kind < 2 else rng.getrandbits(64)
+        minhash = near(other["minhash"], rng, rng.randrange(4)) if kind < 2 else rng.getrandbits(64)
         pages.append({"url": row["url"], "host": row["host"], "content_hash": f"{text:032x}",
-                      "simhash": simhash, "text_chars": 100 if kind == 3 else 1000})
-    original = {r["url"]: r["simhash"] for r in stored if r["host"] == "o0.example"}
+                      "minhash": minhash, "text_chars": 100 if kind == 3 else 1000})
+    original = {r["url"]: r["minhash"] for r in stored if r["host"] == "o0.example"}
     pages += [{"url": f"http://m0.example/p{p}", "host": "m0.example", "content_hash": f"{100 + p:032x}",
-               "simhash": original[f"http://o0.example/p{p}"], "text_chars": 1000} for p in range(3)]
+               "minhash": original[f"http://o0.example/p{p}"], "text_chars": 1000} for p in range(3)]
     pages += [{"url": f"http://new{i}.example/", "host": f"new{i}.example", "content_hash": f"{i:032x}",
-               "simhash": rng.getrandbits(64), "text_chars": 1000} for i in range(3)]
+               "minhash": rng.getrandbits(64), "text_chars": 1000} for i in range(3)]
     return pa.Table.from_pylist(pages, schema=pa.schema([("url", pa.string()), ("host", pa.string()),
-                                                          ("content_hash", pa.string()), ("simhash", pa.uint64()),
+                                                          ("content_hash", pa.string()), ("minhash", pa.uint64()),
                                                           ("text_chars", pa.int64())]))
 
 
@@ -117,7 +117,7 @@ def test_the_bucket_tasks_find_what_one_scan_of_the_crawl_db_finds(tmp_path, see
                                                                        for g in range(groups)])
     rng = random.Random(seed)
     store, config = Store(tmp_path / "data"), Config()
-    config.update.simhash_min_chars = 300
+    config.update.minhash_min_chars = 300
     stored = crawl_db_rows(rng)
     files = write_crawl_db(store, stored)
     pages = segment_pages(rng, stored)
@@ -167,7 +167,7 @@ def test_update_with_a_corrupt_bucket_commits_nothing(store, tmp_path):
     inject(store, config, seeds)
     segment = generate(store, config).segment
     fetch_result(store, segment, [{"url": f"http://h{h}.example/p", "host": f"h{h}.example", "outcome": "ok",
-                                   "http_status": 200, "fetched_at": T0, "content_hash": "1" * 32, "simhash": 5}
+                                   "http_status": 200, "fetched_at": T0, "content_hash": "1" * 32, "minhash": 5}
                                   for h in range(9)],
                  [{"from_url": "http://h0.example/p", "url": "http://h1.example/q", "anchor": "", "nofollow": False,
                    "depth": 1}])

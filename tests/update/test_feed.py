@@ -44,7 +44,7 @@ def test_duplicates_marked_by_dedup_are_not_published():
 
 def fetched_row(url: str, outcome: str = "ok", noindex: bool | None = False) -> dict:
     return {"url": url, "host": "a.test", "outcome": outcome, "fetched_at": FETCHED_AT, "http_status": 200,
-            "title": f"title of {url}", "text": f"text of {url}", "content_hash": f"hash-{url}", "simhash": 7,
+            "title": f"title of {url}", "text": f"text of {url}", "content_hash": f"hash-{url}", "minhash": 7,
             "noindex": noindex, "warc_file": "warc/part-00000.warc.gz", "warc_offset": 10, "warc_length": 20}
 
 

@@ -2,7 +2,7 @@
 
 The pairs are parsed as fetch parses them with the default config (main content,
 cycles.fingerprint.minhash64) and compared as update compares them (fingerprints within
-``update.simhash_max_distance`` bits). scripts/bench/web.py update prints the same figures
+ ``update.minhash_max_distance`` bits). scripts/bench/web.py update prints the same figures
 against the fingerprints before issue #13 section 3 (precision 1.00, recall 0.52 then on
 the first 10 kinds; the SimHash of the main content: 0.90).
 """
@@ -28,20 +28,20 @@ def pairs() -> list[Pair]:
 def fingerprinted(pairs) -> tuple[dict[str, int], dict[str, str]]:
     """Every page's fingerprint and text, parsed as fetch parses them with the default config."""
     config = Config()
-    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
+    block = config.fetch.minhash_block_min_bytes if config.fetch.minhash_main_content else None
     prints, texts = {}, {}
     for pair in pairs:
         for body, url in ((pair.a, pair.a_url), (pair.b, pair.b_url)):
             if url not in prints:  # a page of many pairs (an article's first version) is parsed once
                 page = parse_html(body, url, block_min_bytes=block)
-                prints[url], texts[url] = page.simhash, page.text
+                prints[url], texts[url] = page.minhash, page.text
     return prints, texts
 
 
 @pytest.fixture(scope="module")
 def found(pairs, fingerprinted) -> dict[str, list[bool]]:
     prints, _ = fingerprinted
-    k = Config().update.simhash_max_distance
+    k = Config().update.minhash_max_distance
     by_kind = defaultdict(list)
     for pair in pairs:
         by_kind[pair.kind].append(hamming(prints[pair.a_url], prints[pair.b_url]) <= k)
@@ -100,13 +100,13 @@ def test_issue_26_sets_after_the_canonical_choice(part):
 
     pairs = tuning_pairs() if part == "tuning" else held_back_pairs()
     config = Config()
-    block = config.fetch.simhash_block_min_bytes if config.fetch.simhash_main_content else None
+    block = config.fetch.minhash_block_min_bytes if config.fetch.minhash_main_content else None
     prints, texts = {}, {}
     for pair in pairs:
         for body, url in ((pair.a, pair.a_url), (pair.b, pair.b_url)):
             if url not in prints:
                 page = parse_html(body, url, block_min_bytes=block)
-                prints[url], texts[url] = page.simhash, page.text
+                prints[url], texts[url] = page.minhash, page.text
     assert {"ja", "zh", "th", "ar", "ru", "hi"} <= {u.split("/")[3] for u in prints if u.count("/") >= 4}
     run = update_search(pairs, prints, texts, config, stored=5_000)
     tp = sum(1 for p in pairs if p.label and run.found[id(p)])

@@ -38,7 +38,7 @@ def seconds_until(row) -> float:
 
 
 OUTCOMES = [
-    ("ok", {"http_status": 200, "content_hash": "a" * 32, "simhash": 5}, "fetched", 14 * DAY),
+    ("ok", {"http_status": 200, "content_hash": "a" * 32, "minhash": 5}, "fetched", 14 * DAY),
     ("not_modified", {"http_status": 304}, "not_modified", 14 * DAY),
     ("redirect", {"http_status": 301, "redirect_to": "http://h.example/new"}, "redirected", 14 * DAY),
     ("gone", {"http_status": 404}, "gone", 90 * DAY),
@@ -82,8 +82,8 @@ def test_outcome_sets_status_and_next_fetch(every_outcome_once, outcome, extra, 
 def test_ok_records_validators_hashes_and_counts(store, config, tmp_path):
     row = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "etag": '"e1"',
                                                 "last_modified": "Mon, 01 Jan 2024 00:00:00 GMT",
-                                                "content_hash": "b" * 32, "simhash": 2**63 + 7})
-    assert (row["etag"], row["content_hash"], row["simhash"]) == ('"e1"', "b" * 32, 2**63 + 7)
+                                                "content_hash": "b" * 32, "minhash": 2**63 + 7})
+    assert (row["etag"], row["content_hash"], row["minhash"]) == ('"e1"', "b" * 32, 2**63 + 7)
     assert row["fetch_count"] == 1 and row["change_count"] == 0 and row["retries"] == 0
     assert row["last_fetched"] == row["_fetched_at"]
 
@@ -95,7 +95,7 @@ def test_interval_follows_the_estimated_change_rate(store, config, tmp_path):
     import math
 
     t0 = utcnow() - dt.timedelta(days=60)
-    ok = {"outcome": "ok", "http_status": 200, "simhash": 1}
+    ok = {"outcome": "ok", "http_status": 200, "minhash": 1}
     visits = [("1", 0), ("2", 10), ("2", 20)]  # (content, day): one change, then none
     intervals = []
     for i, (content, day) in enumerate(visits):
@@ -138,9 +138,9 @@ def test_news_like_hosts_start_short(store, config, tmp_path):
 
 def test_not_modified_keeps_validators_and_hash(store, config, tmp_path):
     first = cycle_once(store, config, tmp_path, {"outcome": "ok", "http_status": 200, "etag": '"v"',
-                                                  "content_hash": "c" * 32, "simhash": 9})
+                                                  "content_hash": "c" * 32, "minhash": 9})
     again = cycle_once(store, config, tmp_path, {"outcome": "not_modified", "http_status": 304}, before=due_now)
-    assert (again["etag"], again["content_hash"], again["simhash"]) == ('"v"', "c" * 32, 9)
+    assert (again["etag"], again["content_hash"], again["minhash"]) == ('"v"', "c" * 32, 9)
     assert again["fetch_count"] == 2 and first["fetch_count"] == 1
 
 
@@ -227,7 +227,7 @@ def test_result_for_a_url_not_in_the_crawl_db_adds_it_normalised(store, config, 
         {"url": URL, "outcome": "redirect", "http_status": 301, "fetched_at": now,
          "redirect_to": "HTTP://H.EXAMPLE:80/target#top"},
         {"url": "HTTP://H.EXAMPLE:80/target#top", "outcome": "ok", "http_status": 200, "fetched_at": now,
-         "content_hash": "b" * 32, "simhash": 7},
+         "content_hash": "b" * 32, "minhash": 7},
         {"url": "http://h.example/picture.jpg", "outcome": "not_html", "http_status": 200, "fetched_at": now},
     ], links=[{"from_url": URL, "url": "HTTP://H.EXAMPLE:80/target#top", "anchor": "", "nofollow": False,
                "depth": 1}])

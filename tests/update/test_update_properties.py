@@ -55,7 +55,7 @@ def make_crawldb(store: Store, cfg: Config, rows: list[dict]) -> None:
                      "first_seen": BASE, "first_fetched": r["last_fetched"], "last_fetched": r["last_fetched"],
                      "next_fetch": BASE, "fetch_interval_s": 86400, "retries": 0, "fetch_count": int(fetched),
                      "change_count": 0, "content_hash": r["content"] if fetched else None,
-                     "simhash": 1000 + len(r["content"] or "") if fetched else None, "score": 1.0, "depth": 0})
+                     "minhash": 1000 + len(r["content"] or "") if fetched else None, "score": 1.0, "depth": 0})
     table = pa.Table.from_pylist(full, schema=schema.CRAWLDB)
 
     def bucket_sql(con, old, bucket):
@@ -111,7 +111,7 @@ def scenarios(draw):
                         "fetched_at": BASE + dt.timedelta(hours=draw(hours)),
                         "http_status": 200 if outcome == "ok" else 500,
                         "content_hash": draw(contents) if outcome == "ok" else None,
-                        "simhash": 7 if outcome == "ok" else None,
+                        "minhash": 7 if outcome == "ok" else None,
                         "redirect_to": url_of(*draw(page)) if outcome == "redirect" else None})
     links = [{"from_url": url_of(*draw(page)), "url": url_of(*draw(page)), "nofollow": False, "depth": 1}
              for _ in range(draw(st.integers(0, 8)))]
@@ -149,7 +149,7 @@ def test_an_older_result_changes_nothing(tmp_path):
     make_crawldb(store, cfg, [{"url": url, "last_fetched": fetched_at, "content": "a" * 32}])
     before = crawldb(store)
     late = {"url": url, "host": HOSTS[0], "outcome": "ok", "fetched_at": fetched_at - dt.timedelta(hours=1),
-            "http_status": 200, "content_hash": "b" * 32, "simhash": 9}
+            "http_status": 200, "content_hash": "b" * 32, "minhash": 9}
     result = update_segment(store, cfg, write_segment(store, [url], [late], []), now=BASE + dt.timedelta(days=1))
     assert crawldb(store) == before
     assert result.counters["update/stale_result"] == 1
