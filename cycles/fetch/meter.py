@@ -9,7 +9,6 @@ allowed since the loop started (cycles/metrics.py: politeness utilisation).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from cycles.fetch.frontier import Frontier
 from cycles.fetch.transfers import Transfers
 from cycles.metrics import allowed_requests
+from cycles.storage.durable import write_file_atomically
 
 
 class Meter:
@@ -42,10 +42,8 @@ class Meter:
         counters = {**self.stats, "fetch/allowed_requests": self.allowed_requests(now)}
         data = {"partition": self.partition, "time": time.time(), "hosts_active": active,
                 "hosts_waiting": waiting, "counters": counters}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.path)
+        # Rewritten every second and read only while the fetch runs: whole or absent, no fsync.
+        write_file_atomically(self.path, json.dumps(data), durable=False)
 
     def count_idle(self) -> None:
         """The frontier's idle-with-work figures into the stats (always, 0 too: a dashboard
