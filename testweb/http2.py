@@ -44,6 +44,7 @@ class H2Protocol(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.ip = transport.get_extra_info("sockname")[0]
+        self.client = (transport.get_extra_info("peername") or ("",))[0]
         self.profile = self.server.web.by_ip.get(self.ip)
         self.conn_id = self.server.new_connection(self)
         self.conn.initiate_connection()
@@ -161,7 +162,7 @@ class H2Protocol(asyncio.Protocol):
         headers = record["headers"]
         self.server.log.write({
             "t_start": record["t_start"], "t_end": t_end,
-            "host": self.profile.name if self.profile else None, "ip": self.ip,
+            "host": self.profile.name if self.profile else None, "ip": self.ip, "client": self.client,
             "host_header": record["authority"], "method": record["method"], "path": record["path"],
             "status": record["status"], "bytes_sent": 0 if client_closed else record["bytes"],
             "user_agent": headers.get("user-agent"), "if_none_match": headers.get("if-none-match"),

@@ -457,6 +457,11 @@ def print_incremental_table(args, model: dict, cores: float) -> None:
               + (f"{cpu['links'] / 3600:,.1f} are the link merge; " if "links" in cpu else "")
               + f"the fleet's bar is {fetch_workers * cores * cycle_s / 3600:,.1f} CPU-h "
                 f"({fetch_workers} worker(s) of {args.cores_per_worker} cores at {args.efficiency:.0%})")
+        rest = sum(cpu.values()) - per_known - cpu.get("links", 0.0)
+        budget = (fetch_workers * cores * cycle_s - rest) / known
+        measured = (per_known + cpu.get("links", 0.0)) / known
+        print(f"  within the fleet needs at most {budget * 1e6:,.2f} CPU-µs per known URL per cycle in "
+              f"generate + update + the link merge; measured {measured * 1e6:,.2f}")
 
 
 def main(argv: list[str] | None = None) -> None:
