@@ -62,6 +62,8 @@ def _server_env() -> dict[str, str]:
 class TestWebError(CrawlError):
     """The test web server did not start, or died."""
 
+    __test__ = False  # an error, not a test class, though pytest collects names starting "Test"
+
 
 # --- a test server's process: the web's and the DNS server's (testweb/dns.py) -------------
 def launch(cmd: list[str], stderr_path: Path, ready_path: Path, timeout_s: float, name: str) -> subprocess.Popen:
