@@ -37,6 +37,7 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
+from cycles.storage.sql import literals
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 
 CRAWLDB_COLUMNS = ", ".join(schema.CRAWLDB.names)
@@ -349,8 +350,7 @@ def crawldb_source_sql(files: list[StorePath], con: duckdb.DuckDBPyConnection | 
         return buckets_source_sql(store, con, list(files), schema_version)
     if store is not None:
         return upgraded_sql(store.duckdb_source(con, files), schema_version)
-    quoted = ", ".join(f"'{f}'" for f in files)
-    return upgraded_sql(f"read_parquet([{quoted}])", schema_version)
+    return upgraded_sql(f"read_parquet({literals(files)})", schema_version)
 
 
 def upgraded_sql(source: str, schema_version: int) -> str:
