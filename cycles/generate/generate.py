@@ -692,10 +692,7 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
         buckets = np.unique(host_buckets(mine["host"], len(task.seen_rows))).tolist()
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         files = [task.seen_rows[b] for b in buckets] or list(task.seen_rows[:1])
-        # Held once: write_seen_set reads its rows twice (the counts, then the Bloom filter).
-        con.execute(f"CREATE OR REPLACE TEMP TABLE partition_seen_rows AS SELECT * FROM "
-                    f"{store.duckdb_source(con, files)} WHERE host IN (SELECT host FROM assignment)")
-        crawldb_sql = "partition_seen_rows"
+        crawldb_sql = store.duckdb_source(con, files)
         pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
         counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
     con.close()
