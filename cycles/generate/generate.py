@@ -61,7 +61,7 @@ from cycles import clock, metrics
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import (as_bucket_files, bucket_executor, bucket_of, bucket_source_sql,
+from cycles.tables.crawldb import (as_bucket_files, bucket_executor, bucket_of, bucket_source_sql, buckets_source_sql,
                                    connect, current_buckets, new_url_rows_sql, verify_due_pages)
 from cycles.errors import StageError
 from cycles.executor import Executor
@@ -523,18 +523,6 @@ class ChosenHostsTask:
     leave_out_claimed_for: str | None = None
     """This segment's id when the hosts a fetch in flight claimed as new are left out
     (``crawl run`` with ``fetch.follow_new_hosts``: they are its own, cycles/tables/newhosts.py)."""
-    seen_rows: SeenRows | None = None
-    """Also write the crawl DB rows of the bucket's chosen hosts (None: no seen-set wanted)."""
-
-
-@dataclass(frozen=True)
-class SeenRows:
-    """Where a bucket's rows of its chosen hosts go, for the partitions' seen-sets."""
-
-    bucket: object
-    """The bucket's crawldb.BucketFiles, of the version generate read."""
-    schema_version: int
-    out: StorePath
 
 
 def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
@@ -555,23 +543,7 @@ def count_chosen_hosts(task: ChosenHostsTask) -> BucketLoad:
             del urls_per_host[host]
     chosen = chosen_hosts_table(list(urls_per_host), config)
     store.write_table(task.chosen_hosts, chosen, schema.CHOSEN_HOSTS)
-    if task.seen_rows is not None:
-        write_seen_rows(store, config, task.seen_rows, chosen["host"], task.workers)
     return bucket_load(store, config, chosen, urls_per_host, task.buckets)
-
-
-def write_seen_rows(store: Store, config: Config, seen: SeenRows, hosts: pa.Array, workers: int) -> None:
-    """The bucket's crawl DB rows (host, url, pattern_hash) of ``hosts``, its chosen ones, to
-    ``seen.out``: what the partitions' seen-sets are made of (cycles/tables/assign.py
-    ``write_seen_set``). One scan of the bucket here, where each partition task scanned
-    every bucket holding one of its hosts (all of them, on a crawl of many hosts) twice."""
-    con = connect(store, config, workers)
-    con.register("chosen_hosts", pa.table({"host": hosts}))
-    source = bucket_source_sql(store, con, seen.bucket, seen.schema_version)
-    reader = con.sql(f"SELECT host, url, pattern_hash FROM {source} "
-                     "WHERE host IN (SELECT host FROM chosen_hosts)").to_arrow_reader(64 * 1024)
-    store.write_batches(seen.out, reader, reader.schema)
-    con.close()
 
 
 def write_known_hosts_part(store: Store, part: KnownHostsPart) -> None:
@@ -661,9 +633,9 @@ class PartitionTask:
     chosen_hosts: tuple
     """Every bucket's chosen hosts (count_chosen_hosts)."""
     cutoff: Cutoff
-    seen_rows: tuple
-    """Every bucket's crawl DB rows of its chosen hosts (:func:`write_seen_rows`; none
-    without discovery)."""
+    crawldb_files: tuple
+    """The crawl DB version's bucket files, file i holding bucket i (for the seen-set)."""
+    schema_version: int
     workers: int = 1
     pending_fetched: tuple = ()
     """Fetched rows of the segments not updated yet (cycles/tables/leases.py ``fetched_files``):
@@ -687,12 +659,12 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
         ORDER BY host, score DESC, url""", params=cutoff_params(task.cutoff)).to_arrow_table()
     store.write_table(seg.fetchlist_file(task.folder, task.partition), table, schema.FETCHLIST)
     counters = {"generate/urls": table.num_rows}
-    if task.seen_rows:
+    if config.fetch.follow_outlinks_depth > 0:
         # Only the buckets that hold the partition's hosts (a host lives in one bucket).
-        buckets = np.unique(host_buckets(mine["host"], len(task.seen_rows))).tolist()
+        buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
-        files = [task.seen_rows[b] for b in buckets] or list(task.seen_rows[:1])
-        crawldb_sql = store.duckdb_source(con, files)
+        files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
+        crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
         pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
         counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
     con.close()
@@ -701,7 +673,7 @@ def write_partition(task: PartitionTask) -> dict[str, int]:
 
 def write_fetchlists(store: Store, executor: Executor, segment: str, candidates: list[StorePath],
                      chosen_hosts: list[StorePath], cutoff: Cutoff, loads: list[BucketLoad], partitions: int,
-                     config: Config, seen_rows: list[StorePath],
+                     config: Config, crawldb_files: list[StorePath], schema_version: int,
                      known_hosts: tuple[list[StorePath], int] | None = None,
                      pending_fetched: tuple = ()) -> dict[str, int]:
     """The segment's assignment (cycles/tables/assign.py, from the buckets' loads: K named
@@ -712,7 +684,7 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
     folder = seg.segment_dir(store, segment, must_exist=False)
     store.write_table(seg.assignment_file(folder), plan_assignment(loads, config), schema.ASSIGNMENT)
     tasks = [PartitionTask(store.uri, config, part, folder, tuple(candidates), tuple(chosen_hosts), cutoff,
-                           tuple(seen_rows), executor.workers, pending_fetched)
+                           tuple(crawldb_files), schema_version, executor.workers, pending_fetched)
              for part in range(partitions)]
     counters: Counter = Counter()
     for result in executor.map(write_partition, tasks):
@@ -845,18 +817,15 @@ def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
         parts = [KnownHostsPart(task.hosts_out, capacity, run.scratch("known-hosts", task.bucket, "bloom")) for task in tasks]
         known_hosts = ([part.out for part in parts], hosts)
     chosen = [run.scratch("chosen-hosts", task.bucket) for task in tasks]
-    seen = [SeenRows(task.file, task.schema_version, run.scratch("seen-rows", task.bucket)) for task in tasks]
-    if run.config.fetch.follow_outlinks_depth <= 0:
-        seen = [None] * len(tasks)  # no discovery inside the fetch: no seen-set
     # hosts a fetch in flight claimed as new are its own (cycles/tables/newhosts.py)
     leave_out = run.segment if run.mode.exclude_hosts_in_flight and run.config.fetch.follow_new_hosts else None
     loads = run.executor.map(count_chosen_hosts, [
         ChosenHostsTask(run.store.uri, run.config, out, cutoff, chosen_file, len(outs), run.executor.workers,
-                        part, leave_out, seen_rows)
-        for out, chosen_file, part, seen_rows in zip(outs, chosen, parts, seen)])
+                        part, leave_out)
+        for out, chosen_file, part in zip(outs, chosen, parts)])
     counters.update(write_fetchlists(run.store, run.executor, run.segment, outs, chosen, cutoff, loads,
-                                     max(1, run.config.generate.partitions), run.config,
-                                     [s.out for s in seen if s is not None], known_hosts,
+                                     max(1, run.config.generate.partitions), run.config, run.files,
+                                     run.manifest.schema_version, known_hosts,
                                      tuple(fetched_files(list(run.inputs.lease_files)))))
     return loads, dict(counters)
 
