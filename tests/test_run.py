@@ -1,6 +1,6 @@
 """``crawl run`` (cycles/commands/run.py): overlapping cycles keep the crawl exact and polite.
 
-- generate with ``exclude_hosts_in_flight`` leaves out whole hosts of segments not fetched
+- generate with ``RunMode(exclude_hosts_in_flight=True)`` leaves out whole hosts of segments not fetched
   yet (fast tier, no web);
 - an in-process run on a small web generates segments while another is fetched, never puts
   a host in two segments in flight, fetches every reachable URL exactly once, writes one
@@ -25,6 +25,7 @@ import pytest
 from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.generate.generate import generate
+from cycles.generate.mode import RunMode
 from cycles.commands.inject import inject
 from cycles.commands.run import RunState, run_crawl
 from cycles.storage.store import Store
@@ -49,12 +50,12 @@ def test_generate_leaves_out_every_host_of_a_segment_in_flight(store, tmp_path):
     # Some host of the first segment has URLs left (4 URLs cannot take 3 each of 2 hosts).
     left = {u for u in urls if u not in fetchlist_urls(store, first.segment)}
     assert {u.split("/")[2] for u in left} & in_first
-    second = generate(store, config, top_n=100, exclude_hosts_in_flight=True)
+    second = generate(store, config, top_n=100, mode=RunMode(exclude_hosts_in_flight=True))
     assert fetchlist_hosts(store, second.segment) == hosts - in_first
     # A segment fetched (not yet updated) is no longer in flight: its hosts come back, not its URLs.
     for segment in (first.segment, second.segment):
         seg.write_marker(store, seg.Fetched(segment))
-    third = generate(store, config, top_n=100, exclude_hosts_in_flight=True)
+    third = generate(store, config, top_n=100, mode=RunMode(exclude_hosts_in_flight=True))
     assert fetchlist_urls(store, third.segment) == left - fetchlist_urls(store, second.segment)
 
 

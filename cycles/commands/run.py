@@ -50,7 +50,7 @@ What stays exclusive, and why:
   never run at the same time here (generate runs only with no update under way);
 - the **fetch lock**: one segment is fetched at a time (``fetch_segment``);
 - **hosts**: generate leaves out every host of a segment generated or being fetched
-  (``generate(exclude_hosts_in_flight=True)``, cycles/tables/leases.py ``in_flight_files``), so
+  (``generate(mode=RunMode.overlapped(...))``, cycles/tables/leases.py ``in_flight_files``), so
   a host is never in two segments' fetch lists that are not fetched yet. A host of the
   next segment was last asked in a fetched segment, whose ``hosts/`` output (or the host DB,
   once that segment is updated: cycles/tables/hostdb.py ``load_host_state`` reads the segments
@@ -97,6 +97,7 @@ from cycles.executor import ProcessPool
 from cycles.fetch.fetch import fetch_segment, request_early_end
 from cycles.fetch.partition import install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
+from cycles.generate.mode import RunMode
 from cycles.storage.store import Store
 from cycles.update.update import update_segment
 
@@ -189,8 +190,8 @@ def generate_next(store: Store, config: Config, state: RunState, top_n: int | No
     """Generate a segment; ``overlapped``: while another is in flight, so without its hosts —
     but those of ``continuing``, the segment being fetched, after which this one is fetched.
     ``leftovers``: from what fetched segments' discovery did not reach, too (:func:`next_segment`)."""
-    result = generate(store, config, top_n=top_n, cycle_locked=True, exclude_hosts_in_flight=True,
-                      continuing=continuing, leftovers=leftovers, segment_s=run_segment_s(config, state))
+    mode = RunMode.overlapped(run_segment_s(config, state), continuing=continuing, leftovers=leftovers)
+    result = generate(store, config, top_n=top_n, cycle_locked=True, mode=mode)
     if result.segment is None:
         yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
         return

@@ -46,9 +46,10 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import itertools
+import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -60,8 +61,8 @@ from cycles import clock, metrics
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import (as_bucket_files, bucket_executor, bucket_source_sql, buckets_source_sql, connect, current_buckets,
-                            new_url_rows_sql, verify_bucket_file)
+from cycles.tables.crawldb import (as_bucket_files, bucket_executor, bucket_of, bucket_source_sql, buckets_source_sql,
+                                   connect, current_buckets, new_url_rows_sql, verify_due_pages)
 from cycles.errors import StageError
 from cycles.executor import Executor
 from cycles.storage.bloom import BloomFilter
@@ -72,7 +73,8 @@ from cycles.tables.hostdb import host_buckets, load_host_state, planned_urls
 from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
-from cycles.storage.store import Store, StorePath, new_id
+from cycles.storage.store import Manifest, Store, StorePath, new_id
+from cycles.generate.mode import RunMode
 from cycles.tables.linkdb import current_link_files
 
 
@@ -86,16 +88,39 @@ class GenerateResult:
     """Why no segment was made, when none was."""
 
 
-def priority_sql(config: Config) -> str:
+NAMED_PARAMETER = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+def bound(sql: str, params: dict) -> dict:
+    """The entries of ``params`` that ``sql`` names as ``$name``: the SQL of a bucket task is
+    composed of parts (ranking, budgets, leftovers), each with its own values, and DuckDB
+    refuses a named parameter that the query does not use."""
+    names = set(NAMED_PARAMETER.findall(sql))
+    return {name: value for name, value in params.items() if name in names}
+
+
+def ranking_params(config: Config) -> dict:
+    """The values :func:`priority_sql`, :func:`link_score_sql`, :func:`host_budget_sql` and
+    :func:`due_sql` take as DuckDB parameters (pass them through :func:`bound`)."""
+    g = config.generate
+    return {"overdue_max_boost": float(g.overdue_max_boost), "overdue_min_interval_s": int(g.overdue_min_interval_s),
+            "link_host_weight": float(g.link_host_weight), "link_inlink_weight": float(g.link_inlink_weight),
+            "link_depth_weight": float(g.link_depth_weight),
+            "unlinked_host_importance": 1.0 - float(config.update.link_damping),  # a host nobody links to (yet)
+            "max_urls_per_host": int(g.max_urls_per_host), "host_budget_min_factor": float(g.host_budget_min_factor),
+            "host_budget_max_factor": float(g.host_budget_max_factor),
+            "max_urls_per_pattern": int(g.max_urls_per_pattern)}
+
+
+def priority_sql() -> str:
     """Importance (score) raised by how overdue a URL is, in units of its own refetch interval
     (at most 1 + ``generate.overdue_max_boost`` times, 5× by default): a page twice past its
-    due time outranks an equally scored page due now."""
-    g = config.generate
-    return (f"score * (1 + least({g.overdue_max_boost:g}, epoch($now - next_fetch) / "
-            f"greatest(fetch_interval_s, {int(g.overdue_min_interval_s)})))")
+    due time outranks an equally scored page due now. Values: :func:`ranking_params`."""
+    return ("score * (1 + least($overdue_max_boost, epoch($now - next_fetch) / "
+            "greatest(fetch_interval_s, $overdue_min_interval_s)))")
 
 
-def link_score_sql(config: Config) -> str:
+def link_score_sql() -> str:
     """A URL's importance by links (``generate.ranking = 'links'``), over the crawl DB row
     (db), its LINK_URLS row (u) and its host's LINK_HOSTS row (h), both possibly missing.
 
@@ -104,24 +129,22 @@ def link_score_sql(config: Config) -> str:
     pages nobody else links to. The crawl DB's score is 1/(depth + 1) times what else set
     it (update's demotions of duplicate-heavy and mirror hosts, an operator's change), so
     it enters as the factor score × (depth + 1): 1 for a plain row."""
-    g = config.generate
-    unknown = 1.0 - config.update.link_damping  # a host nobody links to (yet)
-    return (f"(({g.link_host_weight!r} * ln(1 + coalesce(h.importance, {unknown!r}))"
-            f" + {g.link_inlink_weight!r} * ln(1 + coalesce(u.inlink_hosts, 0))"
-            f" + {g.link_depth_weight!r} / (db.depth + 1))"
-            f" * db.score * (db.depth + 1))::FLOAT")
+    return ("(($link_host_weight * ln(1 + coalesce(h.importance, $unlinked_host_importance))"
+            " + $link_inlink_weight * ln(1 + coalesce(u.inlink_hosts, 0))"
+            " + $link_depth_weight / (db.depth + 1))"
+            " * db.score * (db.depth + 1))::FLOAT")
 
 
-def host_importance_sql(config: Config) -> str:
+def host_importance_sql() -> str:
     """A host's importance (LINK_HOSTS h, possibly missing) for its fetch-list budget."""
-    return f"coalesce(h.importance, {1.0 - config.update.link_damping!r})"
+    return "coalesce(h.importance, $unlinked_host_importance)"
 
 
-def ranked_by_links_sql(source: str, url_source: str, host_source: str, config: Config) -> str:
+def ranked_by_links_sql(source: str, url_source: str, host_source: str) -> str:
     """``source`` (crawl DB rows) with ``score`` replaced by :func:`link_score_sql` and the
     host's importance added as ``host_importance``."""
-    return f"""(SELECT db.* REPLACE ({link_score_sql(config)} AS score),
-                       {host_importance_sql(config)} AS host_importance
+    return f"""(SELECT db.* REPLACE ({link_score_sql()} AS score),
+                       {host_importance_sql()} AS host_importance
                 FROM {source} db LEFT JOIN {url_source} u ON u.url = db.url
                 LEFT JOIN {host_source} h ON h.host = db.host)"""
 
@@ -130,20 +153,20 @@ def host_budget_sql(config: Config) -> str:
     """How many URLs of a host one fetch list may hold: ``max_urls_per_host``, or with
     ``ranking = 'links'`` that × the host's importance within [host_budget_min_factor,
     host_budget_max_factor] (at least 1). The source must then carry ``host_importance``."""
-    g = config.generate
-    if g.ranking != "links":
-        return str(int(g.max_urls_per_host))
-    return (f"greatest(1, round({int(g.max_urls_per_host)} * least({g.host_budget_max_factor!r}, "
-            f"greatest({g.host_budget_min_factor!r}, host_importance))))")
+    if config.generate.ranking != "links":
+        return "$max_urls_per_host"
+    return ("greatest(1, round($max_urls_per_host * least($host_budget_max_factor, "
+            "greatest($host_budget_min_factor, host_importance))))")
 
 
-def due_sql(source: str, leased: str, config: Config, top_n: int, time_budget: bool = False) -> str:
+def due_sql(source: str, leased: str, config: Config, time_budget: bool = False) -> str:
     """SQL of the due URLs to fetch next, best first, capped per host (:func:`host_budget_sql`,
     and with ``time_budget`` the ``time_budget`` column :func:`with_time_budget_sql` adds)
-    and pattern and in total, with their priority and due time; ``$now`` is left to bind.
-    ``leased``: SQL source of the URLs leased to live segments (cycles/tables/leases.py). With
-    ``generate.ranking = 'links'`` ``source`` is :func:`ranked_by_links_sql`'s."""
-    priority = priority_sql(config)
+    and pattern and in total (``$top_n``), with their priority and due time; ``$now`` and
+    :func:`ranking_params` are left to bind. ``leased``: SQL source of the URLs leased to
+    live segments (cycles/tables/leases.py). With ``generate.ranking = 'links'`` ``source``
+    is :func:`ranked_by_links_sql`'s."""
+    priority = priority_sql()
     importance = ", host_importance" if config.generate.ranking == "links" else ""
     budget = host_budget_sql(config)
     if time_budget:
@@ -162,11 +185,36 @@ def due_sql(source: str, leased: str, config: Config, top_n: int, time_budget: b
                 FROM {source}
                 WHERE next_fetch <= $now AND url NOT IN (SELECT url FROM {leased})
             )
-            WHERE pattern_rank <= {int(config.generate.max_urls_per_pattern)}
+            WHERE pattern_rank <= $max_urls_per_pattern
         )
         WHERE host_rank <= {budget}
         ORDER BY priority DESC, next_fetch, url
-        LIMIT {int(top_n)}"""
+        LIMIT $top_n"""
+
+
+@dataclass(frozen=True)
+class SegmentInputs:
+    """What a segment's bucket tasks leave out or add, besides the crawl DB (picklable)."""
+
+    lease_files: tuple = ()
+    """Fetch lists of live segments: their URLs are leased (cycles/tables/leases.py)."""
+    host_lease_files: tuple = ()
+    """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
+    leftover_files: tuple = ()
+    """Discovered URLs segments fetched but not updated did not reach (cycles/tables/leases.py
+    ``leftover_files``): candidates beside the bucket's rows (:func:`with_leftovers_sql`)."""
+    segment_s: float = 0.0
+    """The segment's planned length (``generate.segment_s``, or ``crawl run``'s): each host
+    gets no more URLs than its spacing fits into it (:func:`with_time_budget_sql`). 0: no time budget."""
+
+
+def segment_inputs(store: Store, now: dt.datetime, mode: RunMode, config: Config) -> SegmentInputs:
+    """The leases, hosts in flight and leftovers of ``mode`` as they stand at ``now``."""
+    host_lease_files = tuple(in_flight_files(store, now)) if mode.exclude_hosts_in_flight else ()
+    if mode.continuing is not None:
+        host_lease_files = tuple(continuing_lease(store, mode.continuing, list(host_lease_files)))
+    return SegmentInputs(tuple(live_lease_files(store, now)), host_lease_files,
+                         tuple(leftover_files(store, now)) if mode.leftovers else (), mode.planned_s(config))
 
 
 @dataclass(frozen=True)
@@ -179,7 +227,7 @@ class GenerateBucketTask:
     file: StorePath
     """The bucket's files: a crawldb.BucketFiles (its base and deltas)."""
     schema_version: int
-    lease_files: tuple
+    inputs: SegmentInputs
     now: dt.datetime
     top_n: int
     out: StorePath
@@ -188,20 +236,12 @@ class GenerateBucketTask:
     """The link DB's LINK_URLS files holding this bucket's URLs (cycles/update/linkgraph.py)."""
     link_hosts: tuple = ()
     """The link DB's LINK_HOSTS files; none: no link DB yet (every host ranks alike)."""
-    host_lease_files: tuple = ()
-    """Fetch lists whose hosts are left out whole (``crawl run``: segments in flight)."""
-    leftover_files: tuple = ()
-    """Discovered URLs segments fetched but not updated did not reach (cycles/tables/leases.py
-    ``leftover_files``): candidates beside the bucket's rows (:func:`with_leftovers_sql`)."""
     buckets: int = 1
     """The crawl DB's bucket count (which leftover rows are this bucket's)."""
     hosts_out: StorePath | None = None
     """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
     (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
     filter from them rather than scanning the bucket's hosts a second time."""
-    segment_s: float = 0.0
-    """The segment's planned length (``generate.segment_s``, or ``crawl run``'s): each host
-    gets no more URLs than its spacing fits into it (:func:`with_time_budget_sql`). 0: no time budget."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +253,9 @@ class BucketDue:
     hosts: int = 0
     """The bucket's distinct hosts, when the segment gets a known-hosts filter (``hosts_out``;
     else 0): the filter's size is the sum over the buckets."""
+    counters: dict = field(default_factory=dict)
+    """What the task read: ``generate/row_groups_read`` and ``generate/row_groups_skipped``
+    (the base's row groups holding nothing due, :func:`cycles.tables.crawldb.verify_due_pages`)."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
@@ -224,35 +267,16 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
     """
     store = Store(task.store_uri)
-    # The first round reads every bucket: each task verifies its own (generate's
-    # coordinator does not; the later rounds read only files verified here).
-    for path in as_bucket_files(task.file).files:
-        verify_bucket_file(store, path)
+    # Only the pages the due scan reads are checked (DuckDB checks no CRC): the base's row
+    # groups that can hold a due row, and the deltas whole (docs/incremental.md).
+    read = verify_due_pages(store, as_bucket_files(task.file), task.now)
     con = connect(store, task.config, task.workers)
-    whole = bucket_source_sql(store, con, task.file, task.schema_version)
-    # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
-    source = bucket_source_sql(store, con, task.file, task.schema_version, due_at=task.now)
-    hosts = 0
-    if task.hosts_out is not None:
-        table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
-        store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
-        hosts = table.num_rows
-    if task.leftover_files:
-        source = with_leftovers_sql(store, con, source, task, known=whole)
-    if task.host_lease_files:
-        # A host being fetched by an earlier segment must not be in this one too: two
-        # fetches of it at once would break its spacing (cycles/commands/run.py).
-        source = (f"(SELECT * FROM {source} WHERE host NOT IN "
-                  f"(SELECT host FROM {leased_hosts_sql(store, con, list(task.host_lease_files))}))")
-    timed = task.segment_s > 0
-    if timed:
-        source = with_time_budget_sql(store, con, source, task)
-    if task.config.generate.ranking == "links":
-        source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
-                                     link_source(store, con, task.link_hosts, schema.LINK_HOSTS), task.config)
-    leased = leased_urls_sql(store, con, list(task.lease_files))
-    reader = con.sql(due_sql(source, leased, task.config, task.top_n, timed),
-                     params={"now": task.now}).to_arrow_reader(64 * 1024)
+    params = {**ranking_params(task.config), "now": task.now, "top_n": int(task.top_n), "bucket": task.bucket}
+    hosts = write_bucket_hosts(store, con, task) if task.hosts_out is not None else 0
+    source, timed = due_source_sql(store, con, task, params)
+    leased = leased_urls_sql(store, con, list(task.inputs.lease_files))
+    sql = due_sql(source, leased, task.config, timed)
+    reader = con.sql(sql, params=bound(sql, params)).to_arrow_reader(64 * 1024)
     histogram: Counter = Counter()
 
     def counted(batches):
@@ -261,7 +285,42 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
             yield batch
     store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
     con.close()
-    return BucketDue(dict(histogram), hosts)
+    return BucketDue(dict(histogram), hosts, {"generate/row_groups_read": read.read,
+                                              "generate/row_groups_skipped": read.skipped})
+
+
+def write_bucket_hosts(store: Store, con, task: GenerateBucketTask) -> int:
+    """The bucket's distinct hosts, written to ``task.hosts_out`` (the known-hosts filter's
+    part, :func:`write_known_hosts_part`); returns their count. Reads the host column of
+    every row: a host with nothing due is known too."""
+    whole = bucket_source_sql(store, con, task.file, task.schema_version)
+    table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
+    store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
+    return table.num_rows
+
+
+def due_source_sql(store: Store, con, task: GenerateBucketTask, params: dict) -> tuple[str, bool]:
+    """SQL of the bucket's due rows as generate ranks them: with the leftovers, without the
+    hosts in flight, with each host's time budget (then ``True``) and ranked by links, as
+    the task's inputs and config say. Values go into ``params``."""
+    # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
+    source = bucket_source_sql(store, con, task.file, task.schema_version, due=True)
+    inputs = task.inputs
+    if inputs.leftover_files:
+        source = with_leftovers_sql(store, con, source, task,
+                                    known=bucket_source_sql(store, con, task.file, task.schema_version))
+    if inputs.host_lease_files:
+        # A host being fetched by an earlier segment must not be in this one too: two
+        # fetches of it at once would break its spacing (cycles/commands/run.py).
+        source = (f"(SELECT * FROM {source} WHERE host NOT IN "
+                  f"(SELECT host FROM {leased_hosts_sql(store, con, list(inputs.host_lease_files))}))")
+    timed = inputs.segment_s > 0
+    if timed:
+        source = with_time_budget_sql(store, con, source, task, params)
+    if task.config.generate.ranking == "links":
+        source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
+                                     link_source(store, con, task.link_hosts, schema.LINK_HOSTS))
+    return source, timed
 
 
 def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask, known: str | None = None) -> str:
@@ -270,40 +329,40 @@ def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask,
     and did not reach waits otherwise for that segment's update; at the start of a crawl
     nothing else is due then, and every host of the first segment stood idle through it
     (bench_crawl: ~3 s each)."""
-    left = store.duckdb_source(con, list(task.leftover_files))
+    left = store.duckdb_source(con, list(task.inputs.leftover_files))
     mine = (f"(SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, max(score) AS score, "
-            f"min(depth) AS depth FROM {left} WHERE host_hash % {int(task.buckets)} = {int(task.bucket)} "
+            f"min(depth) AS depth FROM {left} WHERE {bucket_of('host_hash', task.buckets)} = $bucket "
             f"GROUP BY url)")
     con.execute(f"CREATE OR REPLACE TEMP TABLE leftover AS {new_url_rows_sql(mine, task.config)}",
-                {"now": task.now})
+                {"now": task.now, "bucket": task.bucket})
     # ``known``: every row of the bucket, when ``source`` holds only the due ones.
     return (f"(SELECT * FROM {source} UNION ALL BY NAME SELECT * FROM leftover WHERE url NOT IN "
             f"(SELECT url FROM {known or source} WHERE host IN (SELECT host FROM leftover)))")
 
 
-def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTask) -> str:
+def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTask, params: dict) -> str:
     """``source`` with a ``time_budget`` column: how many URLs of the row's host fit the
     segment's planned length (cycles/tables/hostdb.py :func:`~cycles.tables.hostdb.planned_urls`: spacing
-    and not-before from the host DB and the segments not updated yet).
+    and not-before from the host DB and the segments not updated yet). ``$always_fit`` goes
+    into ``params``.
 
     Only hosts with more due URLs than fit at the longest spacing a host may have
     (``fetch.max_crawl_delay_s``) are looked up: any other host fits whatever its spacing
     (a not-before wait aside, which the fetch's set-aside rule handles), so the host DB is
     read for the few big hosts, not for the long tail."""
-    fc = task.config.fetch
+    fc, segment_s = task.config.fetch, task.inputs.segment_s
     floor = task.config.effective_delay_s()
-    always_fit = max(1, int(task.segment_s / max(floor, fc.max_crawl_delay_s)))
-    big = [host for (host,) in con.sql(
-        f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > {always_fit}",
-        params={"now": task.now}).fetchall()]
+    params["always_fit"] = max(1, int(segment_s / max(floor, fc.max_crawl_delay_s)))
+    sql = f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > $always_fit"
+    big = [host for (host,) in con.sql(sql, params=bound(sql, params)).fetchall()]
     states = load_host_state(store, set(big)) if big else {}
     now_wall = task.now.timestamp()
     budgets = pa.table({"host": pa.array(big, pa.string()),
-                        "time_budget": pa.array([planned_urls(states.get(h), task.segment_s, floor,
+                        "time_budget": pa.array([planned_urls(states.get(h), segment_s, floor,
                                                               fc.max_crawl_delay_s, now_wall) for h in big],
                                                 pa.int64())})
     con.register("host_time_budget", budgets)
-    return (f"(SELECT s.*, coalesce(b.time_budget, {always_fit}) AS time_budget FROM {source} s "
+    return (f"(SELECT s.*, coalesce(b.time_budget, $always_fit) AS time_budget FROM {source} s "
             f"LEFT JOIN host_time_budget b ON b.host = s.host)")
 
 
@@ -635,11 +694,9 @@ def write_fetchlists(store: Store, executor: Executor, segment: str, candidates:
     return dict(counters)
 
 
-def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
-             top_n: int | None = None, executor: Executor | None = None,
-             cycle_locked: bool = False, exclude_hosts_in_flight: bool = False,
-             continuing: str | None = None, leftovers: bool = False,
-             segment_s: float | None = None) -> GenerateResult:
+def generate(store: Store, config: Config, *, now: dt.datetime | None = None, top_n: int | None = None,
+             executor: Executor | None = None, mode: RunMode = RunMode(),
+             cycle_locked: bool = False) -> GenerateResult:
     """Make the next segment; returns its id (None when nothing is due).
 
     Each bucket's best due URLs are chosen by a :func:`select_bucket_due` task run by
@@ -649,101 +706,135 @@ def generate(store: Store, config: Config, *, now: dt.datetime | None = None,
     lock (:func:`cycles.tables.segment.cycle_lock`; ``cycle_locked``: the caller holds it), so a
     second generate or cycle fails before leasing anything.
 
-    ``exclude_hosts_in_flight`` (``crawl run``, cycles/commands/run.py): leave out every host of a
-    segment generated or being fetched, not only its URLs, so this segment can be fetched
-    while (or right after) those are without a host in two fetch lists at once.
-    ``continuing`` (with it; ``crawl run`` generating ahead): the segment being fetched, after
-    which this one is fetched: its hosts are not left out, so a busy host goes on at once in
-    the next segment (cycles/tables/leases.py ``continuing_lease``). ``leftovers``: the URLs fetched
-    segments queued by discovery and did not reach are candidates too (``crawl run`` before
-    an update, when nothing else is due: :func:`with_leftovers_sql`). ``segment_s``: the
-    segment's planned length (default ``generate.segment_s``; ``crawl run`` chooses its own):
-    each host's share fits it (:func:`with_time_budget_sql`), and the fetch ends there
-    (written in the generated marker).
+    ``mode`` (cycles/generate/mode.py): ``crawl run``'s overlapped segments — hosts in flight
+    left out, leftovers as candidates, its own planned length; the default is ``crawl
+    generate``'s and ``crawl cycle``'s (``generate.segment_s``, nothing left out but leases).
     """
     if not cycle_locked:
         with seg.cycle_lock(store, "generate", config.db):
-            return generate(store, config, now=now, top_n=top_n, executor=executor, cycle_locked=True,
-                            exclude_hosts_in_flight=exclude_hosts_in_flight, continuing=continuing,
-                            leftovers=leftovers, segment_s=segment_s)
-    segment_s = config.generate.segment_s if segment_s is None else segment_s
+            return generate(store, config, now=now, top_n=top_n, executor=executor, mode=mode, cycle_locked=True)
     started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
-    top_n = config.generate.top_n if top_n is None else top_n
-    top_n, held = apply_feed_backpressure(store, config, top_n)
-    if held:
-        return GenerateResult(None, 0, 0, max(1, config.generate.partitions), reason=held)
     partitions = max(1, config.generate.partitions)
+    top_n, held = apply_feed_backpressure(store, config, config.generate.top_n if top_n is None else top_n)
+    if held:
+        return GenerateResult(None, 0, 0, partitions, reason=held)
     with store.lock("crawldb", db=config.db):
-        manifest, files = current_buckets(store, verify=False)  # select_bucket_due verifies
-        if manifest is None:
-            raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
-                             "with `crawl inject seeds.txt`")
-        # Segments whose lease ran out are given up before their URLs are leased again:
-        # applied later, they would put older results over newer rows.
-        seg.abandon_expired(store, now)
-        segment = new_id(now)
-        candidates = seg.segment_dir(store, segment, must_exist=False) / seg.CANDIDATES
-        executor = bucket_executor(store, config, [b.base for b in files], executor)
-        lease_files = tuple(live_lease_files(store, now))
-        host_lease_files = tuple(in_flight_files(store, now)) if exclude_hosts_in_flight else ()
-        if continuing is not None:
-            host_lease_files = tuple(continuing_lease(store, continuing, list(host_lease_files)))
-        left_files = tuple(leftover_files(store, now)) if leftovers else ()
-        hosts_files = [candidates / f"hosts-{bucket:05d}.parquet" if known_hosts_wanted(config) else None
-                       for bucket in range(len(files))]
-        tasks = [GenerateBucketTask(store.uri, config, bucket, file, manifest.schema_version, lease_files, now,
-                                    top_n, store.bucket_file(candidates, bucket), executor.workers,
-                                    *current_link_files(store, bucket, len(files)), host_lease_files,
-                                    left_files, len(files), hosts_files[bucket], segment_s)
-                 for bucket, file in enumerate(files)]
-        try:
-            outs = [t.out for t in tasks]
-            due = executor.map(select_bucket_due, tasks)
-            cutoff = top_n_cutoff(store, outs, [d.histogram for d in due], top_n)
-            loads: list[BucketLoad] = []
-            if cutoff is not None:
-                # The known-hosts filter: each bucket task writes its hosts' part, sized
-                # from every bucket's host count; merged by OR by tasks (write_known_hosts).
-                known_hosts = None
-                parts = [None] * len(outs)
-                if known_hosts_wanted(config):
-                    hosts = sum(d.hosts for d in due)
-                    capacity = known_hosts_capacity(hosts, len(pending_claims(store)))
-                    parts = [KnownHostsPart(hosts_file, capacity, candidates / f"known-hosts-{bucket:05d}.bloom")
-                             for bucket, hosts_file in enumerate(hosts_files)]
-                    known_hosts = ([part.out for part in parts], hosts)
-                chosen = [candidates / f"chosen-hosts-{bucket:05d}.parquet" for bucket in range(len(outs))]
-                # hosts a fetch in flight claimed as new are its own (cycles/tables/newhosts.py)
-                leave_out = segment if exclude_hosts_in_flight and config.fetch.follow_new_hosts else None
-                loads = executor.map(count_chosen_hosts, [
-                    ChosenHostsTask(store.uri, config, out, cutoff, chosen_file, len(files), executor.workers,
-                                    part, leave_out)
-                    for out, chosen_file, part in zip(outs, chosen, parts)])
-                write_fetchlists(store, executor, segment, outs, chosen, cutoff, loads,
-                                 partitions, config, files, manifest.schema_version, known_hosts,
-                                 tuple(fetched_files(list(lease_files))))
-        finally:
-            store.delete_dir(candidates)
-        urls, hosts = sum(load.urls for load in loads), sum(load.hosts for load in loads)
-        if urls == 0:
-            store.delete_dir(seg.segment_dir(store, segment, must_exist=False))
-            return GenerateResult(None, 0, 0, partitions, reason="no URL is due")
-        lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
-        # The marker makes the fetch list a lease: written last, under the lock, so a
-        # generate running next sees either no segment or a complete, leased one.
-        seg.write_marker(store, seg.Generated(
-            segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
-            lease_until=lease_until.isoformat(), crawldb_version=manifest.version, continues=continuing,
-            planned_s=segment_s))
-    write_generate_stats(store, config, segment, urls, hosts, partitions,
-                         time.monotonic() - started, started_wall)
-    return GenerateResult(segment, urls, hosts, partitions)
+        result, counters = generate_segment(store, config, now, top_n, executor, mode)
+    if result.segment is not None:
+        write_generate_stats(store, config, result, time.monotonic() - started, started_wall, counters)
+    return result
 
 
-def write_generate_stats(store: Store, config: Config, segment: str, urls: int, hosts: int, partitions: int,
-                         seconds: float, started_wall: float) -> None:
-    """The segment's ``stats/generate.json`` (duration, URLs/s) and ``crawl_generate.prom`` (cycles/metrics.py)."""
-    stats = metrics.generate_summary(urls, hosts, partitions, seconds)
-    store.write_json(seg.stats_file(seg.segment_dir(store, segment), "generate"), stats)
-    metrics.publish(store, config, "generate", metrics.generate_families(stats, segment, started_wall))
+@dataclass
+class SegmentRun:
+    """One generate under the crawl DB lock: what its rounds share."""
+
+    store: Store
+    config: Config
+    manifest: Manifest
+    files: list
+    """Each bucket's crawldb.BucketFiles."""
+    segment: str
+    now: dt.datetime
+    top_n: int
+    executor: Executor
+    inputs: SegmentInputs
+    mode: RunMode
+
+    @property
+    def candidates(self) -> StorePath:
+        """The segment's scratch folder of candidates (deleted when generate ends)."""
+        return seg.segment_dir(self.store, self.segment, must_exist=False) / seg.CANDIDATES
+
+    def scratch(self, name: str, bucket: int, ext: str = "parquet") -> StorePath:
+        """A bucket's file of one round in the candidates folder."""
+        return self.candidates / f"{name}-{bucket:05d}.{ext}"
+
+
+def generate_segment(store: Store, config: Config, now: dt.datetime, top_n: int, executor: Executor | None,
+                     mode: RunMode) -> tuple[GenerateResult, dict]:
+    """The rounds of the module doc, under the crawl DB lock; the marker written last makes
+    the fetch list a lease. Returns the result and the tasks' counters."""
+    manifest, files = current_buckets(store, verify=False)  # each bucket task verifies what it reads
+    if manifest is None:
+        raise StageError(f"generate: there is no crawl DB in {store.uri}; add seeds first "
+                         "with `crawl inject seeds.txt`")
+    # Segments whose lease ran out are given up before their URLs are leased again:
+    # applied later, they would put older results over newer rows.
+    seg.abandon_expired(store, now)
+    run = SegmentRun(store, config, manifest, files, new_id(now), now, top_n,
+                     bucket_executor(store, config, [b.base for b in files], executor),
+                     segment_inputs(store, now, mode, config), mode)
+    try:
+        loads, counters = choose_and_write(run)
+    finally:
+        store.delete_dir(run.candidates)
+    urls, hosts = sum(load.urls for load in loads), sum(load.hosts for load in loads)
+    partitions = max(1, config.generate.partitions)
+    if urls == 0:
+        store.delete_dir(seg.segment_dir(store, run.segment, must_exist=False))
+        return GenerateResult(None, 0, 0, partitions, reason="no URL is due"), counters
+    lease_until = now + dt.timedelta(seconds=config.generate.lease_s)
+    # The marker makes the fetch list a lease: written last, under the lock, so a
+    # generate running next sees either no segment or a complete, leased one.
+    seg.write_marker(store, seg.Generated(
+        run.segment, generated_at=now.isoformat(), urls=urls, hosts=hosts, partitions=partitions,
+        lease_until=lease_until.isoformat(), crawldb_version=manifest.version, continues=mode.continuing,
+        planned_s=run.inputs.segment_s))
+    return GenerateResult(run.segment, urls, hosts, partitions), counters
+
+
+def bucket_tasks(run: SegmentRun) -> list[GenerateBucketTask]:
+    """Round 1's tasks: one :func:`select_bucket_due` per bucket."""
+    buckets = len(run.files)
+    return [GenerateBucketTask(run.store.uri, run.config, bucket, file, run.manifest.schema_version, run.inputs,
+                               run.now, run.top_n, run.scratch("bucket", bucket), run.executor.workers,
+                               *current_link_files(run.store, bucket, buckets), buckets,
+                               run.scratch("hosts", bucket) if known_hosts_wanted(run.config) else None)
+            for bucket, file in enumerate(run.files)]
+
+
+def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
+    """Rounds 1-4 (module doc): each bucket's best due URLs, the top-N cutoff, the chosen
+    hosts and their loads, the fetch lists. Returns the buckets' loads (none: nothing due)
+    and the tasks' counters."""
+    tasks = bucket_tasks(run)
+    due = run.executor.map(select_bucket_due, tasks)
+    counters: Counter = Counter()
+    for bucket_due in due:
+        counters.update(bucket_due.counters)
+    outs = [task.out for task in tasks]
+    cutoff = top_n_cutoff(run.store, outs, [d.histogram for d in due], run.top_n)
+    if cutoff is None:
+        return [], dict(counters)
+    # The known-hosts filter: each bucket task writes its hosts' part, sized from every
+    # bucket's host count; merged by OR by tasks (write_known_hosts).
+    known_hosts, parts = None, [None] * len(outs)
+    if known_hosts_wanted(run.config):
+        hosts = sum(d.hosts for d in due)
+        capacity = known_hosts_capacity(hosts, len(pending_claims(run.store)))
+        parts = [KnownHostsPart(task.hosts_out, capacity, run.scratch("known-hosts", task.bucket, "bloom")) for task in tasks]
+        known_hosts = ([part.out for part in parts], hosts)
+    chosen = [run.scratch("chosen-hosts", task.bucket) for task in tasks]
+    # hosts a fetch in flight claimed as new are its own (cycles/tables/newhosts.py)
+    leave_out = run.segment if run.mode.exclude_hosts_in_flight and run.config.fetch.follow_new_hosts else None
+    loads = run.executor.map(count_chosen_hosts, [
+        ChosenHostsTask(run.store.uri, run.config, out, cutoff, chosen_file, len(outs), run.executor.workers,
+                        part, leave_out)
+        for out, chosen_file, part in zip(outs, chosen, parts)])
+    counters.update(write_fetchlists(run.store, run.executor, run.segment, outs, chosen, cutoff, loads,
+                                     max(1, run.config.generate.partitions), run.config, run.files,
+                                     run.manifest.schema_version, known_hosts,
+                                     tuple(fetched_files(list(run.inputs.lease_files)))))
+    return loads, dict(counters)
+
+
+def write_generate_stats(store: Store, config: Config, result: GenerateResult, seconds: float,
+                         started_wall: float, counters: dict | None = None) -> None:
+    """The segment's ``stats/generate.json`` (duration, URLs/s, and the tasks' counters: what
+    they read, the seen-sets) and ``crawl_generate.prom`` (cycles/metrics.py)."""
+    stats = {**(counters or {}),
+             **metrics.generate_summary(result.urls, result.hosts, result.partitions, seconds)}
+    store.write_json(seg.stats_file(seg.segment_dir(store, result.segment), "generate"), stats)
+    metrics.publish(store, config, "generate", metrics.generate_families(stats, result.segment, started_wall))

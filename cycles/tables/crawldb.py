@@ -29,6 +29,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cycles import clock
 from cycles.tables import schema
@@ -36,7 +37,7 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
-from cycles.storage.sql import literal, literals
+from cycles.storage.sql import literals
 from cycles.tables.partitioning import bucket_sql, buckets_of
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 
@@ -222,15 +223,16 @@ def merged_sql(base: str, deltas: list[str], where: str = "") -> str:
 
 
 def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: BucketFiles,
-                      schema_version: int = schema.SCHEMA_VERSION, due_at: dt.datetime | None = None) -> str:
+                      schema_version: int = schema.SCHEMA_VERSION, due: bool = False) -> str:
     """SQL table expression over one bucket's rows: its base merged with its deltas
     (:func:`merged_sql`), in the current schema (``schema_version``: the manifest's).
-    ``due_at``: only the rows due then (``next_fetch <= due_at``), the filter written as a
-    literal so that DuckDB prunes the base's row groups by their ``next_fetch`` statistics."""
+    ``due``: only the rows due at ``$now`` (``next_fetch <= $now``; the caller binds it),
+    a filter DuckDB pushes into the base's Parquet scan, pruning its row groups by their
+    ``next_fetch`` statistics (the ones :func:`due_row_groups` names)."""
     bucket = as_bucket_files(bucket)  # a plain file: a base without deltas
     base = store.duckdb_source(con, [bucket.base])
     deltas = [store.duckdb_source(con, [d]) for d in bucket.deltas]
-    where = f"next_fetch <= TIMESTAMPTZ {literal(due_at.isoformat())}" if due_at is not None else ""
+    where = "next_fetch <= $now" if due else ""
     if where and schema_version < schema.SCHEMA_VERSION:
         return f"(SELECT * FROM {upgraded_sql(merged_sql(base, deltas), schema_version)} WHERE {where})"
     return upgraded_sql(merged_sql(base, deltas, where), schema_version)
@@ -266,6 +268,62 @@ def read_crawldb(store: Store, columns: list[str] | None = None) -> pa.Table:
         return schema.CRAWLDB.empty_table().select(columns or schema.CRAWLDB.names)
     tables = [read_bucket_rows(store, b, manifest.schema_version, columns) for b in buckets]
     return pa.concat_tables(tables)
+
+
+def due_row_groups(store: Store, path: StorePath, now: dt.datetime) -> tuple[list[int], int]:
+    """The row groups of a Parquet file of crawl DB rows that can hold a row due at ``now``
+    (smallest ``next_fetch`` at or before it, or no statistics), and how many row groups the
+    file has. From the footer alone: on a compacted base (sorted by ``next_fetch``,
+    cycles/commands/compact.py) these are the first few; on one sorted by host, all."""
+    metadata = store.read_metadata_checked(path)
+    column = metadata.schema.to_arrow_schema().get_field_index("next_fetch")
+    due = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics if column >= 0 else None
+        if stats is None or not stats.has_min_max or stats.min <= now:
+            due.append(group)
+    return due, metadata.num_row_groups
+
+
+@dataclass(frozen=True)
+class PagesRead:
+    """What :func:`verify_due_pages` checked: row groups read and skipped (every file of a bucket)."""
+
+    read: int
+    skipped: int
+
+
+def verify_due_pages(store: Store, bucket: BucketFiles, now: dt.datetime) -> PagesRead:
+    """Check the page checksums of what a due scan of ``bucket`` at ``now`` reads: the base's
+    row groups that can hold a due row (:func:`due_row_groups`, every column) and every
+    delta whole (small, and read whole by the merge). The row groups it skips are the ones
+    DuckDB's scan skips by the same statistics: generate's cost follows what can be due.
+
+    A bad page raises the StoreError of :meth:`Store.verify_parquet` (one line naming the
+    file and the repair). The rest of a base is checked by the stages that read it whole
+    (update's dedup scan, ``crawl compact``, ``crawl recover``)."""
+    groups, total = due_row_groups(store, bucket.base, now)
+    read_row_groups(store, bucket.base, groups)
+    read = len(groups)
+    for delta in bucket.deltas:
+        read += store.read_metadata_checked(delta).num_row_groups
+        store.verify_parquet([delta])
+    return PagesRead(read, total - len(groups))
+
+
+def read_row_groups(store: Store, path: StorePath, groups: list[int]) -> None:
+    """Read ``groups`` of ``path`` with page checksums checked; a bad page is reported by
+    :meth:`Store.verify_parquet` over the whole file, so that its message is the one every
+    stage gives."""
+    if not groups:
+        return
+    try:
+        with pq.ParquetFile(str(path), filesystem=store.fs, page_checksum_verification=True) as reader:
+            for _ in reader.iter_batches(batch_size=64 * 1024, row_groups=groups, use_threads=False):
+                pass
+    except (pa.ArrowException, OSError):
+        store.verify_parquet([path])  # raises the error naming the file and its repair
+        raise
 
 
 def verify_bucket_file(store: Store, path: StorePath) -> None:

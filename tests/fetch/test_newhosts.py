@@ -30,6 +30,7 @@ from cycles.fetch.fetch import fetch_segment
 from cycles.tables.newhosts import (NewHosts, claim_body, claimed_hosts, create_if_absent, leave_out_claimed,
                                    read_claim, read_known_hosts)
 from cycles.generate.generate import generate
+from cycles.generate.mode import RunMode
 from cycles.commands.inject import inject
 from cycles.commands.run import RunState, run_crawl
 from cycles.storage.store import Store, new_id
@@ -162,7 +163,7 @@ def test_an_overlapped_generate_leaves_out_a_host_the_fetch_in_flight_claimed(st
     fetch_worker, _ = worker(store, first, 0)
     assert fetch_worker.claim("c.test") and fetch_worker.claim("d.test")
     inject(store, config, write_seeds(tmp_path / "b.txt", ["http://c.test/", "http://d.test/", "http://e.test/"]))
-    second = generate(store, config, top_n=100, exclude_hosts_in_flight=True).segment
+    second = generate(store, config, top_n=100, mode=RunMode(exclude_hosts_in_flight=True)).segment
     hosts = fetchlist_hosts(store, second)
     assert hosts == {"a.test", "b.test", "e.test"} - fetchlist_hosts(store, first)
     assert not fetch_worker.claim("e.test") and not worker(store, first, 1)[0].claim("e.test")

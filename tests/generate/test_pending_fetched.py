@@ -18,6 +18,7 @@ from cycles.tables import segment as seg
 from cycles.storage.bloom import BloomFilter
 from cycles.config import Config
 from cycles.generate.generate import generate
+from cycles.generate.mode import RunMode
 from cycles.commands.inject import inject
 from cycles.storage.store import Store
 from tests.conftest import write_seeds
@@ -46,7 +47,7 @@ def test_a_url_fetched_inline_is_not_listed_nor_fetched_inline_by_the_next_segme
     seg.write_marker(store, seg.Fetched(first.segment))
     # The update of an earlier segment adds /9 as a new URL, due now (a link found there).
     inject(store, config, write_seeds(tmp_path / "more.txt", ["http://a.test/9"]))
-    second = generate(store, config, top_n=100, exclude_hosts_in_flight=True)
+    second = generate(store, config, top_n=100, mode=RunMode(exclude_hosts_in_flight=True))
     assert sorted(fetchlist(store, second.segment)) == sorted({"http://a.test/1", "http://a.test/2"} - set(listed))
     folder = seg.segment_dir(store, second.segment)
     seen = BloomFilter.from_bytes(store.read_bytes(seg.seen_bloom_file(folder, 0)))
@@ -89,8 +90,8 @@ def test_what_a_fetch_did_not_reach_is_listed_before_its_update_and_a_damaged_fi
     folder = seg.segment_dir(store, first.segment)
     (folder / seg.LEFTOVER / "part-00001.parquet").write_bytes(b"PAR1 not parquet")  # a damaged one
     seg.write_marker(store, seg.Fetched(first.segment))
-    assert generate(store, config, exclude_hosts_in_flight=True).segment is None  # nothing due
-    second = generate(store, config, exclude_hosts_in_flight=True, leftovers=True)
+    assert generate(store, config, mode=RunMode(exclude_hosts_in_flight=True)).segment is None  # nothing due
+    second = generate(store, config, mode=RunMode(exclude_hosts_in_flight=True, leftovers=True))
     # /2 was fetched (leased by its fetched row), /1 is leased by the fetch list.
     assert sorted(fetchlist(store, second.segment)) == ["http://a.test/5", "http://a.test/6"]
     # Leased by that fetch list from now on, also once the update adds them as rows (the
@@ -98,4 +99,4 @@ def test_what_a_fetch_did_not_reach_is_listed_before_its_update_and_a_damaged_fi
     seg.write_marker(store, seg.Fetching(second.segment))
     seg.write_marker(store, seg.Fetched(second.segment))
     inject(store, config, write_seeds(tmp_path / "more.txt", ["http://a.test/5", "http://a.test/6"]))
-    assert generate(store, config, exclude_hosts_in_flight=True, leftovers=True).segment is None
+    assert generate(store, config, mode=RunMode(exclude_hosts_in_flight=True, leftovers=True)).segment is None

@@ -52,8 +52,8 @@ def reference_urls(store, config, now, top_n) -> list[str]:
     manifest, files = current_bucket_files(store)
     con = connect(store, config)
     source = upgraded_sql(store.duckdb_source(con, files), manifest.schema_version)
-    rows = con.sql(gen.due_sql(source, leased_urls_sql(store, con, []), config, top_n),
-                   params={"now": now}).fetchall()
+    sql = gen.due_sql(source, leased_urls_sql(store, con, []), config)
+    rows = con.sql(sql, params=gen.bound(sql, {**gen.ranking_params(config), "now": now, "top_n": top_n})).fetchall()
     return [r[0] for r in rows]
 
 

@@ -18,13 +18,13 @@ def flip_a_bit(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def flip_a_bit_in_a_data_page(path, column: str = "url") -> int:
-    """Flip one bit inside ``column``'s data page (located from the Parquet metadata) where a
-    reader that does not check page checksums reads changed values without any error; return
-    the offset."""
+def flip_a_bit_in_a_data_page(path, column: str = "url", row_group: int = 0) -> int:
+    """Flip one bit inside ``column``'s data page of ``row_group`` (located from the Parquet
+    metadata) where a reader that does not check page checksums reads changed values without
+    any error; return the offset."""
     original = path.read_bytes()
     metadata = pq.read_metadata(path)
-    chunk = metadata.row_group(0).column(metadata.schema.names.index(column))
+    chunk = metadata.row_group(row_group).column(metadata.schema.names.index(column))
     start = chunk.data_page_offset
     end = (chunk.dictionary_page_offset or start) + chunk.total_compressed_size
     expected = pq.read_table(path)
