@@ -37,7 +37,7 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
-from cycles.storage.sql import literals
+from cycles.storage.sql import literal, literals
 from cycles.tables.partitioning import bucket_sql, buckets_of
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 
