@@ -457,6 +457,12 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
     about as much as the work done with it, so each walk yields only the elements it needs,
     and the block walk, about half of all elements, needs no dispatch on the tag.
     """
+    _pad_blocks(root)
+    return _collect(root, agent)
+
+
+def _pad_blocks(root: etree._Element) -> None:
+    """The first walk: every block element's start and end padded with a space."""
     # Block elements separate words: pad their start and end with a space (unless there is
     # whitespace there already), so that minified "<li>Home</li><li>News</li>" gives
     # "Home News", not "HomeNews".
@@ -489,6 +495,10 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
             element.text = " " + _XML_INCOMPATIBLE.sub(" ", inner or "")
             element.tail = " " + _XML_INCOMPATIBLE.sub(" ", tail or "")
 
+
+
+def _collect(root: etree._Element, agent: str) -> _Scan:
+    """The second walk: anchors, hidden elements and what the head says."""
     scan = _Scan()
     agent = agent.lower()
     anchors = scan.anchors
@@ -504,16 +514,7 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
         elif kind == _NOSCRIPT:
             scan.noscripts.append(element)
         elif kind == _META:
-            name = element.get("name")
-            if name is not None and name.strip().lower() in ("robots", agent):
-                # Values are comma-separated; "none" means noindex, nofollow.
-                for value in (element.get("content") or "").lower().replace(",", " ").split():
-                    if value == "noindex":
-                        scan.noindex = True
-                    elif value == "nofollow":
-                        scan.nofollow = True
-                    elif value == "none":
-                        scan.noindex = scan.nofollow = True
+            _read_robots_meta(scan, element, agent)
         elif kind == _LINK:
             if scan.canonical_href is None:
                 rel = element.get("rel")
@@ -525,6 +526,22 @@ def _scan(root: etree._Element, agent: str) -> _Scan:
         elif scan.base_href is None:  # _BASE
             scan.base_href = element.get("href")
     return scan
+
+
+
+
+def _read_robots_meta(scan: _Scan, element: etree._Element, agent: str) -> None:
+    """A ``<meta name="robots|<agent>" content=...>``: its noindex/nofollow into ``scan``."""
+    name = element.get("name")
+    if name is not None and name.strip().lower() in ("robots", agent):
+        # Values are comma-separated; "none" means noindex, nofollow.
+        for value in (element.get("content") or "").lower().replace(",", " ").split():
+            if value == "noindex":
+                scan.noindex = True
+            elif value == "nofollow":
+                scan.nofollow = True
+            elif value == "none":
+                scan.noindex = scan.nofollow = True
 
 
 _XML_INCOMPATIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]+")
