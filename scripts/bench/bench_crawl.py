@@ -92,6 +92,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchlib import print_side_by_side  # noqa: E402
 from cycles.commands.inject import inject  # noqa: E402
 from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
@@ -314,15 +315,11 @@ def print_table(results: list[tuple[str, dict]], args, loads: tuple) -> None:
          if "idle_with_work_s" in r else "-"),
     ]
     names = [name for name, _ in results]
-    width = max(len(label) for label, _ in rows)
     print()
     print(f"Link-following crawl, {args.seconds:g} s each: {args.hosts} regular hosts (long tail, host 0 "
           f"{args.pages} pages of {args.page_bytes} B) + special, trap and hostile hosts; {args.seeds} seeds")
     print(f"load average at start {loads[0]}, at end {loads[1]} (2-core machine shared: read with care)")
-    print("| " + " | ".join([" " * width] + names) + " |")
-    print("|" + "|".join(["-" * (width + 2)] + ["-" * (len(n) + 2) for n in names]) + "|")
-    for label, show in rows:
-        print("| " + " | ".join([label.ljust(width)] + [show(r).rjust(len(n)) for n, r in results]) + " |")
+    print_side_by_side(rows, names, [r for _, r in results])
     for name, r in results:
         if r["examples"]:
             print(f"{name}: first faults {r['examples']}")

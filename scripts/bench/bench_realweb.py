@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import benchlib  # noqa: E402
 from testweb.dns import FAILING_NAMES  # noqa: E402
 from testweb.realweb import RealWeb  # noqa: E402
 
@@ -133,15 +134,10 @@ def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> Non
         ("test web server CPU-s (shares the cores)", lambda r: f"{r['server_cpu_s']:.1f}"),
         ("test DNS server CPU-s (shares the cores)", lambda r: f"{r['dns_cpu_s']:.1f}"),
     ]
-    width = max(len(label) for label, _ in rows)
-    names = [r["name"] for r in results]
     print(f"\n{title}")
     for load in loads:
         print(f"  {load}")
-    print("| " + " | ".join([" " * width] + names) + " |")
-    print("|" + "|".join(["-" * (width + 2)] + ["-" * (len(n) + 2) for n in names]) + "|")
-    for label, show in rows:
-        print("| " + " | ".join([label.ljust(width)] + [show(r).rjust(len(n)) for n, r in zip(names, results)]) + " |")
+    benchlib.print_side_by_side(rows, [r["name"] for r in results], results)
 
 
 # --- bench_fetch --real-web -------------------------------------------------------------------

@@ -13,7 +13,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +59,16 @@ def print_table(columns: Sequence[tuple[str, int]], rows: Sequence[Sequence[str]
     print("-" * len(head))
     for row in rows:
         print(" ".join(f"{cell:>{width}}" for cell, (_, width) in zip(row, columns)))
+
+
+def print_side_by_side(rows: Sequence[tuple[str, Callable[[dict], str]]], names: Sequence[str],
+                      results: Sequence[dict]) -> None:
+    """A markdown table, one column a crawler: each row a label and how to show a result's value."""
+    width = max(len(label) for label, _ in rows)
+    print("| " + " | ".join([" " * width, *names]) + " |")
+    print("|" + "|".join(["-" * (width + 2)] + ["-" * (len(n) + 2) for n in names]) + "|")
+    for label, show in rows:
+        print("| " + " | ".join([label.ljust(width)] + [show(r).rjust(len(n)) for n, r in zip(names, results)]) + " |")
 
 
 def dispatch(prog: str, doc: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
