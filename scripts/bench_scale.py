@@ -1031,7 +1031,8 @@ def build_only(args, size: int) -> None:
 
 def incremental() -> bool:
     """Whether the code measured has the crawl DB's deltas and `crawl compact` (docs/incremental.md)."""
-    return (Path(_src_dir()) / "cycles" / "compact.py").exists()
+    src = Path(_src_dir()) / "cycles"
+    return (src / "commands" / "compact.py").exists() or (src / "compact.py").exists()
 
 
 def link_seconds(row: dict) -> float:
