@@ -241,25 +241,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
                p.host IN (SELECT host FROM known_mirrors) AS mirror
         FROM {pages} p LEFT JOIN (SELECT url, min(first_fetched) AS first_fetched FROM {sources['seg']} GROUP BY url) s
           USING (url)""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
-        SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
-        FROM {sources['exact']}
-        WHERE simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
-    exact = con.sql(f"""
-        WITH stored_copies AS (
-            SELECT * FROM exact_stored
-            WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
-        shared AS (
-            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> '{EMPTY_HASH}'
-            GROUP BY content_hash HAVING count(*) > 1
-            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> '{EMPTY_HASH}'),
-        members AS (
-            SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
-            UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
-        groups AS (
-            SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
-            FROM members)
-        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
+    exact = exact_marks(con, sources["exact"])
     counters["dedup/exact"] += exact.num_rows
 
     con.register("exact_marks", exact)
@@ -286,6 +268,31 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     con.unregister("known_mirrors")
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors,
                        per_host=per_host_counts(marks))
+
+
+def exact_marks(con: duckdb.DuckDBPyConnection, exact: str) -> pa.Table:
+    """(url, host, canonical, kind) of the exact copies among the segment's pages (table
+    ``seg``) and the stored candidates ``exact`` (:data:`MATCH_KINDS`): each group of one
+    content hash (not the empty text's) keeps its first URL by :data:`CANONICAL_ORDER`."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
+        SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
+        FROM {exact}
+        WHERE simhash IN (SELECT simhash FROM seg WHERE simhash IS NOT NULL)""")
+    return con.sql(f"""
+        WITH stored_copies AS (
+            SELECT * FROM exact_stored
+            WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
+        shared AS (
+            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> '{EMPTY_HASH}'
+            GROUP BY content_hash HAVING count(*) > 1
+            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> '{EMPTY_HASH}'),
+        members AS (
+            SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
+            UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
+        groups AS (
+            SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
+            FROM members)
+        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
 
 
 def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int = 16) -> pa.Table:
@@ -419,19 +426,26 @@ def scan_groups(bucket_rows: list[int], pages: int) -> list[list[int]]:
 
 
 @dataclass(frozen=True)
-class DedupScanTask:
-    """One dedup scan over some crawl DB buckets: locations, ids and the config (picklable)."""
+class BucketScanTask:
+    """A task reading crawl DB buckets: the store, the config, the buckets' schema (picklable)."""
 
     store_uri: str
     config: Config
-    part: int
-    """This task's number: its output files' names."""
-    old_files: tuple
-    """Its buckets' files in the crawl DB version update starts from."""
     schema_version: int
-    inputs: StorePath
+    workers: int
+    """How many such tasks run at once on this machine (they share memory and threads)."""
+
+
+@dataclass(frozen=True)
+class DedupScanTask(BucketScanTask):
+    """One dedup scan over some crawl DB buckets."""
+
+    part: int = 0
+    """This task's number: its output files' names."""
+    old_files: tuple = ()
+    """Its buckets' files (crawldb.BucketFiles) in the crawl DB version update starts from."""
+    inputs: StorePath | None = None
     """The segment's update inputs folder (``segments/<id>/update``)."""
-    workers: int = 1
 
 
 def dedup_scan(task: DedupScanTask) -> dict[str, int]:
@@ -463,15 +477,12 @@ def dedup_scan(task: DedupScanTask) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class HostPagesTask:
-    """Count stored pages of some hosts in one bucket (picklable)."""
+class HostPagesTask(BucketScanTask):
+    """Count stored pages of some hosts in one bucket."""
 
-    store_uri: str
-    config: Config
-    file: StorePath
-    schema_version: int
-    hosts: tuple
-    workers: int = 1
+    file: object = None
+    """The bucket's files (crawldb.BucketFiles)."""
+    hosts: tuple = ()
 
 
 def count_host_pages(task: HostPagesTask) -> dict[str, int]:
@@ -498,8 +509,8 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
     files = [as_bucket_files(f) for f in files]  # a bucket's base and deltas (plain paths: bases alone)
     store.write_table(pages_file(inputs), pages, pages.schema)
     groups = scan_groups([store.read_metadata(f.base).num_rows for f in files], pages.num_rows)
-    tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
-                           executor.workers) for part, group in enumerate(groups)]
+    tasks = [DedupScanTask(store.uri, config, schema_version, executor.workers, part, tuple(files[b] for b in group),
+                           inputs) for part, group in enumerate(groups)]
     executor.map(dedup_scan, tasks)
     sources = {kind: store.duckdb_source(con, [match_file(inputs, kind, part) for part in range(len(tasks))])
                for kind in MATCH_KINDS}
@@ -511,7 +522,7 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
             by_bucket.setdefault(int(bucket), []).append(host)
         sizes: dict[str, int] = {}
         for counts in executor.map(count_host_pages, [
-                HostPagesTask(store.uri, config, files[b], schema_version, tuple(sorted(h)), executor.workers)
+                HostPagesTask(store.uri, config, schema_version, executor.workers, files[b], tuple(sorted(h)))
                 for b, h in sorted(by_bucket.items())]):
             sizes.update(counts)
         return sizes
