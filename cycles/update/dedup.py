@@ -155,7 +155,16 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     """Scan crawl DB rows ``db_source`` (a bucket, or the whole crawl DB) for the segment's
     pages ``pages`` (a table: url, host, content_hash, simhash, text_chars); returns kind →
     temp table (:data:`MATCH_KINDS`). Cost: one pass over the rows' cheap columns plus one
-    hash join per block mask with the segment's fingerprints on the build side."""
+    hash join per block mask with the segment's fingerprints on the build side.
+
+    The rows any of the scans below can match (stored pages, duplicates, the segment's own
+    URLs) are read once into ``m_db``, with the seven columns the scans use: ``db_source``
+    merges a base with its deltas on read, and five scans of it ran that merge five times."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_db AS
+        SELECT url, host, status, content_hash, simhash, first_fetched, duplicate_of FROM {db_source}
+        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL) OR status = '{DbStatus.DUPLICATE}'
+           OR url IN (SELECT url FROM {pages})""")
+    db_source = "m_db"
     stored = stored_sql(db_source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_seg AS
         SELECT p.url, db.first_fetched, db.content_hash AS db_content_hash
@@ -196,7 +205,7 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
         FROM {db_source} db
         WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
         GROUP BY ALL""")
-    for table in ("m_mine", "m_hashes", "m_cand"):
+    for table in ("m_mine", "m_hashes", "m_cand", "m_db"):
         con.execute(f"DROP TABLE {table}")
     return {kind: f"m_{kind}" for kind in MATCH_KINDS}
 
