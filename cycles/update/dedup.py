@@ -186,15 +186,15 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     # rows holding a paired one are looked up after.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
         SELECT url, simhash FROM {pages} WHERE simhash IS NOT NULL AND simhash <> 0
-          AND text_chars >= {u.simhash_min_chars}""")
+          AND text_chars >= ?""", [u.simhash_min_chars])
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
         SELECT simhash FROM {stored} AND simhash IS NOT NULL AND simhash <> 0""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
     for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
-        con.execute(f"""INSERT INTO m_cand
+        con.execute("""INSERT INTO m_cand
             SELECT a.url, b.simhash FROM m_mine a JOIN m_hashes b
-              ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}""")
+              ON (a.simhash & $mask::UBIGINT) = (b.simhash & $mask::UBIGINT)
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= $distance""", {"mask": mask, "distance": u.simhash_max_distance})
     con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
         SELECT url, host, simhash, first_fetched FROM {stored}
@@ -262,7 +262,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     per_host = con.sql(f"""
         SELECT p.host, count(*) AS pages, count(m.url) AS dups
         FROM {pages} p LEFT JOIN marks m ON p.url = m.url
-        GROUP BY p.host HAVING count(m.url) >= {u.dup_host_ratio} * count(*) AND count(m.url) > 0""").fetchall()
+        GROUP BY p.host HAVING count(m.url) >= ? * count(*) AND count(m.url) > 0""", params=[u.dup_host_ratio]).fetchall()
     low = sorted(host for host, _, _ in per_host)
     counters["dedup/low_priority_hosts"] += len(low)
     mirrors = find_mirrors(con, sources["copies"], u, stored_pages_of)
@@ -292,16 +292,17 @@ def exact_marks(con: duckdb.DuckDBPyConnection, exact: str) -> pa.Table:
             SELECT * FROM exact_stored
             WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
         shared AS (
-            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> '{EMPTY_HASH}'
+            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> $empty
             GROUP BY content_hash HAVING count(*) > 1
-            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> '{EMPTY_HASH}'),
+            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> $empty),
         members AS (
             SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
             UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
         groups AS (
             SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
             FROM members)
-        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
+        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""",
+                   params={"empty": EMPTY_HASH}).to_arrow_table()
 
 
 def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int = 16) -> pa.Table:
@@ -338,7 +339,7 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
         directed AS (SELECT host, of_host, sum(n) AS n FROM copies WHERE host <> of_host GROUP BY ALL)
         SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
                sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
-        FROM directed GROUP BY ALL HAVING sum(n) >= {u.mirror_min_pages}""")
+        FROM directed GROUP BY ALL HAVING sum(n) >= ?""", [u.mirror_min_pages])
     hosts = [h for (h,) in con.execute("SELECT a FROM mirror_pairs UNION SELECT b FROM mirror_pairs").fetchall()]
     sizes = Counter(stored_pages_of(hosts) if hosts else {})
     # With the pages this segment fetched first (no stored row yet): a mirror found by
@@ -355,7 +356,7 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
         SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
                CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
         FROM mirror_pairs pairs JOIN mirror_sizes sa ON sa.host = pairs.a JOIN mirror_sizes sb ON sb.host = pairs.b
-        WHERE shared >= {u.mirror_ratio} * least(sa.pages, sb.pages)""").fetchall()
+        WHERE shared >= ? * least(sa.pages, sb.pages)""", params=[u.mirror_ratio]).fetchall()
     con.unregister("mirror_sizes")
     con.execute("DROP TABLE mirror_pairs")
     return dict(rows)
@@ -374,16 +375,16 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
     never holders (the scans leave them out), so a mark points at an original.
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
-        SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= {u.simhash_min_chars}
-          AND url NOT IN (SELECT url FROM exact_marks)""")
+        SELECT url, simhash FROM seg WHERE simhash IS NOT NULL AND simhash <> 0 AND text_chars >= ?
+          AND url NOT IN (SELECT url FROM exact_marks)""", [u.simhash_min_chars])
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_cand AS
         SELECT url, other_hash FROM {sources['near_pairs']} WHERE url IN (SELECT url FROM near_mine)""")
     for mask in block_masks(u.simhash_blocks, u.simhash_max_distance):
-        con.execute(f"""INSERT INTO near_cand
+        con.execute("""INSERT INTO near_cand
             SELECT a.url, b.simhash FROM near_mine a JOIN near_mine b
-              ON (a.simhash & {mask}::UBIGINT) = (b.simhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.simhash, b.simhash)) <= {u.simhash_max_distance}
-              AND b.url <> a.url""")
+              ON (a.simhash & $mask::UBIGINT) = (b.simhash & $mask::UBIGINT)
+            WHERE bit_count(xor(a.simhash, b.simhash)) <= $distance
+              AND b.url <> a.url""", {"mask": mask, "distance": u.simhash_max_distance})
     con.execute("CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM near_cand")
     order = CANONICAL_ORDER.replace("length(url)", "length(other)").replace("url ASC", "other ASC")
     return con.sql(f"""
