@@ -123,21 +123,31 @@ def test_rebucket_8_3_5_then_crawl_on(crawl):
     assert same.exit_code == 0 and "already has 5 buckets; nothing changed" in same.output
 
 
-@pytest.mark.xfail(strict=False, reason="after the crawl DB's deltas (#24) met the planned cycles (#29), a crawl that "
-                   "compacted keeps one version folder more than db.keep_versions allows here; open, see the "
-                   "session note")
 def test_failure_midway_keeps_the_old_version(crawl, monkeypatch, fail_second_write):
     store, config = crawl["store"], crawl["config"]
     manifest = store.manifest()
     rows = all_rows(store)
     fail_second_write()
+    written = []
+    original = Store.new_version_dir
+    monkeypatch.setattr(Store, "new_version_dir",
+                        lambda self, name="crawldb": written.append(original(self, name)) or written[-1])
     with pytest.raises(OSError, match="disk full"):
         rebucket(store, config, manifest.buckets + 1)
     monkeypatch.undo()
     assert store.manifest() == manifest
-    versions = [p.name for p in store.path("crawldb").iterdir() if p.name.startswith("v")]
-    # Kept: the installed versions, and the folders whose files the current one names (bases).
-    assert manifest.version in versions and len(set(versions) - manifest.folders()) <= config.db.keep_versions - 1
+    versions = {p.name for p in store.path("crawldb").iterdir() if p.name.startswith("v")}
+    # Kept: the installed versions (db.keep_versions) and the folders whose files they name. A
+    # compaction's version names only its own bases while the version before it still names
+    # the inject's: that folder stays until the older version goes (docs/incremental.md,
+    # pruning), so the count alone is not the rule (it was flaky: one folder more when every
+    # bucket happened to be compacted).
+    kept = store.history("crawldb")
+    assert manifest.version in kept and len(kept) <= max(2, config.db.keep_versions)
+    named = set(kept).union(*(store.sealed_manifest("crawldb", v)[0].folders() for v in kept))
+    # The failed rebucket made a version folder (and wrote its first bucket there): it is gone.
+    assert len(written) == 1 and written[0][0] not in versions
+    assert versions == named, "a folder no kept version names"
     assert all_rows(store).equals(rows)
 
 

@@ -356,7 +356,9 @@ def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTas
     sql = f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > $always_fit"
     big = [host for (host,) in con.sql(sql, params=bound(sql, params)).fetchall()]
     states = load_host_state(store, set(big)) if big else {}
-    now_wall = task.now.timestamp()
+    # The host DB's not_before is real wall time (politeness never runs on the crawl's clock,
+    # cycles/clock.py): on a shifted clock, task.now put it years away and no URL fit.
+    now_wall = time.time()
     budgets = pa.table({"host": pa.array(big, pa.string()),
                         "time_budget": pa.array([planned_urls(states.get(h), segment_s, floor,
                                                               fc.max_crawl_delay_s, now_wall) for h in big],

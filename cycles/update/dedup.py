@@ -155,7 +155,16 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     """Scan crawl DB rows ``db_source`` (a bucket, or the whole crawl DB) for the segment's
     pages ``pages`` (a table: url, host, content_hash, minhash, text_chars); returns kind →
     temp table (:data:`MATCH_KINDS`). Cost: one pass over the rows' cheap columns plus one
-    hash join per block mask with the segment's fingerprints on the build side."""
+    hash join per block mask with the segment's fingerprints on the build side.
+
+    The rows any of the scans below can match (stored pages, duplicates, the segment's own
+    URLs) are read once into ``m_db``, with the seven columns the scans use: ``db_source``
+    merges a base with its deltas on read, and five scans of it ran that merge five times."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_db AS
+        SELECT url, host, status, content_hash, minhash, first_fetched, duplicate_of FROM {db_source}
+        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL) OR status = '{DbStatus.DUPLICATE}'
+           OR url IN (SELECT url FROM {pages})""")
+    db_source = "m_db"
     stored = stored_sql(db_source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_seg AS
         SELECT p.url, db.first_fetched, db.content_hash AS db_content_hash
@@ -177,15 +186,15 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     # rows holding a paired one are looked up after.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
         SELECT url, minhash FROM {pages} WHERE minhash IS NOT NULL AND minhash <> 0
-          AND text_chars >= {u.minhash_min_chars}""")
+          AND text_chars >= ?""", [u.minhash_min_chars])
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
         SELECT minhash FROM {stored} AND minhash IS NOT NULL AND minhash <> 0""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
     for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
-        con.execute(f"""INSERT INTO m_cand
+        con.execute("""INSERT INTO m_cand
             SELECT a.url, b.minhash FROM m_mine a JOIN m_hashes b
-              ON (a.minhash & {mask}::UBIGINT) = (b.minhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}""")
+              ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= $distance""", {"mask": mask, "distance": u.minhash_max_distance})
     con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
         SELECT url, host, minhash, first_fetched FROM {stored}
@@ -196,7 +205,7 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
         FROM {db_source} db
         WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
         GROUP BY ALL""")
-    for table in ("m_mine", "m_hashes", "m_cand"):
+    for table in ("m_mine", "m_hashes", "m_cand", "m_db"):
         con.execute(f"DROP TABLE {table}")
     return {kind: f"m_{kind}" for kind in MATCH_KINDS}
 
@@ -241,25 +250,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
                p.host IN (SELECT host FROM known_mirrors) AS mirror
         FROM {pages} p LEFT JOIN (SELECT url, min(first_fetched) AS first_fetched FROM {sources['seg']} GROUP BY url) s
           USING (url)""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
-        SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
-        FROM {sources['exact']}
-        WHERE minhash IN (SELECT minhash FROM seg WHERE minhash IS NOT NULL)""")
-    exact = con.sql(f"""
-        WITH stored_copies AS (
-            SELECT * FROM exact_stored
-            WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
-        shared AS (
-            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> '{EMPTY_HASH}'
-            GROUP BY content_hash HAVING count(*) > 1
-            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> '{EMPTY_HASH}'),
-        members AS (
-            SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
-            UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
-        groups AS (
-            SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
-            FROM members)
-        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""").to_arrow_table()
+    exact = exact_marks(con, sources["exact"])
     counters["dedup/exact"] += exact.num_rows
 
     con.register("exact_marks", exact)
@@ -271,7 +262,7 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     per_host = con.sql(f"""
         SELECT p.host, count(*) AS pages, count(m.url) AS dups
         FROM {pages} p LEFT JOIN marks m ON p.url = m.url
-        GROUP BY p.host HAVING count(m.url) >= {u.dup_host_ratio} * count(*) AND count(m.url) > 0""").fetchall()
+        GROUP BY p.host HAVING count(m.url) >= ? * count(*) AND count(m.url) > 0""", params=[u.dup_host_ratio]).fetchall()
     low = sorted(host for host, _, _ in per_host)
     counters["dedup/low_priority_hosts"] += len(low)
     mirrors = find_mirrors(con, sources["copies"], u, stored_pages_of)
@@ -286,6 +277,32 @@ def merge_matches(con: duckdb.DuckDBPyConnection, pages: str, sources: dict[str,
     con.unregister("known_mirrors")
     return DedupResult(marks.select(["url", "canonical", "kind"]), low, mirrors,
                        per_host=per_host_counts(marks))
+
+
+def exact_marks(con: duckdb.DuckDBPyConnection, exact: str) -> pa.Table:
+    """(url, host, canonical, kind) of the exact copies among the segment's pages (table
+    ``seg``) and the stored candidates ``exact`` (:data:`MATCH_KINDS`): each group of one
+    content hash (not the empty text's) keeps its first URL by :data:`CANONICAL_ORDER`."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE exact_stored AS
+        SELECT url, host, content_hash, first_fetched, copy, host IN (SELECT host FROM known_mirrors) AS mirror
+        FROM {exact}
+        WHERE minhash IN (SELECT minhash FROM seg WHERE minhash IS NOT NULL)""")
+    return con.sql(f"""
+        WITH stored_copies AS (
+            SELECT * FROM exact_stored
+            WHERE content_hash IN (SELECT content_hash FROM seg) AND url NOT IN (SELECT url FROM seg)),
+        shared AS (
+            SELECT content_hash FROM seg WHERE content_hash IS NOT NULL AND content_hash <> $empty
+            GROUP BY content_hash HAVING count(*) > 1
+            UNION SELECT content_hash FROM stored_copies WHERE content_hash <> $empty),
+        members AS (
+            SELECT url, host, content_hash, first_fetched, copy, mirror FROM seg WHERE content_hash IN (SELECT * FROM shared)
+            UNION ALL SELECT url, host, content_hash, first_fetched, copy, mirror FROM stored_copies),
+        groups AS (
+            SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
+            FROM members)
+        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""",
+                   params={"empty": EMPTY_HASH}).to_arrow_table()
 
 
 def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int = 16) -> pa.Table:
@@ -322,7 +339,7 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
         directed AS (SELECT host, of_host, sum(n) AS n FROM copies WHERE host <> of_host GROUP BY ALL)
         SELECT least(host, of_host) AS a, greatest(host, of_host) AS b,
                sum(n) AS shared, sum(n) FILTER (WHERE host = least(host, of_host)) AS a_copies
-        FROM directed GROUP BY ALL HAVING sum(n) >= {u.mirror_min_pages}""")
+        FROM directed GROUP BY ALL HAVING sum(n) >= ?""", [u.mirror_min_pages])
     hosts = [h for (h,) in con.execute("SELECT a FROM mirror_pairs UNION SELECT b FROM mirror_pairs").fetchall()]
     sizes = Counter(stored_pages_of(hosts) if hosts else {})
     # With the pages this segment fetched first (no stored row yet): a mirror found by
@@ -339,7 +356,7 @@ def find_mirrors(con: duckdb.DuckDBPyConnection, copies: str, u, stored_pages_of
         SELECT CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN a ELSE b END AS mirror,
                CASE WHEN coalesce(a_copies, 0) * 2 >= shared THEN b ELSE a END AS original
         FROM mirror_pairs pairs JOIN mirror_sizes sa ON sa.host = pairs.a JOIN mirror_sizes sb ON sb.host = pairs.b
-        WHERE shared >= {u.mirror_ratio} * least(sa.pages, sb.pages)""").fetchall()
+        WHERE shared >= ? * least(sa.pages, sb.pages)""", params=[u.mirror_ratio]).fetchall()
     con.unregister("mirror_sizes")
     con.execute("DROP TABLE mirror_pairs")
     return dict(rows)
@@ -358,16 +375,16 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
     never holders (the scans leave them out), so a mark points at an original.
     """
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
-        SELECT url, minhash FROM seg WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= {u.minhash_min_chars}
-          AND url NOT IN (SELECT url FROM exact_marks)""")
+        SELECT url, minhash FROM seg WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= ?
+          AND url NOT IN (SELECT url FROM exact_marks)""", [u.minhash_min_chars])
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_cand AS
         SELECT url, other_hash FROM {sources['near_pairs']} WHERE url IN (SELECT url FROM near_mine)""")
     for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
-        con.execute(f"""INSERT INTO near_cand
+        con.execute("""INSERT INTO near_cand
             SELECT a.url, b.minhash FROM near_mine a JOIN near_mine b
-              ON (a.minhash & {mask}::UBIGINT) = (b.minhash & {mask}::UBIGINT)
-            WHERE bit_count(xor(a.minhash, b.minhash)) <= {u.minhash_max_distance}
-              AND b.url <> a.url""")
+              ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= $distance
+              AND b.url <> a.url""", {"mask": mask, "distance": u.minhash_max_distance})
     con.execute("CREATE OR REPLACE TEMP TABLE near_pairs AS SELECT DISTINCT url, other_hash FROM near_cand")
     order = CANONICAL_ORDER.replace("length(url)", "length(other)").replace("url ASC", "other ASC")
     return con.sql(f"""
@@ -419,19 +436,26 @@ def scan_groups(bucket_rows: list[int], pages: int) -> list[list[int]]:
 
 
 @dataclass(frozen=True)
-class DedupScanTask:
-    """One dedup scan over some crawl DB buckets: locations, ids and the config (picklable)."""
+class BucketScanTask:
+    """A task reading crawl DB buckets: the store, the config, the buckets' schema (picklable)."""
 
     store_uri: str
     config: Config
-    part: int
-    """This task's number: its output files' names."""
-    old_files: tuple
-    """Its buckets' files in the crawl DB version update starts from."""
     schema_version: int
-    inputs: StorePath
+    workers: int
+    """How many such tasks run at once on this machine (they share memory and threads)."""
+
+
+@dataclass(frozen=True)
+class DedupScanTask(BucketScanTask):
+    """One dedup scan over some crawl DB buckets."""
+
+    part: int = 0
+    """This task's number: its output files' names."""
+    old_files: tuple = ()
+    """Its buckets' files (crawldb.BucketFiles) in the crawl DB version update starts from."""
+    inputs: StorePath | None = None
     """The segment's update inputs folder (``segments/<id>/update``)."""
-    workers: int = 1
 
 
 def dedup_scan(task: DedupScanTask) -> dict[str, int]:
@@ -463,15 +487,12 @@ def dedup_scan(task: DedupScanTask) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class HostPagesTask:
-    """Count stored pages of some hosts in one bucket (picklable)."""
+class HostPagesTask(BucketScanTask):
+    """Count stored pages of some hosts in one bucket."""
 
-    store_uri: str
-    config: Config
-    file: StorePath
-    schema_version: int
-    hosts: tuple
-    workers: int = 1
+    file: object = None
+    """The bucket's files (crawldb.BucketFiles)."""
+    hosts: tuple = ()
 
 
 def count_host_pages(task: HostPagesTask) -> dict[str, int]:
@@ -498,8 +519,8 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
     files = [as_bucket_files(f) for f in files]  # a bucket's base and deltas (plain paths: bases alone)
     store.write_table(pages_file(inputs), pages, pages.schema)
     groups = scan_groups([store.read_metadata(f.base).num_rows for f in files], pages.num_rows)
-    tasks = [DedupScanTask(store.uri, config, part, tuple(files[b] for b in group), schema_version, inputs,
-                           executor.workers) for part, group in enumerate(groups)]
+    tasks = [DedupScanTask(store.uri, config, schema_version, executor.workers, part, tuple(files[b] for b in group),
+                           inputs) for part, group in enumerate(groups)]
     executor.map(dedup_scan, tasks)
     sources = {kind: store.duckdb_source(con, [match_file(inputs, kind, part) for part in range(len(tasks))])
                for kind in MATCH_KINDS}
@@ -511,7 +532,7 @@ def find_segment_duplicates(store: Store, config: Config, con: duckdb.DuckDBPyCo
             by_bucket.setdefault(int(bucket), []).append(host)
         sizes: dict[str, int] = {}
         for counts in executor.map(count_host_pages, [
-                HostPagesTask(store.uri, config, files[b], schema_version, tuple(sorted(h)), executor.workers)
+                HostPagesTask(store.uri, config, schema_version, executor.workers, files[b], tuple(sorted(h)))
                 for b, h in sorted(by_bucket.items())]):
             sizes.update(counts)
         return sizes

@@ -245,8 +245,8 @@ def read_part(store: Store, folder: StorePath, part: int) -> tuple[np.ndarray, n
 
 
 @dataclass(frozen=True)
-class RankPartTask:
-    """One part's step of one PageRank iteration (:func:`rank_part`); picklable."""
+class PartTask:
+    """A task on one part of the host graph after an iteration (picklable)."""
 
     store_uri: str
     folder: StorePath
@@ -255,7 +255,13 @@ class RankPartTask:
     iteration: int
     """0: the start ranks; k: iteration k from iteration k-1's ranks and flows."""
     hosts: int
-    damping: float
+
+
+@dataclass(frozen=True)
+class RankPartTask(PartTask):
+    """One part's step of one PageRank iteration (:func:`rank_part`)."""
+
+    damping: float = 0.85
     scale: float = 1.0
     """Iteration 0: :func:`start_scale`."""
     dangling: float = 0.0
@@ -305,15 +311,8 @@ def write_flows(store: Store, folder: StorePath, iteration: int, part: int, part
 
 
 @dataclass(frozen=True)
-class HostPartTask:
+class HostPartTask(PartTask):
     """Write the part's ``hosts-N`` from iteration ``iteration``'s ranks (:func:`write_host_part`)."""
-
-    store_uri: str
-    folder: StorePath
-    part: int
-    parts: int
-    iteration: int
-    hosts: int
 
 
 def write_host_part(task: HostPartTask) -> int:

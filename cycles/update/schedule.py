@@ -341,15 +341,22 @@ def refresh_multiplier(con, db_source: str, config: Config, fetched: str, seen: 
 
 
 @dataclass(frozen=True)
-class RateHistogramTask:
-    """One crawl DB bucket's share of the plan (picklable: locations, ids, the config)."""
+class SegmentBucketTask:
+    """A task on one crawl DB bucket for a segment's update (picklable: locations, ids, the config)."""
 
     store_uri: str
     config: Config
     segment: str
     bucket: int
     old_file: StorePath
+    """The bucket's base (or its base and deltas: crawldb.BucketFiles)."""
     schema_version: int
+
+
+@dataclass(frozen=True)
+class RateHistogramTask(SegmentBucketTask):
+    """One crawl DB bucket's share of the plan."""
+
     seen_sql: str
     """SQL condition on a result ``f``: the page answered (update.SEEN_SQL)."""
     changed_sql: str
@@ -423,19 +430,22 @@ def with_learned_cadence(store: Store, config: Config) -> Config:
     return dataclasses.replace(config, update=dataclasses.replace(config.update, cycle_interval_s=learned))
 
 
-def prepare_schedule(con, config: Config, old: str) -> None:
+def prepare_schedule(con, config: Config, old: str, hosts: str | None = None) -> None:
     """Tables the configured schedule's SQL reads, made from ``old`` (a crawl DB bucket):
     for ``adaptive`` and ``optimal``, ``host_prior`` (host, rate): the median learned rate of
     the host's pages refetched at least once, the prior of its pages not fetched yet (a host
     where no change was seen on most pages gives no prior: its new pages start at the
     default interval). The median, not the mean: the mean follows the host's fastest pages,
     which for the optimal schedule may be too fast to be worth a visit at all. A host's
-    pages share a bucket, so the bucket holds all it needs; one aggregate, linear."""
+    pages share a bucket, so the bucket holds all it needs; one aggregate, linear. ``hosts``
+    (SQL source of a ``host`` column): only these hosts' priors, those of the rows a delta
+    writes (the medians of every host of the bucket were most of the aggregate's cost)."""
     if config.update.schedule == "fixed":
         return
+    only = f"AND db.host IN (SELECT host FROM {hosts})" if hosts else ""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE host_prior AS
-        SELECT db.host, median({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 GROUP BY db.host
-        HAVING median({STORED_RATE_SQL}) > 0""")
+        SELECT db.host, median({STORED_RATE_SQL}) AS rate FROM {old} db WHERE db.fetch_count >= 2 {only}
+        GROUP BY db.host HAVING median({STORED_RATE_SQL}) > 0""")
 
 
 SCHEDULES = {"adaptive": AdaptiveSchedule, "fixed": FixedSchedule, "optimal": OptimalSchedule}

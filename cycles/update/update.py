@@ -49,7 +49,8 @@ from cycles.progress import StepProgress
 from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, stash_pending_links, start_linkdb
 from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_sql, route_segment, routed_files,
                                   routed_source)
-from cycles.update.schedule import plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql, with_learned_cadence
+from cycles.update.schedule import (SegmentBucketTask, plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql,
+                                   with_learned_cadence)
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count
 
 
@@ -75,64 +76,30 @@ CHANGED_SQL = "(f.outcome = 'ok' AND db.content_hash IS NOT NULL AND f.content_h
 """SQL condition on an old row ``db`` and its result ``f``: the content differs from the last fetch's."""
 
 
+FAIL_SQL = "f.outcome IN ('server_error', 'network_error', 'parse_error', 'tls_failed')"
+"""SQL condition on a fetch result ``f``: a failure that is retried (and counts towards dead)."""
+
+
 def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
     """SELECT list computing each row's new state from its old row (db) and result (f).
 
-    ``multiplier_s``: the optimal schedule's plan (schedule.plan_refresh), if any.
-
-    The transitions (f.outcome → new status, next fetch):
-      ok            → fetched; interval from the configured schedule (cycles/update/schedule.py;
-                      by default the page's change rate, see UpdateConfig.revisit_factor)
-      not_modified  → not_modified, counted as an unchanged visit
-      redirect      → redirected, redirect_to set, refetched after the default interval
-      gone, client_error → gone, refetched after update.gone_interval_s
-      robots_denied → robots_denied, looked at again after the default interval
-      not_html, too_large → skipped, refetched after update.max_interval_s
-      server_error, network_error, parse_error, tls_failed → error with retries + 1, exponential
-                      retry; after update.max_retries in a row → dead (dead letter)
-      blocked       → blocked (address not public: SSRF guard), looked at again after
-                      update.gone_interval_s; not a failure (no retries, never dead)
-      deferred              → status kept, due again after update.deferred_retry_s
-      no result             → unchanged (it was due when generated, so it is due again)
-      a result older than the row's last_fetched → unchanged (counted as update/stale_result)
+    ``multiplier_s``: the optimal schedule's plan (schedule.plan_refresh), if any. The
+    transitions (f.outcome → new status, next fetch) are :func:`status_sql` and
+    :func:`next_fetch_sql`; no result → unchanged (it was due when generated, so it is due
+    again); a result older than the row's last_fetched → unchanged (``update/stale_result``).
     """
-    u, S = config.update, schema.DbStatus
-    fail = "f.outcome IN ('server_error', 'network_error', 'parse_error', 'tls_failed')"
-    ok = "f.outcome = 'ok'"
-    seen_ok, changed = SEEN_SQL, CHANGED_SQL
+    ok, seen_ok, changed = "f.outcome = 'ok'", SEEN_SQL, CHANGED_SQL
     interval = schedule_for(config, multiplier_s).interval_sql(seen_ok, changed)
-    retries = f"CASE WHEN {fail} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
+    retries = f"CASE WHEN {FAIL_SQL} THEN db.retries + 1 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.retries ELSE 0 END"
     # A result older than what the row already holds (a segment updated late, after a newer
     # one) changes nothing: applying it would move last_fetched, the validators and the
     # schedule back in time.
     stale = "coalesce(f.fetched_at < db.last_fetched, false)"
     columns = [
-        ("status", f"""CASE
-                WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
-                WHEN {ok} THEN '{S.FETCHED}'
-                WHEN f.outcome = 'not_modified' AND db.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}') THEN db.status
-                WHEN f.outcome = 'not_modified' THEN '{S.NOT_MODIFIED}'
-                WHEN f.outcome = 'redirect' THEN '{S.REDIRECTED}'
-                WHEN f.outcome IN ('gone', 'client_error') THEN '{S.GONE}'
-                WHEN f.outcome = 'robots_denied' THEN '{S.ROBOTS_DENIED}'
-                WHEN f.outcome IN ('not_html', 'too_large') THEN '{S.SKIPPED}'
-                WHEN f.outcome = 'blocked' THEN '{S.BLOCKED}'
-                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN '{S.DEAD}'
-                ELSE '{S.ERROR}' END"""),
+        ("status", status_sql(config)),
         ("first_fetched", f"coalesce(db.first_fetched, CASE WHEN {seen_ok} THEN f.fetched_at END)"),
         ("last_fetched", "coalesce(f.fetched_at, db.last_fetched)"),
-        ("next_fetch", f"""CASE
-                WHEN f.outcome IS NULL THEN db.next_fetch
-                WHEN f.outcome = 'deferred' THEN $now + to_seconds({u.deferred_retry_s})
-                WHEN {seen_ok} THEN f.fetched_at + to_seconds(({interval})::BIGINT)
-                WHEN f.outcome = 'redirect' THEN f.fetched_at + to_seconds({u.default_interval_s})
-                WHEN f.outcome IN ('gone', 'client_error') THEN f.fetched_at + to_seconds({u.gone_interval_s})
-                WHEN f.outcome = 'robots_denied' THEN $now + to_seconds({u.default_interval_s})
-                WHEN f.outcome IN ('not_html', 'too_large') THEN coalesce(f.fetched_at, $now) + to_seconds({u.max_interval_s})
-                WHEN f.outcome = 'blocked' THEN $now + to_seconds({u.gone_interval_s})
-                WHEN {fail} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + to_seconds({u.dead_retry_s})
-                WHEN {fail} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, {u.max_retry_doublings})))::BIGINT)
-                ELSE db.next_fetch END"""),
+        ("next_fetch", next_fetch_sql(config, interval)),
         ("fetch_interval_s", f"({interval})::INTEGER"),
         ("retries", f"({retries})::SMALLINT"),
         ("fetch_count", f"(db.fetch_count + CASE WHEN {seen_ok} THEN 1 ELSE 0 END)::INTEGER"),
@@ -155,13 +122,61 @@ def transition_sql(config: Config, multiplier_s: float | None = None) -> str:
         )"""
 
 
-def trap_limited_sql(new: str, old: str, config: Config) -> str:
-    """New URLs that fit under the per-host total cap and the per-pattern cap.
+def status_sql(config: Config) -> str:
+    """A row's new status from its result ``f``:
+      ok → fetched; not_modified → not_modified (a copy stays a copy); redirect → redirected;
+      gone, client_error → gone; robots_denied → robots_denied; not_html, too_large → skipped;
+      blocked → blocked (address not public: SSRF guard; not a failure, never dead);
+      server_error, network_error, parse_error, tls_failed → error, after
+      ``update.max_retries`` in a row → dead (dead letter); deferred or no result → kept."""
+    S = schema.DbStatus
+    return f"""CASE
+                WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
+                WHEN f.outcome = 'ok' THEN '{S.FETCHED}'
+                WHEN f.outcome = 'not_modified' AND db.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}') THEN db.status
+                WHEN f.outcome = 'not_modified' THEN '{S.NOT_MODIFIED}'
+                WHEN f.outcome = 'redirect' THEN '{S.REDIRECTED}'
+                WHEN f.outcome IN ('gone', 'client_error') THEN '{S.GONE}'
+                WHEN f.outcome = 'robots_denied' THEN '{S.ROBOTS_DENIED}'
+                WHEN f.outcome IN ('not_html', 'too_large') THEN '{S.SKIPPED}'
+                WHEN f.outcome = 'blocked' THEN '{S.BLOCKED}'
+                WHEN {FAIL_SQL} AND db.retries + 1 >= {config.update.max_retries} THEN '{S.DEAD}'
+                ELSE '{S.ERROR}' END"""
+
+
+def next_fetch_sql(config: Config, interval: str) -> str:
+    """A row's next fetch from its result ``f``: a page that answered, after the schedule's
+    ``interval`` (cycles/update/schedule.py; by default the page's change rate); a redirect
+    or robots denial after the default interval; gone after ``update.gone_interval_s``;
+    skipped after ``update.max_interval_s``; blocked after ``update.gone_interval_s``; a
+    failure by exponential retry, dead after ``update.dead_retry_s``; deferred after
+    ``update.deferred_retry_s``; no result: unchanged."""
+    u = config.update
+
+    def after(seconds) -> str:
+        return f"to_seconds({seconds})"
+    return f"""CASE
+                WHEN f.outcome IS NULL THEN db.next_fetch
+                WHEN f.outcome = 'deferred' THEN $now + {after(u.deferred_retry_s)}
+                WHEN {SEEN_SQL} THEN f.fetched_at + to_seconds(({interval})::BIGINT)
+                WHEN f.outcome = 'redirect' THEN f.fetched_at + {after(u.default_interval_s)}
+                WHEN f.outcome IN ('gone', 'client_error') THEN f.fetched_at + {after(u.gone_interval_s)}
+                WHEN f.outcome = 'robots_denied' THEN $now + {after(u.default_interval_s)}
+                WHEN f.outcome IN ('not_html', 'too_large') THEN coalesce(f.fetched_at, $now) + {after(u.max_interval_s)}
+                WHEN f.outcome = 'blocked' THEN $now + {after(u.gone_interval_s)}
+                WHEN {FAIL_SQL} AND db.retries + 1 >= {u.max_retries} THEN coalesce(f.fetched_at, $now) + {after(u.dead_retry_s)}
+                WHEN {FAIL_SQL} THEN coalesce(f.fetched_at, $now) + to_seconds(({u.retry_s} * (1 << least(db.retries, {u.max_retry_doublings})))::BIGINT)
+                ELSE db.next_fetch END"""
+
+
+def trap_limited_sql(new: str, old: str) -> str:
+    """New URLs that fit under the per-host total cap and the per-pattern cap: the caps
+    are its two ``?`` parameters, ``update.max_urls_per_pattern`` then
+    ``update.max_urls_per_host_total`` (:func:`trap_caps`).
 
     Existing URLs of the host (and of the pattern) count first; among the new ones the
     shallowest are kept.
     """
-    u = config.update
     return f"""
         WITH n AS (SELECT *, {pattern_hash_sql('url')} AS pattern FROM {new}),
         patterns AS (SELECT o.host, o.pattern_hash AS pattern, count(*) AS have
@@ -172,9 +187,13 @@ def trap_limited_sql(new: str, old: str, config: Config) -> str:
                    coalesce(p.have, 0) + row_number() OVER (PARTITION BY n.host, n.pattern ORDER BY n.depth, n.url) AS pattern_rank
             FROM n LEFT JOIN hosts h ON n.host = h.host
                    LEFT JOIN patterns p ON n.host = p.host AND n.pattern = p.pattern)
-        SELECT * EXCLUDE (pattern), pattern_rank > {int(u.max_urls_per_pattern)} AS over_pattern,
-               host_rank > {int(u.max_urls_per_host_total)} AS over_host
+        SELECT * EXCLUDE (pattern), pattern_rank > ? AS over_pattern, host_rank > ? AS over_host
         FROM ranked"""
+
+
+def trap_caps(config: Config) -> list[int]:
+    """The parameters of :func:`trap_limited_sql`."""
+    return [int(config.update.max_urls_per_pattern), int(config.update.max_urls_per_host_total)]
 
 
 def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
@@ -201,15 +220,9 @@ def stored_pages(seg_dir, store: Store | None = None, con=None) -> pa.Table:
 
 
 @dataclass(frozen=True)
-class UpdateBucketTask:
-    """Everything one bucket's merge needs: locations, ids and the config (picklable)."""
+class UpdateBucketTask(SegmentBucketTask):
+    """Everything one bucket's merge needs: locations, ids and the config."""
 
-    store_uri: str
-    config: Config
-    segment: str
-    bucket: int
-    old_file: StorePath
-    schema_version: int
     new_folder: StorePath
     now: dt.datetime
     workers: int = 1
@@ -224,7 +237,15 @@ class UpdateBucketTask:
     """Write only the rows this segment changes or adds (a delta), not the whole bucket."""
 
 
-def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck_before=None) -> str:
+def written_hosts_sql(keys: str, changed: str) -> str:
+    """The hosts of a delta's rows: the touched old rows' and the new URLs' (the schedule's
+    host priors are needed for these only)."""
+    return (f"(SELECT k.host FROM {keys} k SEMI JOIN touched t ON k.url = t.url UNION SELECT host FROM fetched_new "
+            "UNION SELECT host FROM candidates)")
+
+
+def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck_before=None,
+                     keys: str | None = None) -> str:
     """The old rows (``old``) an update may change, for a delta (:class:`UpdateBucketTask`
     ``delta``): those with a fetch result, a dedup mark or a sitemap hint (``hints``), the
     unfetched rows of a demoted host (their score changes), and the rows carrying a variant
@@ -233,17 +254,20 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
     copies due before ``recheck_before`` (now + half of ``update.variant_recheck_s``: their next
     fetch is pushed on again, so a delta rewrites each at most twice a recheck period). Every other row comes out of the update as it went in, so the delta
     leaves it to the base. The URLs are gathered into a temp table first, so the base is
-    probed once against a small set."""
-    hinted = "UNION SELECT url FROM sitemap_hints" if hints else ""
+    probed once against a small set. ``keys``: the old rows' lookup columns
+    (:func:`load_old_keys`), searched instead of ``old`` for the touched URLs."""
+    keys = keys or old
+    hinted, params = ("UNION SELECT url FROM sitemap_hints" if hints else ""), []
     if variants:
         S = schema.DbStatus
-        hinted += (f" UNION SELECT o.url FROM {old} o SEMI JOIN variant_urls v ON o.url = v.url"
+        hinted += (f" UNION SELECT o.url FROM {keys} o SEMI JOIN variant_urls v ON o.url = v.url"
                    f" WHERE o.status = '{S.UNFETCHED}' OR (o.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}')"
-                   f" AND o.next_fetch < TIMESTAMPTZ '{recheck_before.isoformat()}')")
+                   f" AND o.next_fetch < ?)")
+        params.append(recheck_before)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
-        UNION SELECT o.url FROM {old} o SEMI JOIN demoted_hosts h ON o.host = h.host
-        WHERE o.status = '{schema.DbStatus.UNFETCHED}'""")
+        UNION SELECT o.url FROM {keys} o SEMI JOIN demoted_hosts h ON o.host = h.host
+        WHERE o.status = '{schema.DbStatus.UNFETCHED}'""", params)
     return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
 
 
@@ -252,48 +276,104 @@ def update_bucket(task: UpdateBucketTask) -> dict:
 
     Reads only this bucket's files (the old bucket; ``update/results|links|sitemaps/bucket-N/``,
     one file per group of chunks routed by cycles/update/route.py, merged here) and the
-    segment's small marks tables; writes only ``new_folder/bucket-N.<attempt>.parquet``.
-    Returns counts (rows, new URLs, URLs over a trap cap …) and ``file``, the name written.
+    segment's small marks tables; writes only ``new_folder/<delta|bucket>-N.<attempt>.parquet``.
+    Returns counts (rows, new URLs, URLs over a trap cap …) and ``file``, the name written
+    (None: a delta with nothing to write).
     """
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
     inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
     old = bucket_source_sql(store, con, BucketFiles(task.old_file, tuple(task.old_deltas)), task.schema_version)
+    counts = load_bucket_inputs(con, store, inputs, task)
+    keys = load_old_keys(con, old)
+    counts |= new_url_candidates(con, keys, config)
+    sql, more = bucket_rows_sql(con, store, inputs, task, old, keys)
+    counts |= more
+    # A name of this attempt's own: a task run twice (its worker lost, the task retried
+    # elsewhere while the first still ran) never writes over the other attempt's file; the
+    # coordinator's manifest names the one it committed (crawldb.install_version).
+    name = attempt_delta_name(task.bucket) if task.delta else attempt_bucket_name(task.bucket)
+    rows = write_bucket(store, con, sql, task.new_folder / name, task.now, bucket=task.bucket, buckets=task.buckets)
+    con.close()
+    if task.delta and rows == 0:  # nothing of the bucket changed: no delta file
+        store.delete(task.new_folder / name)
+        name = None
+    return {**counts, "rows": rows, "file": name}
+
+
+OLD_KEY_COLUMNS = ("url", "host", "pattern_hash", "status", "next_fetch", "last_fetched", "first_fetched",
+                   "fetch_count", "change_count", "unchanged_s")
+"""The old rows' columns every lookup of a bucket task reads (new URLs, trap caps, stale
+results, touched rows, variants, sitemap hints, the schedule's host priors)."""
+
+
+def load_old_keys(con, old: str) -> str:
+    """Temp table ``old_keys``: :data:`OLD_KEY_COLUMNS` of the bucket's old rows, read once.
+
+    ``old`` merges a base with its deltas on read (crawldb.bucket_source_sql): each of the
+    bucket task's ~nine lookups re-ran that merge over every row of the bucket. Now one
+    narrow scan feeds them all, and the whole rows are read once more, only for the rows
+    written (:func:`touched_rows_sql`). Returns the table's name."""
+    con.execute(f"CREATE TEMP TABLE old_keys AS SELECT {', '.join(OLD_KEY_COLUMNS)} FROM {old}")
+    return "old_keys"
+
+
+def load_bucket_inputs(con, store: Store, inputs: StorePath, task: UpdateBucketTask) -> dict:
+    """The bucket's inputs as temp tables: ``fetched_all`` (its results), ``links_all`` (its
+    new links), ``marks`` (one per URL: an exact copy before a near one, then the first
+    canonical) and ``demoted_hosts`` (a host both mirror and duplicate-heavy gets the smaller
+    of its factors, once). Returns their counts."""
     results = load_bucket_results(con, store, inputs, task.bucket)
-    links_rows, too_deep = load_bucket_links(con, store, inputs, task.bucket, config)
-    # A URL marked twice keeps one mark: an exact copy before a near one, then the first canonical.
+    links_rows, too_deep = load_bucket_links(con, store, inputs, task.bucket, task.config)
     con.execute(f"""CREATE TEMP TABLE marks AS SELECT * FROM {store.duckdb_source(con, [inputs / 'marks.parquet'])}
         QUALIFY row_number() OVER (PARTITION BY url ORDER BY kind = 'duplicate' DESC, canonical) = 1""")
-    # A host both mirror and duplicate-heavy gets the smaller of its factors, once.
     con.execute(f"""CREATE TEMP TABLE demoted_hosts AS SELECT host, min(factor) AS factor FROM
         {store.duckdb_source(con, [inputs / 'demoted_hosts.parquet'])} GROUP BY host""")
-    prepare_schedule(con, config, old)
-    # Results for URLs the crawl DB does not hold (redirect targets and links discovered
-    # inside the fetch, cycles/fetch/discovery.py) become rows of their own; their score and
-    # depth come from the link that led to them.
+    return {"update/results": results, "links": links_rows, "filter/max_depth": too_deep}
+
+
+def new_url_candidates(con, old: str, config: Config) -> dict:
+    """Temp tables ``fetched_new`` and ``candidates``: the URLs this segment adds to the bucket.
+
+    Results for URLs the crawl DB does not hold (redirect targets and links discovered inside
+    the fetch, cycles/fetch/discovery.py) become rows of their own, their score and depth from
+    the link that led to them. Those rows count against the trap caps like the old ones (the
+    fetch kept within the caps when it took them); the new outlinks fill the rest. Returns the
+    counts: new URLs kept, URLs over a cap, stale results."""
+    u = config.update
     con.execute(f"""CREATE TEMP TABLE fetched_new AS
-        SELECT f.url, f.host, f.host_hash, coalesce(l.score, {float(config.update.redirect_target_score)}) AS score,
-               coalesce(l.depth, {int(config.update.max_depth)}) AS depth
-        FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""")
-    # Those rows count against the trap caps like the old ones: the fetch kept within the
-    # caps when it took them (cycles/fetch/discovery.py), and the new outlinks fill the rest.
+        SELECT f.url, f.host, f.host_hash, coalesce(l.score, ?::FLOAT) AS score,
+               coalesce(l.depth, ?::SMALLINT) AS depth
+        FROM fetched_all f ANTI JOIN {old} o USING (url) LEFT JOIN links_all l USING (url)""",
+                [float(u.redirect_target_score), int(u.max_depth)])
     known = (f"(SELECT host, pattern_hash FROM {old} UNION ALL "
              f"SELECT host, {pattern_hash_sql('url')} AS pattern_hash FROM fetched_new)")
-    con.execute(f"""CREATE TEMP TABLE candidates AS
-        {trap_limited_sql(f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))", known, config)}""")
+    fresh = f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))"
+    con.execute(f"CREATE TEMP TABLE candidates AS {trap_limited_sql(fresh, known)}", trap_caps(config))
     stale = con.execute(f"SELECT count(*) FROM fetched_all f JOIN {old} o USING (url) "
                         "WHERE f.fetched_at < o.last_fetched").fetchall()[0][0]
     over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
         count(*) FILTER (WHERE over_host AND NOT over_pattern), count(*) FILTER (WHERE NOT over_pattern AND NOT over_host)
         FROM candidates""").fetchall()[0]
+    return {"new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host, "update/stale_result": stale}
+
+
+def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask, old: str,
+                    keys: str) -> tuple[str, dict]:
+    """The SQL of the bucket's new rows (a delta: only the touched old rows, :func:`touched_rows_sql`)
+    with the transitions, the dedup marks, the demoted hosts' scores, the learned variant
+    parameters set aside and the sitemaps' hints; and its counts. ``keys``: the old rows'
+    lookup columns (:func:`load_old_keys`), read instead of ``old`` wherever they suffice."""
+    config = task.config
     hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
-    variants = load_variant_urls(con, store, inputs, old)
+    variants = load_variant_urls(con, store, inputs, keys)
+    if hint_files:
+        load_sitemap_hints(con, store, hint_files)
     changed = old
     if task.delta:
-        if hint_files:
-            load_sitemap_hints(con, store, hint_files)
         recheck_before = task.now + dt.timedelta(seconds=config.update.variant_recheck_s / 2)
-        changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before)
+        changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before, keys)
+    prepare_schedule(con, config, keys, written_hosts_sql(keys, changed) if task.delta else None)
     sql = f"""
         SELECT n.* REPLACE (
             coalesce(d.kind, n.status) AS status,
@@ -310,25 +390,12 @@ def update_bucket(task: UpdateBucketTask) -> dict:
         ) n
         LEFT JOIN marks d ON n.url = d.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
-    sql, variants_skipped = with_variants_set_aside(con, sql, old, config) if variants else (sql, 0)
+    sql, variants_skipped = with_variants_set_aside(con, sql, keys, config) if variants else (sql, 0)
     lastmod_due = 0
     if hint_files:  # the segment's sitemaps gave hints (cycles/update/sitemaps.py)
-        load_sitemap_hints(con, store, hint_files)
-        lastmod_due = lastmod_due_count(con, old, "sitemap_hints", "fetched_all", task.now)
+        lastmod_due = lastmod_due_count(con, keys, "sitemap_hints", "fetched_all", task.now)
         sql = hinted_sql(sql, "sitemap_hints", config)
-    # A name of this attempt's own: a task run twice (its worker lost, the task retried
-    # elsewhere while the first still ran) never writes over the other attempt's file; the
-    # coordinator's manifest names the one it committed (crawldb.install_version).
-    name = attempt_delta_name(task.bucket) if task.delta else attempt_bucket_name(task.bucket)
-    rows = write_bucket(store, con, sql, task.new_folder / name, task.now, bucket=task.bucket, buckets=task.buckets)
-    con.close()
-    if task.delta and rows == 0:  # nothing of the bucket changed: no delta file
-        store.delete(task.new_folder / name)
-        name = None
-    return {"rows": rows, "new": kept, "trap/pattern_cap": over_pattern, "trap/host_cap": over_host,
-            "update/stale_result": stale, "sitemap/lastmod_due": lastmod_due, "update/results": results,
-            "links": links_rows, "filter/max_depth": too_deep, "dedup/variant_skipped": variants_skipped,
-            "file": name}
+    return sql, {"sitemap/lastmod_due": lastmod_due, "dedup/variant_skipped": variants_skipped}
 
 
 VARIANT_PARAMS = "variant_params.parquet"
@@ -441,10 +508,10 @@ def load_bucket_links(con, store: Store, inputs: StorePath, bucket: int, config:
     con.execute(f"""CREATE TEMP TABLE links_merged AS
         SELECT url, any_value(host) AS host, any_value(host_hash) AS host_hash, min(depth) AS depth
         FROM {source} GROUP BY url""")
-    too_deep = con.execute(f"SELECT count(*) FROM links_merged WHERE depth > {max_depth}").fetchall()[0][0]
-    con.execute(f"""CREATE TEMP TABLE links_all AS
+    too_deep = con.execute("SELECT count(*) FROM links_merged WHERE depth > ?", [max_depth]).fetchall()[0][0]
+    con.execute("""CREATE TEMP TABLE links_all AS
         SELECT url, host, host_hash, (1.0::DOUBLE / (depth::DOUBLE + 1.0))::FLOAT AS score, depth::SMALLINT AS depth
-        FROM links_merged WHERE depth <= {max_depth}""")
+        FROM links_merged WHERE depth <= ?""", [max_depth])
     con.execute("DROP TABLE links_merged")
     return con.execute("SELECT count(*) FROM links_all").fetchall()[0][0], too_deep
 
@@ -455,20 +522,9 @@ def writes_delta(config: Config, manifest) -> bool:
     return config.db.delta_updates and manifest.schema_version == schema.SCHEMA_VERSION
 
 
-def update_segment(store: Store, config: Config, segment: str | None = None,
-                   now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
-    """Merge a fetched segment (the oldest fetched, not yet updated one if None).
-
-    Dedup scans the buckets in
-    :func:`cycles.update.dedup.dedup_scan` tasks, each over a group of buckets (the first
-    round: they verify the bucket files), and joins only the segment's matches here;
-    outlink preparation and routing inputs to
-    buckets are :func:`cycles.update.route.route_chunks` tasks, one per group of fetch
-    chunks, each bucket's merge is an :func:`update_bucket` task and each bucket's link DB
-    merge a :func:`cycles.update.linkgraph.merge_link_bucket` task, all run by
-    ``executor`` (cycles/executor.py; default: :func:`cycles.tables.crawldb.bucket_executor`).
-    The manifest installed names each bucket's committed file.
-    """
+def fetched_segment(store: Store, segment: str | None) -> tuple[str, str]:
+    """The segment to apply (the oldest fetched, not yet updated one if None) and its state;
+    a clear error when it cannot be applied (not fetched, abandoned, out of order)."""
     if segment is None:
         segment = seg.oldest(store, seg.State.FETCHED)  # generation order (cycles/tables/segment.py)
         if segment is None:
@@ -483,118 +539,216 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
                          "it is never applied")
     if state == seg.State.FETCHED:
         seg.check_apply_order(store, segment)
-    counters: Counter = Counter()
+    return segment, state
+
+
+@dataclass
+class UpdateRun:
+    """What the steps of one update share (:data:`UPDATE_STEPS`), filled in step by step."""
+
+    store: Store
+    config: Config
+    segment: str
+    now: dt.datetime
+    manifest: object
+    buckets: list
+    """Each bucket's files (crawldb.BucketFiles: base and deltas) in the version update starts from."""
+    executor: Executor
+    con: object
+    counters: Counter = field(default_factory=Counter)
+    undo: list = field(default_factory=list)
+    """What to discard if a step fails: pushed before a step writes, popped once it commits."""
+    dedup_state: dict | None = None
+    dedup: object = None
+    learned: pa.Table | None = None
+    feed_changed: object = None
+    multiplier: float | None = None
+    version: str = ""
+    written: list = field(default_factory=list)
+    added: Counter = field(default_factory=Counter)
+    batch: object = None
+
+    @property
+    def inputs(self) -> StorePath:
+        return seg.segment_dir(self.store, self.segment) / seg.UPDATE_INPUTS
+
+
+def dedup_step(run: UpdateRun) -> None:
+    """The segment's duplicates: each bucket scanned by a task (cycles/update/dedup.py), only
+    the segment's pages and their matches joined here; the variant parameters learned; the
+    pages feed's candidates; the marks and demoted hosts written for the routing tasks (they
+    leave out the outlinks of exact copies) and the bucket tasks."""
+    store, config, counters = run.store, run.config, run.counters
+    pages = stored_pages(seg.segment_dir(store, run.segment), store, run.con)
+    # Mirrors found by earlier updates (their pages are never canonical) and the variant
+    # parameters learned so far, kept beside the crawl DB (dedup.STATE_FILE).
+    state = run.dedup_state = read_state(store)
+    dedup = run.dedup = find_segment_duplicates(store, config, run.con, run.executor, run.buckets,
+                                                run.manifest.schema_version, run.inputs, pages, counters,
+                                                state["mirrors"])
+    if state["segment"] != run.segment:  # a retried update counts its evidence once
+        learn_variants(state, variant_evidence(pages, dedup.marks), config.update, counters)
+        state["mirrors"].update(dedup.mirrors)
+        state["segment"] = run.segment
+    run.learned = learned_params(state)
+    store.write_table(run.inputs / VARIANT_PARAMS, run.learned, run.learned.schema)
+    run.feed_changed = feed_changes(run.con, pages, dedup)
+    store.write_table(run.inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
+    u = config.update
+    demoted = pa.table({
+        "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
+        "factor": pa.array([u.dup_host_score_factor] * len(dedup.low_priority_hosts)
+                           + [u.mirror_score_factor] * len(dedup.mirrors), pa.float32())})
+    store.write_table(run.inputs / "demoted_hosts.parquet", demoted, demoted.schema)
+
+
+def feed_changes(con, pages: pa.Table, dedup) -> pa.Table:
+    """The pages feed's candidates (feed.feed_candidates) against the crawl DB's stored
+    content hashes of the segment's pages, which the dedup scans gathered."""
+    known = dedup.known_hashes if dedup.known_hashes is not None else pa.table(
+        {"url": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
+    con.register("dedup_known", known)
+    changed = feed_candidates(con, "dedup_known", pages, dedup)
+    con.unregister("dedup_known")
+    con.unregister("feed_pages")
+    return changed
+
+
+def route_step(run: UpdateRun) -> None:
+    """Every input routed to its bucket, a task per group of chunks (cycles/update/route.py):
+    each bucket task then reads only its files."""
+    route_segment(run.store, run.config, run.segment, run.manifest.buckets, run.executor, run.counters)
+
+
+def plan_step(run: UpdateRun) -> None:
+    """The optimal schedule's plan: a rate histogram per bucket (tasks), μ solved on their
+    sum, at the crawl's own cadence (cycles/update/schedule.py)."""
+    if run.config.update.schedule == "optimal":
+        run.config = with_learned_cadence(run.store, run.config)
+        run.multiplier = plan_refresh(run.store, run.config, run.executor, run.buckets,
+                                      run.manifest.schema_version, run.segment, SEEN_SQL, CHANGED_SQL)
+
+
+def links_step(run: UpdateRun) -> None:
+    """The link DB generate ranks by (cycles/update/linkgraph.py). On its own schedule
+    (``update.link_rank_interval_s`` > 0, docs/incremental.md) the segment's links are kept as
+    pending deltas, merged and ranked by ``crawl compact`` when due; at 0, merged here: a task
+    per bucket, then PageRank by rounds of tasks. Then the connection's memory goes to the
+    bucket tasks: only the feed's candidate list is kept."""
+    store, config, u = run.store, run.config, run.config.update
+    if u.link_graph and u.link_rank_interval_s > 0:
+        run.counters["linkgraph/pending_files"] = stash_pending_links(store, run.inputs, run.segment,
+                                                                      run.manifest.buckets)
+    elif u.link_graph:
+        links = start_linkdb(store, config, run.inputs, run.manifest.buckets, run.executor.workers, run.counters)
+        run.undo.append(lambda: discard_linkdb(store, links))
+        linked = run.executor.map(merge_link_bucket, links.tasks) if links else []
+        run.undo.pop()  # install_linkdb commits or cleans up on its own
+        install_linkdb(store, config, run.executor, links, linked, run.inputs, run.segment, run.counters)
+    run.con.close()
+
+
+def hostdb_step(run: UpdateRun) -> None:
+    """The host DB's merge: a routing task per hosts file, then a task per bucket; the swap
+    of its CURRENT here (cycles/tables/hostdb.py)."""
+    hostdb = start_hostdb(run.store, run.config, run.segment, run.inputs / "hostdb", run.executor.workers)
+    run.undo.append(lambda: discard_hostdb(run.store, hostdb))
+    run.executor.map(route_host_file, hostdb.routes)
+    run.executor.map(merge_host_bucket, hostdb.tasks)
+    run.undo.pop()
+    install_hostdb(run.store, run.config, hostdb)
+
+
+def buckets_step(run: UpdateRun) -> None:
+    """Each bucket's merge, an :func:`update_bucket` task: its delta (or whole new file) in a
+    new version folder, which is discarded if this or a later step fails."""
+    store, manifest = run.store, run.manifest
+    run.version, folder = store.new_version_dir("crawldb")
+    run.undo.append(lambda: store.discard_version("crawldb", run.version))
+    delta = writes_delta(run.config, manifest)
+    tasks = [UpdateBucketTask(store.uri, run.config, run.segment, bucket, run.buckets[bucket].base,
+                              manifest.schema_version, folder, run.now, run.executor.workers, manifest.buckets,
+                              refresh_multiplier_s=run.multiplier, old_deltas=run.buckets[bucket].deltas, delta=delta)
+             for bucket in range(manifest.buckets)]
+    with StepProgress(f"update {run.segment}", len(tasks), "buckets merged", run.config.log.redraw_s,
+                      run.config.log.progress_interval_s) as merged:
+        for done in run.executor.map(update_bucket, tasks):
+            run.written.append(done.pop("file"))
+            run.added.update(done)  # update(), not +: a cap that held nothing back still shows 0
+            merged.advance()
+
+
+def feed_step(run: UpdateRun) -> None:
+    """The pages feed's batch, before the swap: once the segment counts as applied, what
+    changed can no longer be told (a batch written twice is replaced whole)."""
+    run.batch = write_feed_batch(run.store, run.segment, seg.segment_dir(run.store, run.segment),
+                                 run.feed_changed, run.counters, connect(run.store, run.config))
+
+
+def install_step(run: UpdateRun) -> None:
+    """The dedup state, then the new crawl DB version swapped in (its manifest names each
+    bucket's committed file: bases carried over and each bucket's new delta appended, in
+    delta mode, docs/incremental.md); the update inputs go."""
+    store, manifest = run.store, run.manifest
+    run.undo.pop()  # the version is the install's from here: crawl recover handles a crash
+    write_state(store, run.dedup_state)
+    written, deltas = run.written, None
+    if writes_delta(run.config, manifest):
+        written, deltas = delta_version_files(manifest, written, run.version)
+    install_version(store, run.config, manifest, run.version, manifest.buckets, who="update",
+                    applied_segment=run.segment, bucket_files=written, bucket_deltas=deltas)
+    store.delete_dir(run.inputs)
+
+
+UPDATE_STEPS = (dedup_step, route_step, plan_step, links_step, hostdb_step, buckets_step, feed_step, install_step)
+"""Update's steps, in order. The failure rule (:func:`run_steps`): a step that raises stops
+the update; what earlier steps left uncommitted (``UpdateRun.undo``) is discarded, newest first."""
+
+
+def run_steps(run: UpdateRun, steps=UPDATE_STEPS) -> None:
+    """Run ``steps`` on ``run``; on any error (or interrupt) discard what is registered in
+    ``run.undo``, newest first, close the connection and re-raise. What a step committed (the
+    link DB's or host DB's install) stays: each is a version of its own, valid alone."""
+    try:
+        for step in steps:
+            step(run)
+    except BaseException:
+        for undo in reversed(run.undo):
+            undo()
+        run.con.close()
+        raise
+
+
+def update_segment(store: Store, config: Config, segment: str | None = None,
+                   now: dt.datetime | None = None, executor: Executor | None = None) -> UpdateResult:
+    """Merge a fetched segment (the oldest fetched, not yet updated one if None) by the steps of
+    :data:`UPDATE_STEPS`, under the crawl DB's lock. Every bucket-wide step runs as tasks on
+    ``executor`` (cycles/executor.py; default: :func:`cycles.tables.crawldb.bucket_executor`):
+    the dedup scans, routing, the schedule's histograms, the link and host DB merges and each
+    bucket's merge."""
+    segment, state = fetched_segment(store, segment)
     started, started_wall = time.monotonic(), time.time()
     now = now or clock.now()
-    seg_dir = seg.segment_dir(store, segment)
     with store.lock("crawldb", db=config.db):
         # The footers only: the first round of bucket tasks (dedup.dedup_scan) verifies
         # each bucket's page checksums before anything reads its rows.
         manifest, buckets = current_buckets(store, verify=False)
-        files = [b.base for b in buckets]
         if manifest is None:
             raise StageError(f"update: there is no crawl DB in {store.uri}; run `crawl inject` first")
         if segment in manifest.applied_segments:
             if state != "updated":  # a crash between the swap and the marker: finish the job
                 seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat()))
-            return UpdateResult(segment, False, counters, reason="already applied; nothing changed")
+            return UpdateResult(segment, False, Counter(), reason="already applied; nothing changed")
         seg.verify_fetched(store, segment)  # before anything is written: a lost chunk fails here
-        con = connect(store, config)
-        inputs = seg_dir / seg.UPDATE_INPUTS
-        executor = bucket_executor(store, config, files, executor)
-        pages = stored_pages(seg_dir, store, con)
-        # Each bucket scanned for the segment's pages by a task (cycles/update/dedup.py);
-        # here only the segment's pages and their matches are joined.
-        # Mirrors found by earlier updates (their pages are never canonical) and the variant
-        # parameters learned so far, kept beside the crawl DB (dedup.STATE_FILE).
-        state = read_state(store)
-        dedup = find_segment_duplicates(store, config, con, executor, buckets, manifest.schema_version,
-                                        inputs, pages, counters, state["mirrors"])
-        if state["segment"] != segment:  # a retried update counts its evidence once
-            learn_variants(state, variant_evidence(pages, dedup.marks), config.update, counters)
-            state["mirrors"].update(dedup.mirrors)
-            state["segment"] = segment
-        learned = learned_params(state)
-        store.write_table(inputs / VARIANT_PARAMS, learned, learned.schema)
-        known = dedup.known_hashes if dedup.known_hashes is not None else pa.table(
-            {"url": pa.array([], pa.string()), "content_hash": pa.array([], pa.string())})
-        con.register("dedup_known", known)
-        changed = feed_candidates(con, "dedup_known", pages, dedup)
-        con.unregister("dedup_known")
-        con.unregister("feed_pages")
-        del pages
-        # The marks before the routing tasks: they leave out the outlinks of exact copies.
-        store.write_table(inputs / "marks.parquet", dedup.marks, dedup.marks.schema)
-        demoted = pa.table({
-            "host": pa.array(dedup.low_priority_hosts + list(dedup.mirrors), pa.string()),
-            "factor": pa.array([config.update.dup_host_score_factor] * len(dedup.low_priority_hosts)
-                               + [config.update.mirror_score_factor] * len(dedup.mirrors), pa.float32())})
-        store.write_table(inputs / "demoted_hosts.parquet", demoted, demoted.schema)
-        # Route every input to its bucket, a task per group of chunks on the bucket tasks'
-        # executor (cycles/update/route.py): each bucket is then a task reading only its files.
-        route_segment(store, config, segment, manifest.buckets, executor, counters)
-        # The optimal schedule's plan: a rate histogram per bucket (tasks on the same
-        # executor), μ solved here on their sum, at the crawl's own cadence (schedule.py).
-        multiplier = None
-        if config.update.schedule == "optimal":
-            config = with_learned_cadence(store, config)
-            multiplier = plan_refresh(store, config, executor, buckets, manifest.schema_version, segment,
-                                      SEEN_SQL, CHANGED_SQL)
-        if config.update.link_graph and config.update.link_rank_interval_s > 0:
-            # The link DB on its own schedule (docs/incremental.md): the segment's links kept
-            # as pending deltas, merged and ranked by `crawl compact` when due.
-            counters["linkgraph/pending_files"] = stash_pending_links(store, inputs, segment, manifest.buckets)
-        elif config.update.link_graph:  # the link DB generate ranks by (cycles/update/linkgraph.py)
-            # Each bucket's in-links merged by a task on the bucket tasks' executor, then
-            # the host graph and its PageRank by rounds of tasks on it; only the install here.
-            links = start_linkdb(store, config, inputs, manifest.buckets, executor.workers, counters)
-            try:
-                linked = executor.map(merge_link_bucket, links.tasks) if links else []
-            except BaseException:
-                discard_linkdb(store, links)
-                raise
-            install_linkdb(store, config, executor, links, linked, inputs, segment, counters)
-        # The bucket tasks get the memory now: nothing of the segment-wide steps but the
-        # feed's candidate list is kept while they run.
-        con.close()
-        # The host DB's merge: a routing task per hosts file, then a task per bucket, on the
-        # same executor; the swap of its CURRENT here (cycles/tables/hostdb.py).
-        hostdb = start_hostdb(store, config, segment, inputs / "hostdb", executor.workers)
-        try:
-            executor.map(route_host_file, hostdb.routes)
-            executor.map(merge_host_bucket, hostdb.tasks)
-        except BaseException:
-            discard_hostdb(store, hostdb)
-            raise
-        install_hostdb(store, config, hostdb)
-        version, folder = store.new_version_dir("crawldb")
-        delta = writes_delta(config, manifest)
-        tasks = [UpdateBucketTask(store.uri, config, segment, bucket, files[bucket], manifest.schema_version,
-                                  folder, now, executor.workers, manifest.buckets,
-                                  refresh_multiplier_s=multiplier, old_deltas=buckets[bucket].deltas, delta=delta)
-                 for bucket in range(manifest.buckets)]
-        try:
-            added = Counter()
-            written: list[str] = []
-            with StepProgress(f"update {segment}", len(tasks), "buckets merged", config.log.redraw_s,
-                              config.log.progress_interval_s) as merged:
-                for done in executor.map(update_bucket, tasks):
-                    written.append(done.pop("file"))
-                    added.update(done)  # update(), not +: a cap that held nothing back still shows 0
-                    merged.advance()
-            # The feed batch before the swap: once the segment counts as applied, what
-            # changed can no longer be told (a batch written twice is replaced whole).
-            batch = write_feed_batch(store, segment, seg_dir, changed, counters, connect(store, config))
-        except BaseException:
-            store.discard_version("crawldb", version)
-            raise
-        write_state(store, state)
-        deltas = None
-        if delta:  # bases carried over, each bucket's new delta appended (docs/incremental.md)
-            written, deltas = delta_version_files(manifest, written, version)
-        install_version(store, config, manifest, version, manifest.buckets, who="update", applied_segment=segment,
-                        bucket_files=written, bucket_deltas=deltas)
-        store.delete_dir(inputs)
+        run = UpdateRun(store, config, segment, now, manifest, buckets,
+                        bucket_executor(store, config, [b.base for b in buckets], executor), connect(store, config))
+        run_steps(run)
+    return finish_update(run, started, started_wall)
+
+
+def finish_update(run: UpdateRun, started: float, started_wall: float) -> UpdateResult:
+    """The counters and stats of an applied update, its marker and its metrics."""
+    store, config, counters, added = run.store, run.config, run.counters, run.added
     links_rows = added.pop("links", 0)
     added.pop("rows", None)
     counters["outlinks/new"] += added.pop("new", 0)
@@ -604,15 +758,17 @@ def update_segment(store: Store, config: Config, segment: str | None = None,
     stats = {**counters, **metrics.update_summary(counters, time.monotonic() - started)}
     # Where the copies are, for the operator (not counters: the metrics take numbers only):
     # this update's marks by host, the mirror hosts it found, the variant parameters learned.
+    dedup, learned = run.dedup, run.learned
     stats |= {"dedup/per_host": dedup.per_host, "dedup/mirrors": dict(sorted(dedup.mirrors.items())),
               "dedup/variant_params": [[h, p] for h, p in zip(learned["host"].to_pylist(), learned["param"].to_pylist())]}
-    if multiplier is not None:  # the optimal schedule's plan, for the operator (not a counter)
-        stats |= {"update/plan_cycle_s": config.update.cycle_interval_s, "update/plan_multiplier_s": round(multiplier, 1)}
+    if run.multiplier is not None:  # the optimal schedule's plan, for the operator (not a counter)
+        stats |= {"update/plan_cycle_s": config.update.cycle_interval_s, "update/plan_multiplier_s": round(run.multiplier, 1)}
+    seg_dir = seg.segment_dir(store, run.segment)
     store.write_json(seg.stats_file(seg_dir, "update"), dict(sorted(stats.items())))
     if dedup.mirrors:
         store.write_json(seg.stats_file(seg_dir, "mirrors"), dedup.mirrors)
-    seg.write_marker(store, seg.Updated(segment, updated_at=now.isoformat(), new_urls=counters["outlinks/new"],
-                                        results=counters["update/results"], feed_batch=batch))
-    metrics.publish(store, config, "update", metrics.update_families(stats, segment, started_wall))
+    seg.write_marker(store, seg.Updated(run.segment, updated_at=run.now.isoformat(), new_urls=counters["outlinks/new"],
+                                        results=counters["update/results"], feed_batch=run.batch))
+    metrics.publish(store, config, "update", metrics.update_families(stats, run.segment, started_wall))
     metrics.publish_crawldb(store, config)
-    return UpdateResult(segment, True, counters)
+    return UpdateResult(run.segment, True, counters)

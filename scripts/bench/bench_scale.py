@@ -957,7 +957,7 @@ def bench_size(args, size: int) -> dict:
         base.append("--fine")
     if args.max_temp:
         base += ["--max-temp", args.max_temp]
-    top_n = size * args.top_n_pct // 100
+    top_n = int(size * args.top_n_pct / 100)
     spy = (lambda s: Path(args.root) / f"py-spy-{human(size)}-{s}.txt") if args.py_spy else (lambda s: None)
     if resume:
         g_log = Path(args.root) / f"generate-{human(size)}.log"
@@ -1015,6 +1015,20 @@ def bench_size(args, size: int) -> dict:
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return row
+
+
+def build_only(args, size: int) -> None:
+    """Build one size's store into ``--built`` and stop (no stage run)."""
+    if not args.built:
+        raise SystemExit("--build-only needs --built DIR")
+    n_hosts = min(1_000_000, size // 10)
+    buckets = args.buckets or max(8, 2 ** round(math.log2(max(1, size / args.bucket_rows))))
+    con = connect(args.threads, args.memory_limit, Path(args.root) / ".duckdb-tmp")
+    root = Path(args.root) / human(size)
+    facts, _, _ = built_store(args, size, n_hosts, buckets, root, con)
+    con.close()
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"[{human(size)}] built: {json.dumps(facts)}", flush=True)
 
 
 def incremental() -> bool:
@@ -1086,7 +1100,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", default="1M,10M", help="crawl DB sizes, e.g. 1M,10M,100M")
     p.add_argument("--root", default="/tmp/bench-scale", help="where the synthetic stores go")
     add_store_args(p)
-    p.add_argument("--top-n-pct", type=int, default=10, help="top_n as a percentage of the size")
+    p.add_argument("--top-n-pct", type=float, default=10,
+                   help="top_n as a percentage of the size (0.1 at 100M: the 100 k-page segment)")
+    p.add_argument("--build-only", action="store_true",
+                   help="only build each size's store into --built (start a long build early)")
     p.add_argument("--keep", action="store_true", help="keep the synthetic stores")
     p.add_argument("--resume", action="store_true",
                    help="reuse a store left after generate (crawl DB + generated segment): redo the segment output, update")
@@ -1108,6 +1125,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"measuring the cycles package in {_src_dir()}", flush=True)
     rows = []
     for size in [parse_size(s) for s in args.sizes.split(",")]:
+        if args.build_only:
+            build_only(args, size)
+            continue
         rows.append(bench_size(args, size))
         print_table(rows)
         if args.json:

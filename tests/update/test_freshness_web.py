@@ -38,9 +38,6 @@ def virtual_time(monkeypatch):
     os.environ.pop(clock.OFFSET_ENV, None)
 
 
-@pytest.mark.xfail(strict=False, reason="regressed when the segment plan (#29) and the crawl DB's deltas (#24) "
-                   "were merged together: every page was fetched once on the virtual clock; open, see the "
-                   "session note")
 def test_pages_are_revisited_by_how_often_they_change(store, tmp_path, virtual_time):
     with TestWeb(hosts=0, pages=1, special=False, changing=True, max_seconds=300) as web:
         config = config_for(web)
