@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CYCLES = REPO / "cycles"
@@ -64,7 +63,5 @@ def test_no_hand_quoting_in_converted_layers():
     assert hand_quoting(sources(*CONVERTED)) == []
 
 
-@pytest.mark.xfail(reason="generate/, fetch/ and update/ are converted by their owners' issue-25 branches "
-                          "(gen24, fetch25, update24); drop this mark once they are merged", strict=False)
 def test_no_hand_quoting_anywhere():
     assert hand_quoting(sorted(CYCLES.rglob("*.py"))) == []

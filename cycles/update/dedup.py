@@ -60,8 +60,10 @@ from cycles.tables.hostdb import host_buckets
 from cycles.tables.schema import DbStatus
 from cycles.storage.store import Store, StorePath
 from cycles.tables.dedup_state import STATE_FILE, learned_by_host, read_state, write_state  # noqa: F401  (the state table)
+from cycles.storage.sql import literal
 
-STORED_STATUSES = f"('{DbStatus.FETCHED}', '{DbStatus.NOT_MODIFIED}', '{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')"
+STORED_STATUSES = "(" + ", ".join(literal(s) for s in (DbStatus.FETCHED, DbStatus.NOT_MODIFIED, DbStatus.DUPLICATE,
+                                                        DbStatus.NEAR_DUPLICATE)) + ")"
 """SQL list of the statuses whose row holds the fingerprints of a stored page (its copies too)."""
 
 CANONICAL_ORDER = "mirror ASC, copy ASC, first_fetched ASC NULLS LAST, length(url) ASC, url ASC"
@@ -162,7 +164,7 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     merges a base with its deltas on read, and five scans of it ran that merge five times."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_db AS
         SELECT url, host, status, content_hash, minhash, first_fetched, duplicate_of FROM {db_source}
-        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL) OR status = '{DbStatus.DUPLICATE}'
+        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL) OR status = {literal(DbStatus.DUPLICATE)}
            OR url IN (SELECT url FROM {pages})""")
     db_source = "m_db"
     stored = stored_sql(db_source)
@@ -174,7 +176,7 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     # strings took a minute at 100 M URLs, the integers a few seconds.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_exact AS
         SELECT url, host, content_hash, minhash, first_fetched,
-               status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}') AS copy FROM {stored}
+               status IN ({literal(DbStatus.DUPLICATE)}, {literal(DbStatus.NEAR_DUPLICATE)}) AS copy FROM {stored}
            AND minhash IN (SELECT minhash FROM {pages} WHERE minhash IS NOT NULL)
            AND content_hash IN (SELECT content_hash FROM {pages})
            AND url NOT IN (SELECT url FROM {pages})""")
@@ -198,12 +200,12 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
         SELECT url, host, minhash, first_fetched FROM {stored}
-           AND status NOT IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
+           AND status NOT IN ({literal(DbStatus.DUPLICATE)}, {literal(DbStatus.NEAR_DUPLICATE)})
            AND minhash IN (SELECT other_hash FROM m_near_pairs)""")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_copies AS
         SELECT host, regexp_extract(duplicate_of, '^[a-z]+://([^/:]+)', 1) AS of_host, count(*) AS n
         FROM {db_source} db
-        WHERE status = '{DbStatus.DUPLICATE}' AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
+        WHERE status = {literal(DbStatus.DUPLICATE)} AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
         GROUP BY ALL""")
     for table in ("m_mine", "m_hashes", "m_cand", "m_db"):
         con.execute(f"DROP TABLE {table}")
@@ -301,7 +303,7 @@ def exact_marks(con: duckdb.DuckDBPyConnection, exact: str) -> pa.Table:
         groups AS (
             SELECT *, first_value(url) OVER (PARTITION BY content_hash ORDER BY {CANONICAL_ORDER}) AS canonical
             FROM members)
-        SELECT url, host, canonical, '{DbStatus.DUPLICATE}' AS kind FROM groups WHERE url <> canonical""",
+        SELECT url, host, canonical, {literal(DbStatus.DUPLICATE)} AS kind FROM groups WHERE url <> canonical""",
                    params={"empty": EMPTY_HASH}).to_arrow_table()
 
 
@@ -316,8 +318,8 @@ def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int =
     con.unregister("flat_in")
     for _ in range(rounds):
         changed = con.execute(f"""UPDATE flat SET canonical = m2.canonical,
-                kind = CASE WHEN flat.kind = '{DbStatus.DUPLICATE}' AND m2.kind = '{DbStatus.DUPLICATE}'
-                            THEN '{DbStatus.DUPLICATE}' ELSE '{DbStatus.NEAR_DUPLICATE}' END
+                kind = CASE WHEN flat.kind = {literal(DbStatus.DUPLICATE)} AND m2.kind = {literal(DbStatus.DUPLICATE)}
+                            THEN {literal(DbStatus.DUPLICATE)} ELSE {literal(DbStatus.NEAR_DUPLICATE)} END
             FROM (SELECT url, canonical, kind FROM flat) m2 WHERE flat.canonical = m2.url""").fetchall()[0][0]
         if not changed:
             break
@@ -402,7 +404,7 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
         best AS (
             SELECT url, other FROM candidates
             QUALIFY row_number() OVER (PARTITION BY url ORDER BY {order}) = 1)
-        SELECT b.url, m.host, b.other AS canonical, '{DbStatus.NEAR_DUPLICATE}' AS kind
+        SELECT b.url, m.host, b.other AS canonical, {literal(DbStatus.NEAR_DUPLICATE)} AS kind
         FROM best b JOIN seg m USING (url) WHERE b.other <> b.url""").to_arrow_table()
 
 
@@ -636,9 +638,9 @@ def dedup_summary(store: Store, con: duckdb.DuckDBPyConnection, top: int = 10) -
     (``duplicates``, ``near_duplicates``) in all and for the ``top`` hosts with the most,
     the mirror hosts found (mirror → origin) and the variant parameters learned (host, param).
     ``con`` has the ``crawldb`` view (cycles/commands/views.py)."""
-    rows = con.execute(f"""SELECT host, count(*) FILTER (WHERE status = '{DbStatus.DUPLICATE}'),
-            count(*) FILTER (WHERE status = '{DbStatus.NEAR_DUPLICATE}')
-        FROM crawldb WHERE status IN ('{DbStatus.DUPLICATE}', '{DbStatus.NEAR_DUPLICATE}')
+    rows = con.execute(f"""SELECT host, count(*) FILTER (WHERE status = {literal(DbStatus.DUPLICATE)}),
+            count(*) FILTER (WHERE status = {literal(DbStatus.NEAR_DUPLICATE)})
+        FROM crawldb WHERE status IN ({literal(DbStatus.DUPLICATE)}, {literal(DbStatus.NEAR_DUPLICATE)})
         GROUP BY host ORDER BY count(*) DESC, host""").fetchall()
     state = read_state(store)
     return {"duplicates": sum(r[1] for r in rows), "near_duplicates": sum(r[2] for r in rows),

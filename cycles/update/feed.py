@@ -19,6 +19,7 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.tables.crawldb import plain_connection
 from cycles.storage.store import Store
+from cycles.storage.sql import literal
 
 
 def feed_candidates(con: duckdb.DuckDBPyConnection, db_source: str, pages: pa.Table, dedup) -> pa.Table:
@@ -49,7 +50,7 @@ def write_feed_batch(store: Store, segment: str, seg_dir, changed: pa.Table, cou
     reader = con.sql(f"""
         SELECT f.url, f.host, f.fetched_at, c.feed_status AS status, f.http_status, f.content_hash, f.minhash,
                f.title, f.text, 'segments/{segment}/' || f.warc_file AS warc_file, f.warc_offset, f.warc_length,
-               '{segment}' AS segment
+               {literal(segment)} AS segment
         FROM {store.duckdb_source(con, files)} f JOIN changed c ON f.url = c.url
         WHERE f.outcome = 'ok' AND NOT coalesce(f.noindex, false)""").to_arrow_reader(16 * 1024)
 

@@ -54,6 +54,7 @@ from cycles.tables.linkdb import part_sql
 from cycles.update.outlinks import normalised_links
 from cycles.update.sitemaps import SITEMAP_DEPTH, HINTS, hints_of_files, sitemap_files
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+from cycles.storage.sql import literal
 
 ROUTE_TASK_ROWS = 250_000
 """Fetched plus outlink rows per routing task (a group of chunks of one partition): ~1 s
@@ -294,7 +295,7 @@ def route_link_graph(con, store: Store, task: RouteTask, inputs: StorePath, coun
     the target's bucket (inlinks), and the distinct host pairs (the host graph). Sitemap
     URLs have no linking page and are no links here."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE seg_links AS
-        SELECT DISTINCT m.url, m.host, m.host_hash, regexp_extract(o.from_url, '{HOST_OF_URL}', 1) AS from_host
+        SELECT DISTINCT m.url, m.host, m.host_hash, regexp_extract(o.from_url, {literal(HOST_OF_URL)}, 1) AS from_host
         FROM chunk_links o JOIN links_kept m ON o.url = m.raw
         WHERE NOT o.nofollow AND o.from_url IS NOT NULL""")
     con.execute("DELETE FROM seg_links WHERE from_host = '' OR host IS NULL OR host = ''")

@@ -42,6 +42,7 @@ from cycles.tables.crawldb import bucket_source_sql, connect
 from cycles.storage.store import Store, StorePath
 from cycles.update import optimum
 from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
+from cycles.storage.sql import literal
 
 
 class Schedule(Protocol):
@@ -57,13 +58,13 @@ def news_like_sql(u: UpdateConfig) -> str:
     """SQL condition on ``db.host`` / ``db.url``: the page is declared news-like in the config."""
     terms = []
     for host in u.news_like_hosts:
-        host = host.lower().replace("'", "")
+        host = host.lower()
         if host.startswith("*."):
-            terms.append(f"(db.host = '{host[2:]}' OR db.host LIKE '%.{host[2:]}')")
+            terms.append(f"(db.host = {literal(host[2:])} OR db.host LIKE {literal('%.' + host[2:])})")
         else:
-            terms.append(f"db.host = '{host}'")
+            terms.append(f"db.host = {literal(host)}")
     for pattern in u.news_like_patterns:
-        terms.append("regexp_matches(db.url, '" + pattern.replace("'", "''") + "')")
+        terms.append(f"regexp_matches(db.url, {literal(pattern)})")
     return "(" + " OR ".join(terms) + ")" if terms else "false"
 
 

@@ -27,6 +27,7 @@ from cycles.config import Config
 from cycles.tables.sitemaps import CHANGEFREQ_S
 from cycles.storage.store import Store, StorePath
 from cycles.urls import Normalizer, UrlFilter, host_hashes, url_host
+from cycles.storage.sql import literal
 
 SITEMAP_DEPTH = 1
 """Depth given to a URL first found in a sitemap: one hop from the host's robots.txt."""
@@ -65,7 +66,7 @@ def hints_of_files(con, store: Store, files: list[StorePath], config: Config) ->
     same way: newest lastmod, shortest changefreq, highest priority)."""
     if not files:
         return HINTS.empty_table()
-    freq = "CASE changefreq " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in CHANGEFREQ_S.items()) + " END"
+    freq = "CASE changefreq " + " ".join(f"WHEN {literal(k)} THEN {v}" for k, v in CHANGEFREQ_S.items()) + " END"
     raw = con.sql(f"""SELECT url, max(lastmod) AS lastmod, min({freq}) AS changefreq_s, max(priority) AS priority
                       FROM {store.duckdb_source(con, files)}
                       WHERE lastmod IS NOT NULL OR changefreq IS NOT NULL OR priority IS NOT NULL
@@ -94,7 +95,7 @@ def hints_of_files(con, store: Store, files: list[StorePath], config: Config) ->
 def _lastmod_due(row: str, hints: str) -> str:
     """A fetched URL, not fetched in this segment, whose sitemap lastmod is newer than its last fetch."""
     return (f"({hints}.lastmod IS NOT NULL AND {row}.last_fetched IS NOT NULL AND {hints}.lastmod > {row}.last_fetched "
-            f"AND {row}.status IN ('{schema.DbStatus.FETCHED}', '{schema.DbStatus.NOT_MODIFIED}'))")
+            f"AND {row}.status IN ({literal(schema.DbStatus.FETCHED)}, {literal(schema.DbStatus.NOT_MODIFIED)}))")
 
 
 def hinted_sql(sql: str, hints: str, config: Config) -> str:

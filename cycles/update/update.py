@@ -52,6 +52,7 @@ from cycles.update.route import (ROUTED_FETCHED, ROUTED_LINKS, resolved_fetched_
 from cycles.update.schedule import (SegmentBucketTask, plan_refresh, prepare_schedule, schedule_for, unchanged_after_sql,
                                    with_learned_cadence)
 from cycles.update.sitemaps import hinted_sql, lastmod_due_count
+from cycles.storage.sql import literal
 
 
 @dataclass
@@ -132,16 +133,16 @@ def status_sql(config: Config) -> str:
     S = schema.DbStatus
     return f"""CASE
                 WHEN f.outcome IS NULL OR f.outcome = 'deferred' THEN db.status
-                WHEN f.outcome = 'ok' THEN '{S.FETCHED}'
-                WHEN f.outcome = 'not_modified' AND db.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}') THEN db.status
-                WHEN f.outcome = 'not_modified' THEN '{S.NOT_MODIFIED}'
-                WHEN f.outcome = 'redirect' THEN '{S.REDIRECTED}'
-                WHEN f.outcome IN ('gone', 'client_error') THEN '{S.GONE}'
-                WHEN f.outcome = 'robots_denied' THEN '{S.ROBOTS_DENIED}'
-                WHEN f.outcome IN ('not_html', 'too_large') THEN '{S.SKIPPED}'
-                WHEN f.outcome = 'blocked' THEN '{S.BLOCKED}'
-                WHEN {FAIL_SQL} AND db.retries + 1 >= {config.update.max_retries} THEN '{S.DEAD}'
-                ELSE '{S.ERROR}' END"""
+                WHEN f.outcome = 'ok' THEN {literal(S.FETCHED)}
+                WHEN f.outcome = 'not_modified' AND db.status IN ({literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)}) THEN db.status
+                WHEN f.outcome = 'not_modified' THEN {literal(S.NOT_MODIFIED)}
+                WHEN f.outcome = 'redirect' THEN {literal(S.REDIRECTED)}
+                WHEN f.outcome IN ('gone', 'client_error') THEN {literal(S.GONE)}
+                WHEN f.outcome = 'robots_denied' THEN {literal(S.ROBOTS_DENIED)}
+                WHEN f.outcome IN ('not_html', 'too_large') THEN {literal(S.SKIPPED)}
+                WHEN f.outcome = 'blocked' THEN {literal(S.BLOCKED)}
+                WHEN {FAIL_SQL} AND db.retries + 1 >= {config.update.max_retries} THEN {literal(S.DEAD)}
+                ELSE {literal(S.ERROR)} END"""
 
 
 def next_fetch_sql(config: Config, interval: str) -> str:
@@ -261,13 +262,13 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
     if variants:
         S = schema.DbStatus
         hinted += (f" UNION SELECT o.url FROM {keys} o SEMI JOIN variant_urls v ON o.url = v.url"
-                   f" WHERE o.status = '{S.UNFETCHED}' OR (o.status IN ('{S.DUPLICATE}', '{S.NEAR_DUPLICATE}')"
+                   f" WHERE o.status = {literal(S.UNFETCHED)} OR (o.status IN ({literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)})"
                    f" AND o.next_fetch < ?)")
         params.append(recheck_before)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
         UNION SELECT o.url FROM {keys} o SEMI JOIN demoted_hosts h ON o.host = h.host
-        WHERE o.status = '{schema.DbStatus.UNFETCHED}'""", params)
+        WHERE o.status = {literal(schema.DbStatus.UNFETCHED)}""", params)
     return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
 
 
@@ -379,7 +380,7 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
             coalesce(d.kind, n.status) AS status,
             CASE WHEN d.kind IS NOT NULL THEN d.canonical
                  WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
-            CASE WHEN h.factor IS NOT NULL AND n.status = '{schema.DbStatus.UNFETCHED}' THEN n.score * h.factor ELSE n.score END AS score)
+            CASE WHEN h.factor IS NOT NULL AND n.status = {literal(schema.DbStatus.UNFETCHED)} THEN n.score * h.factor ELSE n.score END AS score)
         FROM (
             SELECT {transition_sql(config, task.refresh_multiplier_s)},
                    CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome END AS f_outcome
@@ -433,18 +434,18 @@ def with_variants_set_aside(con, sql: str, old: str, config: Config) -> tuple[st
     and discovery, whose seen-set holds them, does not fetch them. Returns the SQL and how
     many unfetched URLs were set aside (``dedup/variant_skipped``)."""
     S = schema.DbStatus
-    fresh = f"x.status = '{S.UNFETCHED}' AND v.url IS NOT NULL"
+    fresh = f"x.status = {literal(S.UNFETCHED)} AND v.url IS NOT NULL"
     wrapped = f"""
         SELECT x.* REPLACE (
-            CASE WHEN {fresh} THEN '{S.DUPLICATE}' ELSE x.status END AS status,
+            CASE WHEN {fresh} THEN {literal(S.DUPLICATE)} ELSE x.status END AS status,
             CASE WHEN {fresh} THEN v.base ELSE x.duplicate_of END AS duplicate_of,
-            CASE WHEN v.url IS NOT NULL AND x.status IN ('{S.UNFETCHED}', '{S.DUPLICATE}', '{S.NEAR_DUPLICATE}')
+            CASE WHEN v.url IS NOT NULL AND x.status IN ({literal(S.UNFETCHED)}, {literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)})
                  THEN greatest(x.next_fetch, $now + to_seconds({int(config.update.variant_recheck_s)}))
                  ELSE x.next_fetch END AS next_fetch)
         FROM ({sql}) x LEFT JOIN variant_urls v ON x.url = v.url"""
     skipped = con.execute(f"""SELECT count(*) FROM variant_urls v JOIN (SELECT url, status FROM {old}
-        UNION ALL SELECT url, '{S.UNFETCHED}' FROM candidates WHERE NOT over_pattern AND NOT over_host) o USING (url)
-        WHERE o.status = '{S.UNFETCHED}'""").fetchall()[0][0]
+        UNION ALL SELECT url, {literal(S.UNFETCHED)} FROM candidates WHERE NOT over_pattern AND NOT over_host) o USING (url)
+        WHERE o.status = {literal(S.UNFETCHED)}""").fetchall()[0][0]
     return wrapped, skipped
 
 
