@@ -51,7 +51,12 @@ def host_key_sql(column: str) -> str:
 
 def part_sql(column: str, parts: int) -> str:
     """SQL for the host graph part (``hosts-NNNNN``) of the host named in ``column``."""
-    return f"({host_key_sql(column)} % {int(parts)})"
+    return part_of_key_sql(host_key_sql(column), parts)
+
+
+def part_of_key_sql(key_sql: str, parts: int) -> str:
+    """SQL for the host graph part of a host key already computed (:func:`host_key_sql`)."""
+    return f"({key_sql} % {int(parts)})"
 
 
 @dataclass(frozen=True)

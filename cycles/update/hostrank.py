@@ -55,6 +55,7 @@ from cycles.config import Config
 from cycles.tables.crawldb import connect
 from cycles.storage.store import Store, StorePath
 from cycles.tables.linkdb import OLD_HOSTS, current_hosts_files, host_key_sql, hosts_file, part_sql  # noqa: F401  (the link DB's host files and parts)
+from cycles.tables.partitioning import part_of_key_sql
 from cycles.update.route import HOST_LINKS, routed_files
 
 IN_MEMORY_EDGES = 4_000_000
@@ -193,7 +194,7 @@ def build_host_part(task: BuildHostPartTask) -> dict:
         # A source's index is its row in nodes-N; targets sorted by part then key, so a
         # round's flows to each part are one slice, summed per target by np.add.reduceat.
         edges = store.write_batches(edges_file(task.folder, p), con.sql(f"""
-            SELECT src, to_key, (to_key % {int(parts)})::INTEGER AS to_part FROM (
+            SELECT src, to_key, {part_of_key_sql('to_key', parts)}::INTEGER AS to_part FROM (
                 SELECT (s.row - 1)::INTEGER AS src, {host_key_sql('e.to_host')} AS to_key
                 FROM hr_edges e JOIN (SELECT host, row_number() OVER (ORDER BY key) AS row FROM hr_nodes) s
                     ON e.from_host = s.host)

@@ -54,7 +54,7 @@ from cycles.tables.crawldb import connect
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
 from cycles.update.hostrank import IN_MEMORY_EDGES  # noqa: F401  (host_pagerank's default; scripts import it here)
 from cycles.tables.linkdb import LINKDB, current_link_files, inlinks_file, urls_file  # noqa: F401  (the link DB's files)
-from cycles.tables.partitioning import BucketTask
+from cycles.tables.partitioning import BucketTask, in_bucket_sql
 from cycles.update.hostrank import iterate_in_memory, old_host_graph, rank_host_graph
 from cycles.update.route import ROUTED_INLINKS, routed_files, routed_source
 
@@ -158,7 +158,7 @@ def old_bucket_files(store: Store, old_version: str | None, old_buckets: int, bu
     folder = store.path(LINKDB, old_version)
     if old_buckets == buckets:
         return [inlinks_file(folder, bucket)], "true"
-    return [inlinks_file(folder, b) for b in range(old_buckets)], f"host_hash % {int(buckets)} = {int(bucket)}"
+    return [inlinks_file(folder, b) for b in range(old_buckets)], in_bucket_sql("host_hash", bucket, buckets)
 
 
 def write_query(store: Store, con: duckdb.DuckDBPyConnection, sql: str, path: StorePath, table_schema: pa.Schema) -> int:
