@@ -30,7 +30,10 @@ import pytest
 from cycles.commands.inject import inject
 from cycles.storage.store import Store
 from cycles.tables.crawldb import read_crawldb
-from tests.test_incremental import NOW, SEEDS, config_of, one_cycle
+from tests.support.incremental import NOW, SEEDS, config_of, one_cycle
+
+# Crawl subprocesses frozen at each commit point: the web tier (pyproject.toml's marker), ~17 s.
+pytestmark = pytest.mark.web
 
 AHEAD_S = 90 * 86400
 """The subprocesses' clock (``CRAWL_CLOCK_OFFSET_S``): past every row's next fetch, so generate lists many."""

@@ -12,6 +12,7 @@ child drops the editable install's finder, so that ``cycles`` is the tree given,
 
 from __future__ import annotations
 
+import re
 import json
 import shutil
 import subprocess
@@ -96,3 +97,15 @@ def test_a_wrong_import_breaks_the_contracts(tmp_path):
     assert "cycles.fetch.discovery -> cycles.update.dedup" in report
     assert "cycles.config -> cycles.storage.store" in report
     assert any({"cycles.storage.store", "cycles.tables.segment"} <= set(circle) for circle in result["circles"])
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures live in conftest.py and helpers in tests/support/, never in a test
+    module another one imports (issue 25: a module's fixtures then ran in the importer too)."""
+    pattern = re.compile(r"^\s*(?:from|import)\s+tests\.(?:[\w.]*\.)?test_\w+", re.M)
+    offenders = [str(p.relative_to(TESTS)) for p in sorted(TESTS.rglob("test_*.py")) if pattern.search(p.read_text())]
+    assert offenders == []
+    assert pattern.search("from tests.update.test_dedup import x")  # the pattern catches one (positive control)
