@@ -82,6 +82,7 @@ def _src_dir() -> str:
 
 
 sys.path.insert(0, _src_dir())
+from benchlib import human, own_peak_rss, parse_size  # noqa: E402  (own_peak_rss: VmHWM, not the parent's ru_maxrss)
 
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
@@ -106,19 +107,6 @@ WORDS = ("news sport world local river blue green market city garden health trav
          "championship literature newsletter residential").split()
 TLDS = ["com", "com", "com", "org", "net", "de", "co.uk", "fr", "io", "info", "nl", "it", "es", "jp"]
 SECTIONS = ["news", "blog", "articles", "products", "category", "docs", "forum", "en", "shop", "wiki"]
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper()
-    mult = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMG")) * mult)
-
-
-def human(n: int) -> str:
-    for unit, div in (("G", 10**9), ("M", 10**6), ("K", 10**3)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
 
 
 def sql_list(items) -> str:
@@ -738,15 +726,6 @@ def stage_config(args) -> Config:
     config.generate.max_urls_per_host = args.cap
     config.generate.partitions = args.partitions
     return config
-
-
-def own_peak_rss() -> int:
-    """This process's own peak RSS (VmHWM; bytes). Unlike ru_maxrss seen by the parent, it
-    does not inherit the parent's high-water mark through fork + exec."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def run_stage(args) -> None:
