@@ -33,7 +33,7 @@ from cycles.fetch.robots import robots_url
 from cycles.fetch.robots_state import RobotsSteps
 from cycles.fetch.rows import Rows
 from cycles.fetch.tls import TlsSteps
-from cycles.fetch.transfer import Request, Transfer
+from cycles.fetch.transfer import Request, Transfer, validator_headers
 from cycles.storage.store import Store
 from cycles.tables.hostdb import load_host_state
 from cycles.tables.schema import FetchOutcome as O
@@ -229,9 +229,4 @@ class HostSteps:
 
 def _conditional_headers(item: FetchItem) -> list[str]:
     """A refetch asks whether the page changed (RFC 9110 §13.1): a 304 costs no body."""
-    headers = []
-    if item.etag:
-        headers.append(f"If-None-Match: {item.etag}")
-    if item.last_modified:
-        headers.append(f"If-Modified-Since: {item.last_modified}")
-    return headers
+    return validator_headers(item.etag, item.last_modified)

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from cycles.config import FetchConfig
 from cycles.fetch.robots import ALLOW_ALL, DISALLOW_ALL, UNREADABLE, RobotsRules, robots_redirect_ok
-from cycles.fetch.transfer import ABORT_TRUNCATED, Transfer, robots_body
+from cycles.fetch.transfer import ABORT_TRUNCATED, Transfer, robots_body, validator_headers
 from cycles.urls import resolve_location
 
 
@@ -127,12 +127,7 @@ class RobotsSteps:
         that redirects answers 3xx whatever it is sent."""
         if not robots.revalidating:
             return []
-        headers = []
-        if robots.etag:
-            headers.append(f"If-None-Match: {robots.etag}")
-        if robots.last_modified:
-            headers.append(f"If-Modified-Since: {robots.last_modified}")
-        return headers
+        return validator_headers(robots.etag, robots.last_modified)
 
     # --- the response ----------------------------------------------------------------------
     def read_response(self, robots: RobotsState, transfer: Transfer, error: tuple[int, str] | None) -> bool:

@@ -292,3 +292,13 @@ def resolve_entries(url: str, resolve: dict[str, str]) -> list[str]:
         return []
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return [f"{parts.hostname}:{port}:{ip}"]
+
+
+def validator_headers(etag: str | None, last_modified: str | None) -> list[str]:
+    """The conditional request headers of a refetch (RFC 9110 §13.1): a 304 costs no body."""
+    headers = []
+    if etag:
+        headers.append(f"If-None-Match: {etag}")
+    if last_modified:
+        headers.append(f"If-Modified-Since: {last_modified}")
+    return headers
