@@ -24,9 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from cycles.tables import schema
 from cycles.cluster import cluster_executor
-from cycles.tables.crawldb import current_bucket_files, read_crawldb
+from cycles.tables.crawldb import read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.commands.inject import inject
 from cycles.storage.store import Store

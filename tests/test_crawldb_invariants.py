@@ -7,7 +7,6 @@ fetched twice) no longer do.
 from __future__ import annotations
 
 import datetime as dt
-import duckdb
 import pyarrow as pa
 import pytest
 

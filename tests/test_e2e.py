@@ -13,7 +13,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from cycles.tables.crawldb import current_bucket_files, current_buckets, read_crawldb
+from cycles.tables.crawldb import current_buckets, read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.commands.inject import inject
 from cycles.storage.store import Store

@@ -4,7 +4,6 @@ revalidated with If-None-Match, answered 304 and stored as not_modified without 
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 

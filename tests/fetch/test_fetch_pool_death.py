@@ -7,8 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 

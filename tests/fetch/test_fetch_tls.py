@@ -10,7 +10,6 @@ The crawler trusts the test CA through ``fetch.ca_bundle`` and finds the hosts t
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import io
 import json
 

@@ -10,7 +10,7 @@ import pytest
 from cycles.fetch.frontier import Frontier
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
-from tests.support.fetching import CLOCK_SLACK_S, assert_polite, fast_config, fetch
+from tests.support.fetching import assert_polite, fast_config, fetch
 from testweb.harness import TestWeb
 
 

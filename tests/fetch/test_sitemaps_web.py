@@ -10,7 +10,6 @@ import datetime as dt
 import json
 from collections import defaultdict
 
-import duckdb
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pyarrow.parquet as pq
 import pytest
 

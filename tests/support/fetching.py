@@ -90,9 +90,7 @@ def assert_polite(requests: list[dict], delay_s: float = 1.0, delays: dict[str, 
 
 def crawldb_rows(store: Store) -> dict[str, dict]:
     """The current crawl DB by URL."""
-    import duckdb
 
-    from cycles.tables.crawldb import current_bucket_files
 
     from cycles.tables.crawldb import read_crawldb
 

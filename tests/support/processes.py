@@ -10,7 +10,7 @@ import time
 import pyarrow.parquet as pq
 
 from cycles.tables import segment as seg
-from cycles.tables.crawldb import current_bucket_files, read_crawldb
+from cycles.tables.crawldb import read_crawldb
 from cycles.storage.store import Store
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 
 from cycles.tables.segment import write_stage_marker

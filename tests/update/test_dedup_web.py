@@ -7,11 +7,10 @@ near-duplicates are found (recall) without calling different pages on one templa
 
 from __future__ import annotations
 
-import duckdb
 
 import pytest
 
-from cycles.tables.crawldb import current_bucket_files, read_crawldb
+from cycles.tables.crawldb import read_crawldb
 from cycles.commands.cycle import run_cycles
 from cycles.commands.inject import inject
 from cycles.tables.pages import read_feed

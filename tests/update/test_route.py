@@ -18,7 +18,7 @@ import pytest
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files, read_crawldb
+from cycles.tables.crawldb import read_crawldb
 from cycles.executor import InProcess
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject

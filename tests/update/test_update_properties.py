@@ -14,7 +14,6 @@ import tempfile
 
 import duckdb
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
