@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 

@@ -92,7 +92,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchlib import print_side_by_side  # noqa: E402
+from benchlib import print_side_by_side, scrapy_peer_command  # noqa: E402
 from cycles.commands.inject import inject  # noqa: E402
 from cycles.storage.store import Store  # noqa: E402
 from testweb.harness import TestWeb  # noqa: E402
@@ -273,14 +273,9 @@ def segment_figures(store: Store, segments: list[str]) -> dict:
 
 
 def run_scrapy(web: TestWeb, seeds: list[str], args, work: Path) -> tuple[float, dict]:
-    urls_file = work / "scrapy-urls.txt"
-    urls_file.write_text("\n".join(seeds) + "\n")
     resolve_file = work / "resolve.json"
     resolve_file.write_text(json.dumps(web.resolve_map()))
-    out = work / "scrapy-stats.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
-           "--resolve", str(resolve_file), "--out", str(out), "--seconds", str(args.seconds),
-           "--log", str(work / "scrapy.log")]
+    cmd, out = scrapy_peer_command(work, seeds, args.seconds, "--resolve", str(resolve_file))
     print(f"[scrapy] crawling for {args.seconds:g}s ...", flush=True)
     t0 = time.time()
     with open(work / "scrapy.out", "wb") as log:

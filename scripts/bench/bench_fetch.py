@@ -90,6 +90,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchlib import by_host_round_robin, scrapy_peer_command  # noqa: E402
 from cycles.tables.segment import stage_marker  # noqa: E402
 from cycles.config import Config, config_from_dict  # noqa: E402
 from cycles.errors import CrawlError  # noqa: E402
@@ -412,22 +413,11 @@ def run_ours(web: TestWeb, seeds_file: Path, urls: int, args, work: Path, overri
 
 # --- scrapy ----------------------------------------------------------------------------------
 def run_scrapy(web: TestWeb, seeds: list[str], urls: int, args, work: Path) -> dict:
-    # Round-robin by host (page k of every host, then k+1): Scrapy's downloader counts the
-    # requests waiting in a host's slot against CONCURRENT_REQUESTS, so a host-ordered list
-    # would starve it; this is the order most favourable to Scrapy.
-    by_host: dict[str, list[str]] = collections.defaultdict(list)
-    for url in seeds:
-        by_host[url.split("/")[2]].append(url)
-    rr = [u for group in zip_longest_all(list(by_host.values())) for u in group]
-    urls_file = work / "scrapy-urls.txt"
-    urls_file.write_text("\n".join(rr) + "\n")
     resolve_file = work / "resolve.json"
     resolve_file.write_text(json.dumps(web.resolve_map()))
-    out = work / "scrapy-stats.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
-           "--resolve", str(resolve_file), "--out", str(out), "--seconds", str(args.scrapy_seconds),
-           "--pages", str(urls + args.hosts), "--concurrency", str(args.scrapy_concurrency),
-           "--log", str(work / "scrapy.log")]
+    cmd, out = scrapy_peer_command(work, by_host_round_robin(seeds), args.scrapy_seconds, "--resolve",
+                                   str(resolve_file), "--pages", str(urls + args.hosts),
+                                   "--concurrency", str(args.scrapy_concurrency))
     print(f"[scrapy] crawling for up to {args.scrapy_seconds:g}s ...", flush=True)
     server0 = proc_cpu_s(web.process.pid)
     skip = len(web.requests())
@@ -443,11 +433,6 @@ def run_scrapy(web: TestWeb, seeds: list[str], urls: int, args, work: Path) -> d
     return {"name": f"scrapy {summary['scrapy_version']}", **m, "pages": summary["pages"],
             "crawl_s": summary["crawl_seconds"], "server_cpu_s": server_cpu, "summary": summary,
             "requests": requests, "politeness": politeness(requests)}
-
-
-def zip_longest_all(lists: list[list[str]]):
-    for k in range(max(map(len, lists), default=0)):
-        yield [group[k] for group in lists if k < len(group)]
 
 
 # --- profile ---------------------------------------------------------------------------------

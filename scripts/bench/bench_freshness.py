@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 import datetime as dt
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path

@@ -44,7 +44,6 @@ import argparse
 import itertools
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -361,7 +360,7 @@ def time_output(pages: list[tuple[bytes, str, str | None]], repeat: int) -> dict
     import zlib
 
     from cycles.tables import schema
-    from cycles.fetch.output import PartitionOutput, columns_to_table
+    from cycles.fetch.output import PartitionOutput
     from cycles.storage.store import Store
 
     headers = [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", "30000"),

@@ -147,7 +147,7 @@ def run_fetch(args) -> int:
     import tempfile
 
     from bench_fetch import (MachineLoad, apply_override, politeness, prepare_store, run_measured,  # noqa: F401
-                             segment_counters, write_toml, zip_longest_all)
+                             segment_counters, write_toml)
 
     work = Path(tempfile.mkdtemp(prefix="bench-fetch-realweb-"))
     loads = [f"start: {uptime()}"]
@@ -222,22 +222,15 @@ def _fetch_ours(real: RealWeb, seeds_file: Path, urls: int, args, work: Path) ->
 
 
 def _fetch_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> dict:
-    from bench_fetch import politeness, run_measured, zip_longest_all
+    from bench_fetch import politeness, run_measured
 
-    by_host: dict[str, list[str]] = collections.defaultdict(list)
-    for url in seeds:
-        by_host[url.split("/")[2]].append(url)
-    urls_file = work / "scrapy-urls.txt"
-    urls_file.write_text("\n".join(u for group in zip_longest_all(list(by_host.values())) for u in group) + "\n")
-    out = work / "scrapy-stats.json"
+    cmd, out = benchlib.scrapy_peer_command(work, benchlib.by_host_round_robin(seeds), args.scrapy_seconds,
+                                            "--concurrency", str(args.scrapy_concurrency))
     print(f"[scrapy] {args.scrapy_seconds:g}s in the namespace ...", flush=True)
     skip = len(real.web.requests())
     server0, dns0 = servers_cpu_s(real)
     t0 = time.time()
-    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
-                                    "--out", str(out), "--seconds", str(args.scrapy_seconds), "--concurrency",
-                                    str(args.scrapy_concurrency), "--log", str(work / "scrapy.log")],
-                     timeout_s=args.scrapy_seconds + 300, log_path=work / "scrapy.out")
+    m = run_measured(real.prefix + cmd, timeout_s=args.scrapy_seconds + 300, log_path=work / "scrapy.out")
     t1 = time.time()
     if m["rc"] != 0 or not out.exists():
         print((work / "scrapy.out").read_text()[-3000:], file=sys.stderr)
@@ -327,13 +320,9 @@ def _crawl_ours(real: RealWeb, seeds: list[str], args, work: Path) -> tuple[floa
 def _crawl_scrapy(real: RealWeb, seeds: list[str], args, work: Path) -> tuple[float, str, float]:
     from bench_fetch import run_measured
 
-    urls_file = work / "scrapy-urls.txt"
-    urls_file.write_text("\n".join(seeds) + "\n")
-    out = work / "scrapy-stats.json"
+    cmd, out = benchlib.scrapy_peer_command(work, seeds, args.seconds)
     print(f"[scrapy] {args.seconds:g}s in the namespace ...", flush=True)
     t0 = time.time()
-    m = run_measured(real.prefix + [sys.executable, str(REPO / "scripts" / "bench" / "scrapy_peer.py"), "--urls", str(urls_file),
-                                    "--out", str(out), "--seconds", str(args.seconds), "--log", str(work / "scrapy.log")],
-                     timeout_s=args.seconds + 120, log_path=work / "scrapy.out")
+    m = run_measured(real.prefix + cmd, timeout_s=args.seconds + 120, log_path=work / "scrapy.out")
     summary = json.loads(out.read_text()) if out.exists() else {}
     return t0, f"scrapy {summary.get('scrapy_version', '?')}", m["cpu_s"]

@@ -13,7 +13,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +69,29 @@ def print_side_by_side(rows: Sequence[tuple[str, Callable[[dict], str]]], names:
     print("|" + "|".join(["-" * (width + 2)] + ["-" * (len(n) + 2) for n in names]) + "|")
     for label, show in rows:
         print("| " + " | ".join([label.ljust(width)] + [show(r).rjust(len(n)) for n, r in zip(names, results)]) + " |")
+
+
+SCRAPY_PEER = Path(__file__).resolve().parent / "scrapy_peer.py"
+"""The peer crawler's script (Scrapy with our politeness settings), run as a subprocess."""
+
+
+def by_host_round_robin(urls: Iterable[str]) -> list[str]:
+    """Page k of every host, then k+1: Scrapy's downloader counts the requests waiting in a
+    host's slot against CONCURRENT_REQUESTS, so a host-ordered list would starve it; this is
+    the order most favourable to Scrapy."""
+    by_host: dict[str, list[str]] = {}
+    for url in urls:
+        by_host.setdefault(url.split("/")[2], []).append(url)
+    groups = list(by_host.values())
+    return [group[k] for k in range(max(map(len, groups), default=0)) for group in groups if k < len(group)]
+
+
+def scrapy_peer_command(work: Path, urls: Iterable[str], seconds: float, *options: str) -> tuple[list[str], Path]:
+    """The scrapy_peer command for ``urls`` (written to ``work``), and where it writes its stats."""
+    urls_file, out = work / "scrapy-urls.txt", work / "scrapy-stats.json"
+    urls_file.write_text("\n".join(urls) + "\n")
+    return [sys.executable, str(SCRAPY_PEER), "--urls", str(urls_file), "--out", str(out), "--seconds", str(seconds),
+            "--log", str(work / "scrapy.log"), *options], out
 
 
 def dispatch(prog: str, doc: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
