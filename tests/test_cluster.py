@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.conftest import config_for, write_seeds
 from tests.support.fetching import assert_polite
 from tests.support.s3 import BUCKET
 from testweb.moto import free_port
+from tests.support.processes import start_watched, stop_all
 
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'crawl[cluster]'")
 pytestmark = pytest.mark.web
@@ -50,22 +50,7 @@ CYCLES = 4
 
 
 def start(cmd: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    watchdog = threading.Timer(PROCESS_MAX_S, proc.kill)
-    watchdog.daemon = True
-    watchdog.start()
-    return proc
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    return start_watched(cmd, cwd, env, log, PROCESS_MAX_S)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +88,7 @@ def dask_cluster(s3_env, tmp_path_factory):  # noqa: F811
         executor = cluster_executor(address)
         executor.close()
         cluster_executor.cache_clear()
-        stop(procs)
+        stop_all(procs)
 
 
 def crawl_db(store: Store) -> dict[str, tuple]:

@@ -27,7 +27,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +42,8 @@ from testweb.harness import TestWeb
 from testweb.moto import STRAY_AWS_SETTINGS, moto_server_path
 from testweb.netns import host_network, netns_available
 from tests.conftest import config_for, write_seeds
+from tests.support.processes import start_watched, stop_all
+from tests.support.s3 import s3_settings_with_bucket
 
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'crawl[cluster]'")
 pytestmark = pytest.mark.web
@@ -63,22 +64,7 @@ MOTO_LINE = re.compile(r'^(\d+\.\d+\.\d+\.\d+) - - \[[^]]*\] "(\w+) ')
 
 
 def start(cmd: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    watchdog = threading.Timer(PROCESS_MAX_S, proc.kill)
-    watchdog.daemon = True
-    watchdog.start()
-    return proc
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    return start_watched(cmd, cwd, env, log, PROCESS_MAX_S)
 
 
 def wait_for_port(address: str, port: int, proc: subprocess.Popen, log: Path, wait_s: float = 60.0) -> None:
@@ -144,20 +130,13 @@ def cluster(tmp_path_factory):
                                       "--name", name, "--no-dashboard", "--local-directory", f"{WORKDIR}/dask"],
                                    tmp, worker_env, logs[name]))
             wait_for_port(s3, S3_PORT, procs[0], logs["s3"])
-            with pytest.MonkeyPatch.context() as patch:
-                for key, value in settings.items():
-                    patch.setenv(key, value)
-                for key in STRAY_AWS_SETTINGS:
-                    patch.delenv(key, raising=False)
-                import boto3
-
-                boto3.client("s3").create_bucket(Bucket=BUCKET)
+            with s3_settings_with_bucket(settings, BUCKET):
                 yield {"net": net, "address": address, "logs": logs, "canary": canary, "tmp": tmp}
         finally:
             executor = cluster_executor(address)
             executor.close()
             cluster_executor.cache_clear()
-            stop(procs)
+            stop_all(procs)
 
 
 @pytest.fixture(scope="module")

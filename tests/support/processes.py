@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -51,3 +53,25 @@ def wait_for(process: subprocess.Popen, done, timeout_s: float = 60) -> None:
     while not done():
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
+
+
+def start_watched(cmd: list[str], cwd: Path, env: dict, log: Path, max_s: float) -> subprocess.Popen:
+    """A server or worker process logging to ``log``, killed after ``max_s`` whatever happens:
+    none outlives a hung test run."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(max_s, proc.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    return proc
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to every process, then SIGKILL to any still there after 10 s."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -25,15 +25,24 @@ def moto_s3() -> Iterator[dict]:
     watchdog.daemon = True
     watchdog.start()
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            for key in STRAY_AWS_SETTINGS:
-                patch.delenv(key, raising=False)
-            import boto3
-
-            boto3.client("s3").create_bucket(Bucket=BUCKET)
+        with s3_settings_with_bucket(env, BUCKET):
             yield env
     finally:
         watchdog.cancel()
         stop_moto(proc)
+
+
+@contextmanager
+def s3_settings_with_bucket(settings: dict[str, str], bucket: str) -> Iterator[None]:
+    """This process's AWS settings pointed at an S3 server (``settings``), the user's stray
+    ones (a profile, a real endpoint) removed so that no request can leave for real AWS; then
+    ``bucket`` is created there. The environment is restored on exit."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in settings.items():
+            patch.setenv(key, value)
+        for key in STRAY_AWS_SETTINGS:
+            patch.delenv(key, raising=False)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        yield
