@@ -283,9 +283,9 @@ def bench_config(web: TestWeb, urls: int, seconds: float, partitions: int = 2, p
     config.fetch.allowed_networks = ["127.0.0.0/8"]  # the test web is on loopback (SSRF guard)
     config.fetch.processes = processes
     config.generate.segment_s = seconds  # the default (120 s) unless --seconds says otherwise
-    config.generate.top_n = urls
+    # The fetch list under test is listed whole: the default top-N unless the list is larger.
+    config.generate.top_n = max(config.generate.top_n, urls)
     config.generate.partitions = partitions
-    config.db.duckdb_memory_limit = "2GB"
     for item in overrides:
         config = apply_override(config, item)
     return config
