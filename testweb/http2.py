@@ -127,7 +127,7 @@ class H2Protocol(asyncio.Protocol):
             self.sending[stream_id] = (body, record)
             self._send_body(stream_id)
         else:
-            self._log(record, time.time(), client_closed=False)
+            self._sent(stream_id, record)
         self._flush()
 
     def _send_body(self, stream_id: int) -> None:
@@ -150,8 +150,19 @@ class H2Protocol(asyncio.Protocol):
             self.sending[stream_id] = (body, record)
         else:
             self.sending.pop(stream_id, None)
-            self._log(record, time.time(), client_closed=False)
+            self._sent(stream_id, record)
         self._flush()
+
+    def _sent(self, stream_id: int, record: dict) -> None:
+        """A response sent whole: logged; on a host that does not keep connections alive
+        (``tls-close``), GOAWAY (RFC 9113 §6.8) and the end of the connection, as a server
+        does at its limit of requests per connection: the client's next request needs a new
+        connection, and may resume the TLS session."""
+        self._log(record, time.time(), client_closed=False)
+        if self.profile is not None and not self.profile.keep_alive:
+            self.conn.close_connection(last_stream_id=stream_id)
+            self._flush()
+            self.transport.close()
 
     def _flush(self) -> None:
         data = self.conn.data_to_send()

@@ -4,7 +4,8 @@ One context manager starts the three parts and hands out the command prefix that
 crawler inside them with its normal resolver and CA store:
 
 - the test web (:class:`~testweb.harness.TestWeb`) with HTTPS on a fraction of the hosts,
-  the bad-TLS hosts and per-host round trips (:mod:`testweb.tls`);
+  HTTP/2 on half of those (:data:`H2_SHARE`), the bad-TLS hosts and per-host round trips
+  (:mod:`testweb.tls`, :mod:`testweb.http2`);
 - its DNS server (:class:`~testweb.dns.TestDNS`): every host name, IDN names, names that
   answer NXDOMAIN or SERVFAIL or never, per-name latency and TTL (:mod:`testweb.dns`);
 - the mount namespace (:func:`~testweb.namespace.crawl_namespace`): ``/etc/resolv.conf``
@@ -32,23 +33,32 @@ from testweb.dns import FAILING_NAMES, TestDNS, zone_for
 from testweb.harness import TestWeb
 from testweb.namespace import SYSTEM_RESOLVER_OPTIONS, crawl_namespace
 
+H2_SHARE = 0.5
+"""Share of the good HTTPS regular hosts that offer HTTP/2 (ALPN ``h2``) by default. On the
+real web most requests of popular sites go over HTTP/2 or later (the HTTP Archive's Web
+Almanac, HTTP chapters 2021-2022), while many long-tail servers (shared hosting, old Apache
+and IIS set-ups) still answer HTTP/1.1 only, and a crawler reaches far more of the second
+kind than a browser does. Half of them puts both paths, and the switch between them, in every
+test, benchmark and demo run on this web; ``h2=0`` gives the HTTP/1.1-only web."""
+
 
 class RealWeb:
     """The test web, its DNS server and the namespace prefix (module doc).
 
-    ``https``, ``tls``, ``rtt_ms``: as :class:`TestWeb`'s; ``dns_latency_ms``: each name's
+    ``https``, ``tls``, ``rtt_ms``, ``h2``: as :class:`TestWeb`'s (``h2`` by default
+    :data:`H2_SHARE`, where TestWeb offers no HTTP/2); ``dns_latency_ms``: each name's
     answer delay is drawn in this range (per name, fixed); ``ttl_s``: the records' TTL.
     Other keyword arguments go to :class:`TestWeb`."""
 
     __test__ = False
 
-    def __init__(self, hosts: int = 300, *, https: float = 0.9, tls: bool = True,
+    def __init__(self, hosts: int = 300, *, https: float = 0.9, tls: bool = True, h2: float = H2_SHARE,
                  rtt_ms: tuple[float, float] = (20.0, 300.0), dns_latency_ms: tuple[float, float] = (10.0, 200.0),
                  ttl_s: int = 300, workdir: str | Path | None = None, max_seconds: float = 900.0,
                  resolver_options: str = SYSTEM_RESOLVER_OPTIONS, **web_kw):
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="realweb-"))
-        self.web = TestWeb(hosts=hosts, https=https, tls=tls, rtt_ms=rtt_ms, max_seconds=max_seconds,
+        self.web = TestWeb(hosts=hosts, https=https, tls=tls, h2=h2, rtt_ms=rtt_ms, max_seconds=max_seconds,
                            workdir=self.workdir / "web", **web_kw)
         self.dns_latency_ms = dns_latency_ms
         self.ttl_s = ttl_s

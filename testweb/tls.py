@@ -16,7 +16,8 @@ API (for tests, the demo, the benchmarks and the namespace runner)
     :data:`MODES` entry, named ``tls-{mode}.web.test`` with ``_`` written ``-``
     (``tls-good``, ``tls-expired``, ``tls-wrong-name``, ``tls-self-signed``, ``tls-stall``,
     ``tls-tls10``), and ``tls-close`` (good, but ``Connection: close`` after every response:
-    :data:`CLOSING`). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
+    :data:`CLOSING`; with ``h2`` > 0 it offers HTTP/2 and sends GOAWAY after every response
+    instead). Each has ``/`` and ``/p/0.html`` .. ``/p/2.html``.
   * ``h2``: fraction of the good HTTPS regular hosts that offer HTTP/2 (ALPN ``h2``;
     testweb/http2.py); the others answer ALPN with ``http/1.1``.
   * ``rtt_ms=(lo, hi)``: each host gets a round trip drawn log-uniformly in ``[lo, hi]``
@@ -264,6 +265,10 @@ def assign(web: Web, https: float, rtt_ms: tuple[float, float], h2: float = 0.0)
     for profile in web.profiles.values():
         if isinstance(profile, TlsHost):
             profile.tls = profile.mode
+            # tls-close offers HTTP/2 on a web that has it: its GOAWAY after every response
+            # makes each h2 request a new connection (testweb/http2.py), as Connection: close
+            # does on HTTP/1.1, so session resumption is exercised on both protocols.
+            profile.h2 = profile.name == CLOSING and h2 > 0
         elif profile.kind == "regular" and https > 0 and _unit(web.seed, profile.name, 443) < https:
             profile.tls = GOOD
             profile.h2 = h2 > 0 and _unit(web.seed, profile.name, 2) < h2

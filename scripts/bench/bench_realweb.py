@@ -17,13 +17,17 @@ Both crawlers run inside the namespace (testweb/namespace.py), each with the sys
 resolver configuration and CA store and nothing pointed at the test web: ours with the
 default configuration (only ``fetch.allowed_networks = ["127.0.0.0/8"]``, the SSRF guard
 refusing loopback otherwise, and what puts the list in one segment); Scrapy with its own
-defaults for DNS (its caching threaded resolver) and TLS (which does not verify).
+defaults for DNS (its caching threaded resolver), TLS (which does not verify) and HTTP
+(HTTP/1.1 only: Scrapy 2.x has an HTTP/2 download handler, ``H2DownloadHandler``, but it is
+not the default and we leave it off). Half of the good HTTPS hosts offer HTTP/2 (``--h2``,
+RealWeb's default ``H2_SHARE``); ours negotiates it by ALPN (libcurl's default).
 
 Printed side by side: pages/s, CPU-ms/page, hosts in flight (the server's request log:
 the time requests were open, summed, over the window: one request per host at a time, so
 this is hosts being answered at once), DNS queries per name (the DNS server's log: A
 queries per resolving name, mean and max, and per failing name), requests completed to the
-bad-certificate hosts, politeness faults; and ``uptime`` at start and end (a shared machine).
+bad-certificate hosts, politeness faults, the share of HTTPS requests served over HTTP/2
+(the server's log); and ``uptime`` at start and end (a shared machine).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 import benchlib  # noqa: E402
 from testweb.dns import FAILING_NAMES  # noqa: E402
-from testweb.realweb import RealWeb  # noqa: E402
+from testweb.realweb import H2_SHARE, RealWeb  # noqa: E402
 
 
 def uptime() -> str:
@@ -57,6 +61,9 @@ def add_arguments(ap) -> None:
                     help="the named-host HTTPS web behind the test DNS server, both crawlers run in the "
                     "namespace with the system resolver and CA store (scripts/bench_realweb.py)")
     ap.add_argument("--https", type=float, default=0.9, help="--real-web: share of HTTPS hosts (default 0.9)")
+    ap.add_argument("--h2", type=float, default=H2_SHARE,
+                    help=f"--real-web: share of the good HTTPS hosts offering HTTP/2 (default {H2_SHARE}, RealWeb's; "
+                    "0: HTTP/1.1 only)")
     ap.add_argument("--rtt-ms", default="20-500", help="--real-web: round trip range per host, ms (default 20-500)")
     ap.add_argument("--dns-ms", default="10-200", help="--real-web: DNS answer delay range per name, ms (default 10-200)")
     ap.add_argument("--server-processes", type=int, default=2,
@@ -70,7 +77,7 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def open_real_web(args, hosts: int, work: Path, max_seconds: float, **web_kw) -> RealWeb:
-    return RealWeb(hosts, https=args.https, tls=True, rtt_ms=_range(args.rtt_ms), dns_latency_ms=_range(args.dns_ms),
+    return RealWeb(hosts, https=args.https, h2=args.h2, tls=True, rtt_ms=_range(args.rtt_ms), dns_latency_ms=_range(args.dns_ms),
                    workdir=work / "realweb", max_seconds=max_seconds, ready_timeout_s=300,
                    processes=args.server_processes, **web_kw)
 
@@ -105,12 +112,22 @@ def dns_figures(real: RealWeb, t0: float, t1: float) -> dict:
             "failing": {FAILING_NAMES[n]: a.get(n, 0) for n in FAILING_NAMES}}
 
 
+def http2_share(requests: list[dict]) -> tuple[int, int]:
+    """(requests over HTTP/2, requests over HTTPS), from the server's log (``http_version``)."""
+    https = [r for r in requests if r.get("scheme") == "https"]
+    return sum(1 for r in https if r.get("http_version") == "2"), len(https)
+
+
+def _share(pair: tuple[int, int]) -> str:
+    return f"{pair[0] / pair[1]:.0%} ({pair[0]:,}/{pair[1]:,})" if pair[1] else "-"
+
+
 def figures(real: RealWeb, name: str, requests: list[dict], t0: float, t1: float, pages: int, cpu_s: float,
             faults: int, server_cpu_s: float = float("nan"), dns_cpu_s: float = float("nan")) -> dict:
     seconds = t1 - t0
     return {"name": name, "server_cpu_s": server_cpu_s, "dns_cpu_s": dns_cpu_s, "cpu_s": cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
             "cpu_ms_per_page": 1000 * cpu_s / pages if pages else float("nan"),
-            "in_flight": in_flight(requests, t0, t1), "requests": len(requests),
+            "in_flight": in_flight(requests, t0, t1), "requests": len(requests), "h2": http2_share(requests),
             "dns": dns_figures(real, t0, t1), "bad_tls": real.completed_to_bad_tls(requests), "faults": faults}
 
 
@@ -123,6 +140,7 @@ def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> Non
         ("crawler CPU-s (all its processes)", lambda r: f"{r['cpu_s']:.1f}"),
         ("hosts in flight (mean)", lambda r: f"{r['in_flight']:.1f}"),
         ("requests seen by the server", lambda r: f"{r['requests']:,}"),
+        ("HTTPS requests over HTTP/2 (server log)", lambda r: _share(r["h2"])),
         ("DNS: names asked", lambda r: f"{r['dns']['names']:,}"),
         ("DNS: A queries per name, mean", lambda r: f"{r['dns']['a_per_name_mean']:.2f}"),
         ("DNS: A queries per name, max", lambda r: str(r["dns"]["a_per_name_max"])),
@@ -160,7 +178,7 @@ def run_fetch(args) -> int:
             seeds = sorted(real.web.expected_reachable()) + real.failing_urls(5)
             seeds_file = work / "seeds.txt"
             seeds_file.write_text("\n".join(seeds) + "\n")
-            print(f"real web: {args.hosts} hosts ({args.https:.0%} HTTPS, RTT {args.rtt_ms} ms, DNS {args.dns_ms} ms), "
+            print(f"real web: {args.hosts} hosts ({args.https:.0%} HTTPS, {args.h2:.0%} of those HTTP/2, RTT {args.rtt_ms} ms, DNS {args.dns_ms} ms), "
                   f"{len(seeds):,} URLs, DNS server {real.dns.address}, up in {time.monotonic() - started:.0f}s; "
                   f"work {work}", flush=True)
             if args.only != "scrapy":
