@@ -170,6 +170,23 @@ def test_http2_where_the_host_offers_it():
             {name: "h2" if h2 else "http/1.1" for name, h2 in offers.items()}
 
 
+def test_tls_close_over_http2_sends_goaway_and_the_next_request_resumes_the_session():
+    """On a web with HTTP/2, tls-close offers it and ends each connection after one response
+    (GOAWAY): two GETs on one handle are two connections, the second resuming the session.
+    Without h2 it stays an HTTP/1.1 host (Connection: close; tests/fetch/test_fetch_tls.py)."""
+    assert not Web(hosts=1, special=False, https=1.0, tls=True, port=80).profiles[tls.CLOSING].h2
+    with TestWeb(hosts=1, pages=2, page_bytes=500, special=False, https=1.0, tls=True, h2=0.5, max_seconds=60) as web:
+        c = pycurl.Curl()
+        for target in ("/p/0.html", "/p/1.html"):
+            assert _get(web, web.url("tls-close", target), curl=c)[0] == 200
+            assert c.getinfo(pycurl.INFO_HTTP_VERSION) == pycurl.CURL_HTTP_VERSION_2_0
+        _wait(lambda: len(web.handshakes()) >= 2 and len(web.requests()) >= 2)
+        requests = [r for r in web.requests() if r["host"] == tls.CLOSING]
+        assert [r["http_version"] for r in requests] == ["2", "2"] and len({r["conn_id"] for r in requests}) == 2
+        assert [(h["alpn"], h["session_reused"]) for h in web.handshakes() if h["host"] == tls.CLOSING] == \
+            [("h2", False), ("h2", True)]
+
+
 def test_several_server_processes_share_the_hosts_and_one_log():
     """``processes=2``: both processes answer (connection ids of process 1 start at 1e9), each
     host's plain and TLS addresses belong to one process, the one request log holds every
