@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     real.add_argument("--hosts", type=int, default=300, help="regular hosts (default 300)")
     real.add_argument("--pages", type=int, default=50, help="pages of the biggest host (long tail; default 50)")
     real.add_argument("--https", type=float, default=0.9, help="share of HTTPS hosts (default 0.9)")
+    real.add_argument("--h2", type=float, default=None,
+                      help="share of the good HTTPS hosts offering HTTP/2 (default: RealWeb's, 0.5)")
     real.add_argument("--rtt-ms", default="20-300", help="round trip range per host, ms (default 20-300)")
     real.add_argument("--dns-ms", default="10-200", help="DNS answer delay range per name, ms (default 10-200)")
     real.add_argument("--seeds-file", help="write every host's home page (and the failing names') here")
@@ -182,7 +184,8 @@ def _realweb(args) -> int:
 
     command = [c for c in args.run if c != "--"] or [os.environ.get("SHELL", "/bin/sh")]
     try:
-        web = RealWeb(args.hosts, https=args.https, rtt_ms=parse_rtt(args.rtt_ms), dns_latency_ms=parse_rtt(args.dns_ms),
+        h2 = {} if args.h2 is None else {"h2": args.h2}
+        web = RealWeb(args.hosts, https=args.https, **h2, rtt_ms=parse_rtt(args.rtt_ms), dns_latency_ms=parse_rtt(args.dns_ms),
                       workdir=args.workdir, max_seconds=args.max_seconds, pages=args.pages, special=True, tail=True)
         with web as real:
             if args.seeds_file:
