@@ -62,7 +62,7 @@ PYTHON_RUNS = [("docs/data.md", "import cycles"), ("docs/tls.md", "from testweb.
 PRELUDE = {("docs/data.md", "import cycles"): "def index(batch):  # the reader's own indexer\n    print(batch.num_rows)\n"}
 """Names a Python snippet leaves to its reader."""
 
-REALWEB_PY = ("docs/real-web-testing.md", "from testweb.realweb import RealWeb")
+REALWEB_PY = ("docs/real-web-testing.md", "import subprocess, sys")
 REALWEB_SH = ("docs/real-web-testing.md", "sudo .venv/bin/python -m testweb realweb")
 GENERATE_FIGURES = ("docs/incremental.md", ".venv/bin/python scripts/bench/scale.py scale --src /tmp/gen24/")
 INCREMENTAL_FIGURES = ("docs/incremental.md", "# once: the code before and after")
@@ -90,10 +90,10 @@ FILLED = {
               "cycle --cycles 10": "cycle --cycles 1"},
     GENERATE_FIGURES: {"/tmp/gen24/c10M": "{built}", "/tmp/gen24": "{tmp}", "<before|after>": "after",
                        "<100000|1000000>": "1000"},
-    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after", "--sizes 1M": "--sizes 5K",
-                          "--sizes 10M": "--sizes 10K"},
-    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"20"'},
-    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 20"},
+    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after", "--sizes 1M": "--sizes 2K",
+                          "--sizes 10M": "--sizes 2K"},
+    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"10"'},
+    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 10"},
 }
 """The snippets run with placeholders filled: each ``{name}`` is a value of the test's own run
 (a record's file and offset, a free loopback port, the test's folder for ``/srv/crawl``), a big
@@ -493,8 +493,20 @@ PIP_OFFLINE = "pip install --no-index --dry-run"
 
 
 def script_lines(text: str) -> list[str]:
-    joined = text.replace("\\\n", " ")
-    return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    """The commands of a shell snippet: a ``\\`` continuation or an open quote goes on to the next line."""
+    import shlex
+
+    commands, pending = [], ""
+    for line in text.replace("\\\n", " ").splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # a quote still open
+            continue
+        if pending.strip() and not pending.lstrip().startswith("#"):
+            commands.append(pending)
+        pending = ""
+    return commands
 
 
 def run_script(text: str, cwd: Path, env: dict[str, str]) -> list[tuple[str, int, str]]:
@@ -757,3 +769,111 @@ def test_the_report_opens_in_a_browser_and_its_picture_crops(doc_web):
     assert cropped == 0
     with Image.open(folder / "docs" / "img" / "report-desktop.png") as picture:
         assert picture.size == (1280, 600) and picture.mode == "P" and len(picture.getcolors()) <= 32
+
+
+@pytest.mark.web
+def test_the_cluster_commands_crawl_on_a_local_dask_cluster_and_s3(doc_web, s3_env, tmp_path):
+    """cluster.md's lines: the extra found installed; a scheduler and a worker on loopback (each
+    with the AWS settings of moto's S3 in its environment), stopped at the end; inject and one
+    cycle into ``s3://my-bucket/crawl`` through them."""
+    import boto3
+
+    pytest.importorskip("distributed", reason="the cluster extra: pip install -e '.[cluster]'")
+    from distributed import Client
+
+    from testweb.moto import STRAY_AWS_SETTINGS, free_port
+    from tests.support.processes import start_watched, stop_all
+
+    boto3.client("s3").create_bucket(Bucket="my-bucket")
+    port = free_port("127.0.0.1")
+    pip, scheduler, worker, *crawl_lines = script_lines(filled(CLUSTER, pip_offline=PIP_OFFLINE, port=str(port)))
+    env = {k: v for k, v in doc_web["env"].items() if k not in STRAY_AWS_SETTINGS and not k.startswith("AWS_")}
+    env.update(s3_env)
+    pip_offline_check(run_script(pip, ROOT, env))
+    (tmp_path / "seeds.txt").write_text((doc_web["folder"] / "seeds.txt").read_text())
+    procs = []
+    for name, line in (("scheduler", scheduler), ("worker", worker)):
+        (tmp_path / name).mkdir()
+        procs.append(start_watched(["bash", "-c", "exec " + line], tmp_path / name, env, tmp_path / f"{name}.log", 300))
+    before = len(doc_web["web"].requests())
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            results = run_script("\n".join(crawl_lines), tmp_path, env)
+            tasks = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    finally:
+        stop_all(procs)
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert tasks, "no task ran on the cluster"
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="my-bucket", Prefix="crawl/crawldb/")
+            .get("Contents", [])]
+    assert any(k.endswith(".parquet") for k in keys), keys
+    assert len(doc_web["web"].requests()) > before  # the cluster's cycle asked the web
+
+
+@pytest.mark.web
+def test_the_generate_figures_commands_run_on_a_10k_store(tmp_path):
+    """incremental.md's generate measurement on a store of 10 K URLs (the doc's is 10 M), built
+    first by ``scale --build-only``; both --src folders hold this checkout's cycles package."""
+    for side in ("before", "after"):
+        shutil.copytree(ROOT / "cycles", tmp_path / f"{side}-src" / "cycles")
+    build = subprocess.run([sys.executable, "scripts/bench/scale.py", "scale", "--sizes", "10K", "--build-only",
+                            "--built", str(tmp_path / "built"), "--root", str(tmp_path / "root")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    text = filled(GENERATE_FIGURES, built=str(tmp_path / "built" / "10K"), tmp=str(tmp_path))
+    (_, compact, _), (_, copy, _), (_, generate, printed) = run_script(text, ROOT, folder_env(tmp_path, None))
+    assert (compact, copy, generate) == (0, 0, 0)
+    assert "RESULT " in printed, printed[-2000:]
+
+
+@pytest.mark.web
+def test_the_incremental_figures_commands_print_the_table(tmp_path):
+    """incremental.md's measurement at 2 K URLs (the doc's 1 M and 10 M; one store built, then reused), "before" being
+    this checkout (its HEAD): each run prints bench_scale's table."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    results = run_script(filled(INCREMENTAL_FIGURES, tmp=str(tmp_path)), ROOT, folder_env(tmp_path, None))
+    assert [code for _, code, _ in results] == [0] * len(results), results
+    for line, _, printed in results[3:]:
+        assert "generate s" in printed and "update s" in printed and "compact s" in printed, (line, printed[-2000:])
+    assert (tmp_path / "built" / "2K").is_dir()
+
+
+# --- the real-web test web's own snippets, in its namespace (web, root) ----------------------
+def require_namespace() -> None:
+    from testweb.namespace import namespace_available
+
+    if namespace_available() is not None:
+        pytest.skip(namespace_available())
+
+
+def fetched_https(folder: Path) -> int:
+    """Pages the crawl fetched over HTTPS (200), from its segments' committed fetch chunks: a
+    10 s run stops its first fetch before the slow hosts are done, so no update may have run."""
+    import duckdb
+
+    chunks = str(folder / "data" / "segments" / "*" / "fetched" / "*.parquet")
+    return duckdb.sql("SELECT count(*) FROM read_parquet(?, union_by_name = true) WHERE url LIKE 'https://%' "
+                      "AND http_status = 200", params=[chunks]).fetchall()[0][0]
+
+
+@pytest.mark.web
+def test_the_realweb_python_snippet_crawls_inside_the_namespace(tmp_path):
+    """real-web-testing.md's Python: 8 hosts (the doc's 300) and a 10 s run (its 60 s)."""
+    require_namespace()
+    done = subprocess.run([sys.executable, "-c", filled(REALWEB_PY)], cwd=tmp_path, env=folder_env(tmp_path, None),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fetched_https(tmp_path) >= 1
+
+
+@pytest.mark.web
+def test_the_realweb_command_crawls_inside_the_namespace(tmp_path):
+    """real-web-testing.md's shell line, as root without sudo: 8 hosts of 5 pages, a 10 s run."""
+    require_namespace()
+    (tmp_path / ".venv").symlink_to(venv_bin().parent)
+    (_, code, _), = run_script(filled(REALWEB_SH), tmp_path, folder_env(tmp_path, None))
+    assert code == 0
+    seeds = (tmp_path / "seeds.txt").read_text().split()
+    assert any(s.startswith("https://") for s in seeds) and fetched_https(tmp_path) >= 1
