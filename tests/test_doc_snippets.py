@@ -92,8 +92,8 @@ FILLED = {
                        "<100000|1000000>": "1000"},
     INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after", "--sizes 1M": "--sizes 2K",
                           "--sizes 10M": "--sizes 2K"},
-    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"10"'},
-    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 10"},
+    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"5"'},
+    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 5"},
 }
 """The snippets run with placeholders filled: each ``{name}`` is a value of the test's own run
 (a record's file and offset, a free loopback port, the test's folder for ``/srv/crawl``), a big
@@ -850,7 +850,7 @@ def require_namespace() -> None:
 
 def fetched_https(folder: Path) -> int:
     """Pages the crawl fetched over HTTPS (200), from its segments' committed fetch chunks: a
-    10 s run stops its first fetch before the slow hosts are done, so no update may have run."""
+    5 s run stops its first fetch before the slow hosts are done, so no update may have run."""
     import duckdb
 
     chunks = str(folder / "data" / "segments" / "*" / "fetched" / "*.parquet")
@@ -860,7 +860,7 @@ def fetched_https(folder: Path) -> int:
 
 @pytest.mark.web
 def test_the_realweb_python_snippet_crawls_inside_the_namespace(tmp_path):
-    """real-web-testing.md's Python: 8 hosts (the doc's 300) and a 10 s run (its 60 s)."""
+    """real-web-testing.md's Python: 8 hosts (the doc's 300) and a 5 s run (its 60 s)."""
     require_namespace()
     done = subprocess.run([sys.executable, "-c", filled(REALWEB_PY)], cwd=tmp_path, env=folder_env(tmp_path, None),
                           capture_output=True, text=True, timeout=600)
@@ -870,7 +870,7 @@ def test_the_realweb_python_snippet_crawls_inside_the_namespace(tmp_path):
 
 @pytest.mark.web
 def test_the_realweb_command_crawls_inside_the_namespace(tmp_path):
-    """real-web-testing.md's shell line, as root without sudo: 8 hosts of 5 pages, a 10 s run."""
+    """real-web-testing.md's shell line, as root without sudo: 8 hosts of 5 pages, a 5 s run."""
     require_namespace()
     (tmp_path / ".venv").symlink_to(venv_bin().parent)
     (_, code, _), = run_script(filled(REALWEB_SH), tmp_path, folder_env(tmp_path, None))
