@@ -13,7 +13,14 @@ This module runs them:
   a doc spells out is replaced by the crawl's own (:data:`SHELL_RUNS`);
 - the Python blocks run the same way (``web``);
 - the README's real-web quickstart runs unchanged inside the named-host HTTPS web's mount
-  namespace, with its DNS server and CA (issue 28; ``web``, root).
+  namespace, with its DNS server and CA (issue 28; ``web``, root);
+- the snippets with placeholders, servers, browsers, a cluster or big sizes run with the
+  substitutions of :data:`FILLED` (values of the test's own run, loopback ports, tiny sizes):
+  pywb and node_exporter on a free loopback port, asked and stopped; ``xdg-open`` with
+  ``$BROWSER`` as headless chromium; the cluster's lines on a local Dask scheduler and worker
+  with moto's S3; the benchmark measurements at 2-10 K URLs; the real-web snippets with 8 hosts
+  for 5 s. operations.md's console transcript is run command by command, and each line it
+  shows is checked against what the command printed (fields and statuses, not ids or counts).
 
 A snippet none of these runs carries a marker just above its fence (``<!-- snippet: not run:
 REASON -->`` or ``<!-- snippet: run by FILE ... -->``), and the first test checks that every
@@ -576,6 +583,27 @@ def same_fields(documented: str, printed: str) -> None:
             assert isinstance(got[key], type(value)) or isinstance(value, float) and isinstance(got[key], int), key
 
 
+def test_the_transcript_check_sees_a_changed_field_and_the_fill_a_lost_placeholder(monkeypatch):
+    # Positive controls: a line whose status, key set or message differs from the doc's fails the
+    # transcript check, ids and counts do not; a placeholder gone from its snippet fails the fill.
+    doc = '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, "message": "update: none in ...; run it"}'
+    same_fields(doc, '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, '
+                     '"message": "update: none in /x/data; run it", "extra": 1}')
+    for printed in ('{"status": "done", "stage": "update", "exit_code": 3, "message": "update: none in d; run it"}',
+                    '{"status": "nothing_to_do", "stage": "update", "exit_code": 3}',
+                    '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, "message": "other"}'):
+        with pytest.raises(AssertionError):
+            same_fields(doc, printed)
+    same_fields('{"segment": "2026-a", "urls": 4, "seconds": 1.2}', '{"segment": "2027-b", "urls": 9, "seconds": 2}')
+    with pytest.raises(AssertionError):
+        same_fields('{"urls": 4}', '{"urls": "4"}')
+    values = {"segment": "s", "warc_stem": "f", "offset": "0", "warc_filename": "w", "length": "1"}
+    assert "<" not in filled(EXTRACT, **values) and "$((0 + 1))" in filled(EXTRACT, **values)
+    monkeypatch.setitem(FILLED, EXTRACT, {**FILLED[EXTRACT], "<no such placeholder>": "x"})
+    with pytest.raises(AssertionError, match="no such placeholder"):
+        filled(EXTRACT, **values)
+
+
 @pytest.mark.web
 def test_the_scheduler_transcript_is_what_the_commands_print(fresh_crawl):
     """operations.md's transcript, each command run on a fresh crawl of the test web; the doc's
@@ -679,7 +707,8 @@ def test_pywb_replays_the_export_on_loopback(doc_web, exported):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
-    assert (folder / "replay" / "collections" / "crawl" / "indexes").iterdir()
+    linked = [p.name for sub in ("archive", "indexes") for p in (folder / "replay" / "collections" / "crawl" / sub).iterdir()]
+    assert any(n.endswith(".warc.gz") for n in linked) and any(n.endswith(".cdxj") for n in linked), linked
 
 
 def node_exporter() -> str | None:
