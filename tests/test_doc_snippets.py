@@ -92,13 +92,14 @@ FILLED = {
     NODE_EXPORTER: {"node_exporter": "{node_exporter} --web.listen-address=127.0.0.1:{port}",
                     "/srv/crawl/data": "{folder}/data"},
     REPORT_INSTALL: {"pip install -e '.[report]'": "{pip_offline} 'crawl[report]'"},
-    CLUSTER: {"pip install -e '.[cluster]'": "{pip_offline} 'crawl[cluster]'", "--port 8786": "--host 127.0.0.1 --port {port} --no-dashboard",
-              "tcp://scheduler:8786": "tcp://127.0.0.1:{port}", "--nthreads 1": "--nthreads 1 --host 127.0.0.1 --no-dashboard",
-              "cycle --cycles 10": "cycle --cycles 1"},
+    CLUSTER: {"pip install -e '.[cluster]'": "{pip_offline} 'crawl[cluster]'",
+              "--port 8786": "--host 127.0.0.1 --port {port} --no-dashboard",
+              "tcp://scheduler:8786": "tcp://127.0.0.1:{port}",
+              "--nthreads 1": "--nthreads 1 --host 127.0.0.1 --no-dashboard", "cycle --cycles 10": "cycle --cycles 1"},
     GENERATE_FIGURES: {"/tmp/gen24/c10M": "{built}", "/tmp/gen24": "{tmp}", "<before|after>": "after",
                        "<100000|1000000>": "1000"},
-    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after", "--sizes 1M": "--sizes 2K",
-                          "--sizes 10M": "--sizes 2K"},
+    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after",
+                          "--sizes 1M": "--sizes 2K", "--sizes 10M": "--sizes 2K"},
     REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
     REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
 }
@@ -106,9 +107,9 @@ FILLED = {
 (a record's file and offset, a free loopback port, the test's folder for ``/srv/crawl``), a big
 size is a tiny one, and a server binds loopback. ``pip install -e '.[extra]'`` runs offline on
 the installed checkout (``{pip_offline} 'crawl[extra]'``: no packet leaves, and pip must find
-every requirement of the extra installed); ``sudo`` is dropped (the
-test runs as root); the commit of "before" (27deee5, 95fdec0) is this checkout: the figures'
-code is history, the commands are not. Every placeholder must still be in its snippet."""
+every requirement of the extra installed); ``sudo`` is dropped (the test runs as root); the
+commit of "before" (27deee5, 95fdec0) is this checkout: the figures' code is history, the
+commands are not. Every placeholder must still be in its snippet."""
 
 RUN_FILLED = list(FILLED) + [REPORT_OPEN, CROP, TRANSCRIPT]
 
@@ -707,7 +708,8 @@ def test_pywb_replays_the_export_on_loopback(doc_web, exported):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
-    linked = [p.name for sub in ("archive", "indexes") for p in (folder / "replay" / "collections" / "crawl" / sub).iterdir()]
+    collection = folder / "replay" / "collections" / "crawl"
+    linked = [p.name for sub in ("archive", "indexes") for p in (collection / sub).iterdir()]
     assert any(n.endswith(".warc.gz") for n in linked) and any(n.endswith(".cdxj") for n in linked), linked
 
 
