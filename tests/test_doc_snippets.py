@@ -528,6 +528,7 @@ def run_script(text: str, cwd: Path, env: dict[str, str]) -> list[tuple[str, int
     for _ in lines:
         out, _, rest = rest.partition("\n@@ ")
         code, _, rest = rest.partition("\n")
+        assert code.isdigit(), (line, done.stdout[-2000:], done.stderr[-2000:])  # bash stopped before it
         outs.append(out)
         codes.append(int(code))
     assert len(codes) == len(lines), (done.stdout[-2000:], done.stderr[-2000:])
@@ -535,8 +536,8 @@ def run_script(text: str, cwd: Path, env: dict[str, str]) -> list[tuple[str, int
 
 
 def pip_offline_check(results: list[tuple[str, int, str]]) -> None:
-    """The offline ``pip install`` found the extra's every requirement installed (pip fails on one
-    it cannot find: ``crawl[airflow]`` does where Airflow is not installed)."""
+    """The offline ``pip install`` found the extra's every requirement installed (it fails on one
+    it cannot find: test_the_report_extra_and_crawl_report's positive control)."""
     for line, code, out in results:
         if line.startswith(PIP_OFFLINE):
             assert code == 0 and "Would install" not in out and "already satisfied: crawl[" in out, (line, out[-2000:])
@@ -752,6 +753,8 @@ def test_the_report_extra_and_crawl_report(doc_web):
     pytest.importorskip("matplotlib", reason="crawl report needs the report extra (.ci/run installs it)")
     pip, report = script_lines(filled(REPORT_INSTALL, pip_offline=PIP_OFFLINE))
     pip_offline_check(run_script(pip, ROOT, doc_web["env"]))
+    (_, missing, _), = run_script(f"{PIP_OFFLINE} no-such-package-of-crawl", ROOT, doc_web["env"])
+    assert missing != 0  # positive control: offline, pip fails on a requirement not installed
     (_, code, _), = run_script(report, doc_web["folder"], doc_web["env"])
     assert code == 0 and "<table" in (doc_web["folder"] / "report" / "index.html").read_text()
 
