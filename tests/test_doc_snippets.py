@@ -13,7 +13,14 @@ This module runs them:
   a doc spells out is replaced by the crawl's own (:data:`SHELL_RUNS`);
 - the Python blocks run the same way (``web``);
 - the README's real-web quickstart runs unchanged inside the named-host HTTPS web's mount
-  namespace, with its DNS server and CA (issue 28; ``web``, root).
+  namespace, with its DNS server and CA (issue 28; ``web``, root);
+- the snippets with placeholders, servers, browsers, a cluster or big sizes run with the
+  substitutions of :data:`FILLED` (values of the test's own run, loopback ports, tiny sizes):
+  pywb and node_exporter on a free loopback port, asked and stopped; ``xdg-open`` with
+  ``$BROWSER`` as headless chromium; the cluster's lines on a local Dask scheduler and worker
+  with moto's S3; the benchmark measurements at 2-10 K URLs; the real-web snippets with 8 hosts
+  for 15 s. operations.md's console transcript is run command by command, and each line it
+  shows is checked against what the command printed (fields and statuses, not ids or counts).
 
 A snippet none of these runs carries a marker just above its fence (``<!-- snippet: not run:
 REASON -->`` or ``<!-- snippet: run by FILE ... -->``), and the first test checks that every
@@ -62,7 +69,51 @@ PYTHON_RUNS = [("docs/data.md", "import cycles"), ("docs/tls.md", "from testweb.
 PRELUDE = {("docs/data.md", "import cycles"): "def index(batch):  # the reader's own indexer\n    print(batch.num_rows)\n"}
 """Names a Python snippet leaves to its reader."""
 
-RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, S3_RUN, *PYTHON_RUNS]
+REALWEB_PY = ("docs/real-web-testing.md", "import subprocess, sys")
+REALWEB_SH = ("docs/real-web-testing.md", "sudo .venv/bin/python -m testweb realweb")
+GENERATE_FIGURES = ("docs/incremental.md", ".venv/bin/python scripts/bench/scale.py scale --src /tmp/gen24/")
+INCREMENTAL_FIGURES = ("docs/incremental.md", "# once: the code before and after")
+CLUSTER = ("docs/cluster.md", "pip install -e '.[cluster]'")
+REPORT_OPEN = ("docs/operations-tools.md", "crawl report --out report/")
+CROP = ("docs/operations-tools.md", '.venv/bin/python -c "from PIL import Image')
+TRANSCRIPT = ("docs/operations.md", "$ crawl generate --json")
+OPERATING = ("docs/operations.md", "export CRAWL_DATA=/srv/crawl/data")
+REPORT_INSTALL = ("docs/operations.md", "pip install -e '.[report]'")
+NODE_EXPORTER = ("docs/operations.md", "node_exporter --collector.textfile.directory")
+REPLAY = ("docs/archive.md", "mkdir -p replay/collections/crawl/archive")
+EXTRACT = ("docs/archive.md", ".venv/bin/warcio extract")
+
+FILLED = {
+    EXTRACT: {"<id>": "{segment}", "<file>": "{warc_stem}", "<offset>": "{offset}",
+              "$((offset + 1))": "$(({offset} + 1))", "<warc_filename>": "{warc_filename}", "<length>": "{length}"},
+    REPLAY: {"--port 8080": "--port {port}", "http://127.0.0.1:8080/crawl/*/http://h1.web.test:PORT/p/0.html":
+             "http://127.0.0.1:{port}/crawl/*/{url}"},
+    OPERATING: {"/srv/crawl/data": "{folder}/data", "/srv/crawl/crawl.toml": "{config}"},
+    NODE_EXPORTER: {"node_exporter": "{node_exporter} --web.listen-address=127.0.0.1:{port}",
+                    "/srv/crawl/data": "{folder}/data"},
+    REPORT_INSTALL: {"pip install -e '.[report]'": "{pip_offline} 'crawl[report]'"},
+    CLUSTER: {"pip install -e '.[cluster]'": "{pip_offline} 'crawl[cluster]'",
+              "--port 8786": "--host 127.0.0.1 --port {port} --no-dashboard",
+              "tcp://scheduler:8786": "tcp://127.0.0.1:{port}",
+              "--nthreads 1": "--nthreads 1 --host 127.0.0.1 --no-dashboard", "cycle --cycles 10": "cycle --cycles 1"},
+    GENERATE_FIGURES: {"/tmp/gen24/c10M": "{built}", "/tmp/gen24": "{tmp}", "<before|after>": "after",
+                       "<100000|1000000>": "1000"},
+    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after",
+                          "--sizes 1M": "--sizes 2K", "--sizes 10M": "--sizes 2K"},
+    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
+    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
+}
+"""The snippets run with placeholders filled: each ``{name}`` is a value of the test's own run
+(a record's file and offset, a free loopback port, the test's folder for ``/srv/crawl``), a big
+size is a tiny one, and a server binds loopback. ``pip install -e '.[extra]'`` runs offline on
+the installed checkout (``{pip_offline} 'crawl[extra]'``: no packet leaves, and pip must find
+every requirement of the extra installed); ``sudo`` is dropped (the test runs as root); the
+commit of "before" (27deee5, 95fdec0) is this checkout: the figures' code is history, the
+commands are not. Every placeholder must still be in its snippet."""
+
+RUN_FILLED = list(FILLED) + [REPORT_OPEN, CROP, TRANSCRIPT]
+
+RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, S3_RUN, *PYTHON_RUNS, *RUN_FILLED]
 
 
 def matches(snippet: Snippet, key: tuple[str, str]) -> bool:
@@ -433,3 +484,432 @@ def test_the_readme_quickstart_crawls_the_real_web_namespace(tmp_path):
     assert "fetched" in results[2][2]
     assert (tmp_path / "report" / "index.html").exists()
     shutil.rmtree(tmp_path / "data", ignore_errors=True)
+
+
+# --- snippets with placeholders, servers and browsers, filled from a real run (web) ----------
+def filled(key: tuple[str, str], **values: str) -> str:
+    """The snippet with each placeholder of :data:`FILLED` replaced by its value in this run."""
+    text = one(key).text
+    for old, new in FILLED[key].items():
+        assert old in text, f"{key[0]}: the snippet no longer holds {old!r}"
+        text = text.replace(old, new.format(**values))
+    return text
+
+
+PIP_OFFLINE = "pip install --no-index --dry-run"
+"""``pip install`` with no index: it must find every requirement installed (no packet leaves)."""
+
+
+def script_lines(text: str) -> list[str]:
+    """The commands of a shell snippet: a ``\\`` continuation or an open quote goes on to the next line."""
+    import shlex
+
+    commands, pending = [], ""
+    for line in text.replace("\\\n", " ").splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # a quote still open
+            continue
+        if pending.strip() and not pending.lstrip().startswith("#"):
+            commands.append(pending)
+        pending = ""
+    return commands
+
+
+def run_script(text: str, cwd: Path, env: dict[str, str]) -> list[tuple[str, int, str]]:
+    """The lines of ``text`` in one bash (an ``export`` holds for the lines after it); each line's
+    (line, exit code, stdout). Stderr must hold no traceback."""
+    lines = script_lines(text)
+    body = "".join(f"{line}\nprintf '\\n@@ %s\\n' $?\n" for line in lines)
+    done = subprocess.run(["bash", "-c", body], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    outs, codes, rest = [], [], done.stdout
+    for _ in lines:
+        out, _, rest = rest.partition("\n@@ ")
+        code, _, rest = rest.partition("\n")
+        assert code.isdigit(), (line, done.stdout[-2000:], done.stderr[-2000:])  # bash stopped before it
+        outs.append(out)
+        codes.append(int(code))
+    assert len(codes) == len(lines), (done.stdout[-2000:], done.stderr[-2000:])
+    return list(zip(lines, codes, outs))
+
+
+def pip_offline_check(results: list[tuple[str, int, str]]) -> None:
+    """The offline ``pip install`` found the extra's every requirement installed (it fails on one
+    it cannot find: test_the_report_extra_and_crawl_report's positive control)."""
+    for line, code, out in results:
+        if line.startswith(PIP_OFFLINE):
+            assert code == 0 and "Would install" not in out and "already satisfied: crawl[" in out, (line, out[-2000:])
+
+
+@pytest.fixture
+def fresh_crawl(doc_web, tmp_path):
+    """A folder like doc_web's with the seeds injected and nothing fetched yet."""
+    (tmp_path / ".venv").symlink_to(venv_bin().parent)
+    (tmp_path / "seeds.txt").write_text((doc_web["folder"] / "seeds.txt").read_text())
+    env = folder_env(tmp_path, Path(doc_web["env"]["CRAWL_CONFIG"]))
+    inject = run_line("crawl inject seeds.txt", tmp_path, env)
+    assert inject.returncode == 0, inject.stderr
+    return tmp_path, env
+
+
+def transcript(text: str) -> list[tuple[str, list[str]]]:
+    """A console block as (command, the lines it printed)."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif line.strip():
+            steps[-1][1].append(line)
+    return steps
+
+
+def same_fields(documented: str, printed: str) -> None:
+    """A printed line matches the doc's: the same JSON keys with values of the same type, the
+    same status, stage and exit code, the message with ``...`` for any text (ids and counts differ)."""
+    import json
+    import re
+
+    if not documented.startswith("{"):
+        assert printed.strip() == documented.strip()
+        return
+    doc, got = json.loads(documented.replace("{...}", "{}")), json.loads(printed)
+    assert set(doc) <= set(got), (documented, printed)
+    for key, value in doc.items():
+        if key in ("status", "stage", "exit_code"):
+            assert got[key] == value, (key, documented, printed)
+        elif key == "message":
+            assert re.fullmatch(".*".join(map(re.escape, value.split("..."))), got[key]), (documented, printed)
+        elif value != "...":
+            assert isinstance(got[key], type(value)) or isinstance(value, float) and isinstance(got[key], int), key
+
+
+def test_the_transcript_check_sees_a_changed_field_and_the_fill_a_lost_placeholder(monkeypatch):
+    # Positive controls: a line whose status, key set or message differs from the doc's fails the
+    # transcript check, ids and counts do not; a placeholder gone from its snippet fails the fill.
+    doc = '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, "message": "update: none in ...; run it"}'
+    same_fields(doc, '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, '
+                     '"message": "update: none in /x/data; run it", "extra": 1}')
+    for printed in ('{"status": "done", "stage": "update", "exit_code": 3, "message": "update: none in d; run it"}',
+                    '{"status": "nothing_to_do", "stage": "update", "exit_code": 3}',
+                    '{"status": "nothing_to_do", "stage": "update", "exit_code": 3, "message": "other"}'):
+        with pytest.raises(AssertionError):
+            same_fields(doc, printed)
+    same_fields('{"segment": "2026-a", "urls": 4, "seconds": 1.2}', '{"segment": "2027-b", "urls": 9, "seconds": 2}')
+    with pytest.raises(AssertionError):
+        same_fields('{"urls": 4}', '{"urls": "4"}')
+    values = {"segment": "s", "warc_stem": "f", "offset": "0", "warc_filename": "w", "length": "1"}
+    assert "<" not in filled(EXTRACT, **values) and "$((0 + 1))" in filled(EXTRACT, **values)
+    monkeypatch.setitem(FILLED, EXTRACT, {**FILLED[EXTRACT], "<no such placeholder>": "x"})
+    with pytest.raises(AssertionError, match="no such placeholder"):
+        filled(EXTRACT, **values)
+
+
+@pytest.mark.web
+def test_the_scheduler_transcript_is_what_the_commands_print(fresh_crawl):
+    """operations.md's transcript, each command run on a fresh crawl of the test web; the doc's
+    segment id is generate's, and the partition 0 line runs for each partition generate made
+    (as its comment says). Each printed line has the fields the doc shows."""
+    import json
+
+    folder, env = fresh_crawl
+    text = one(TRANSCRIPT).text
+    documented_segment = "20261201T213547135278Z-e7985a"
+    segment, partitions = documented_segment, [0]
+    for command, expected in transcript(text):
+        command = command.replace(documented_segment, segment)
+        lines = [command.replace("--partition 0", f"--partition {p}") for p in partitions] \
+            if "--partition 0" in command else [command]
+        for line in lines:
+            result = run_line(line, folder, env)
+            printed = result.stdout.splitlines()
+            assert "Traceback" not in result.stderr and printed, (line, result.stderr[-2000:])
+            if not expected:  # the doc shows no output: the stage's JSON line says done
+                assert json.loads(printed[-1])["status"] == "done", (line, printed)
+            assert len(printed) == len(expected) or not expected, (line, printed, expected)
+            for documented, got in zip(expected, printed):
+                same_fields(documented, got)
+        if command.startswith("crawl generate"):
+            segment, partitions = json.loads(printed[-1])["segment"], json.loads(printed[-1])["partitions"]
+    assert segment != documented_segment
+
+
+@pytest.mark.web
+def test_the_operating_commands_run_with_srv_as_the_tests_folder(fresh_crawl):
+    import cycles
+
+    folder, env = fresh_crawl
+    results = run_script(filled(OPERATING, folder=str(folder), config=env["CRAWL_CONFIG"]), folder,
+                         {k: v for k, v in env.items() if k != "CRAWL_CONFIG"})
+    (_, export, _), (_, cycle, _), (_, show, shown), (_, fetch, _), (_, version, printed) = results
+    assert (export, cycle, show, fetch, version) == (0, 0, 0, 3, 0), results
+    assert "top_n = 20000" in shown and "-s" in shown, shown  # the setting, and where it came from
+    assert printed.strip()
+    fetched = cycles.open(str(folder / "data")).sql("SELECT count(*) FROM crawldb WHERE status = 'fetched'").fetchall()
+    assert fetched[0][0] >= 4
+
+
+@pytest.fixture(scope="module")
+def exported(doc_web):
+    """The newest segment of doc_web's crawl exported (archive.md's own export line) and one
+    fetched page's row of its URL index: (url, warc_filename, offset, length)."""
+    import duckdb
+
+    folder = doc_web["folder"]
+    run_shell(one(("docs/archive.md", "crawl export 2026")), folder, doc_web["env"])
+    rows = duckdb.sql(f"SELECT url, warc_filename, warc_record_offset, warc_record_length FROM "
+                      f"'{folder}/data/segments/*/archive/*.cc-index.parquet' WHERE fetch_status = 200 "
+                      f"AND url NOT LIKE '%robots.txt' ORDER BY url LIMIT 1").fetchall()
+    assert rows, "no fetched page in the URL index"
+    return rows[0]
+
+
+@pytest.mark.web
+def test_a_record_is_extracted_by_its_offset(doc_web, exported):
+    url, warc_filename, offset, length = exported
+    parts = Path(warc_filename).parts
+    segment, stem = parts[parts.index("segments") + 1], Path(warc_filename).name.removesuffix(".warc.gz")
+    text = filled(EXTRACT, segment=segment, warc_stem=stem, offset=str(offset), warc_filename=warc_filename,
+                  length=str(length))
+    (_, payload_code, payload), (_, record_code, record) = run_script(text, doc_web["folder"], doc_web["env"])
+    assert payload_code == record_code == 0
+    assert "<html" in payload.lower() and "WARC-Target-URI: " + url in record
+    assert payload.strip()[:200] in record  # the same record: its payload, and it whole
+
+
+@pytest.mark.web
+def test_pywb_replays_the_export_on_loopback(doc_web, exported):
+    """archive.md's replay lines; pywb on a free loopback port, asked for the captures of a page
+    the crawl fetched (the doc's example URL), then stopped."""
+    import re
+    import socket
+    import urllib.request
+
+    pytest.importorskip("pywb", reason="pywb is the archive extra: pip install -e '.[archive]'")
+    from testweb.moto import free_port
+
+    port = free_port("127.0.0.1")
+    text = filled(REPLAY, port=str(port), url=exported[0])
+    folder = doc_web["folder"]
+    shutil.rmtree(folder / "replay", ignore_errors=True)
+    log = folder / "replay.log"
+    proc = subprocess.Popen(["bash", "-c", text], cwd=folder, env=doc_web["env"], stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        asked = re.search(r"http://127\.0\.0\.1:\d+/crawl/\*/\S+", text).group()
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(asked, timeout=30) as response:
+            listing = response.read().decode()
+        assert response.status == 200 and exported[0] in listing, listing[:2000]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    collection = folder / "replay" / "collections" / "crawl"
+    linked = [p.name for sub in ("archive", "indexes") for p in (collection / sub).iterdir()]
+    assert any(n.endswith(".warc.gz") for n in linked) and any(n.endswith(".cdxj") for n in linked), linked
+
+
+def node_exporter() -> str | None:
+    """node_exporter, or Debian's name for it (prometheus-node-exporter, as .ci/run installs it)."""
+    return shutil.which("node_exporter") or shutil.which("prometheus-node-exporter")
+
+
+@pytest.mark.web
+def test_node_exporter_serves_the_crawls_metric_files(doc_web):
+    import urllib.request
+
+    from testweb.moto import free_port
+
+    if node_exporter() is None:
+        pytest.skip("node_exporter is not installed (.ci/run: apt-get install prometheus-node-exporter)")
+    folder, port = doc_web["folder"], free_port("127.0.0.1")
+    assert list((folder / "data" / "metrics").glob("crawl_fetch.prom"))
+    text = filled(NODE_EXPORTER, node_exporter=node_exporter(), port=str(port), folder=str(folder))
+    log = folder / "node_exporter.log"
+    proc = subprocess.Popen(["bash", "-c", "exec " + text.strip()], cwd=folder, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)
+    try:
+        opener, deadline, body = urllib.request.build_opener(urllib.request.ProxyHandler({})), time.monotonic() + 30, ""
+        while "crawl_fetch_pages_total" not in body:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+            try:
+                body = opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            except OSError:
+                continue
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "crawl_generate_" in body and "crawl_update_" in body
+
+
+@pytest.mark.web
+def test_the_report_extra_and_crawl_report(doc_web):
+    pytest.importorskip("matplotlib", reason="crawl report needs the report extra (.ci/run installs it)")
+    pip, report = script_lines(filled(REPORT_INSTALL, pip_offline=PIP_OFFLINE))
+    pip_offline_check(run_script(pip, ROOT, doc_web["env"]))
+    (_, missing, _), = run_script(f"{PIP_OFFLINE} no-such-package-of-crawl", ROOT, doc_web["env"])
+    assert missing != 0  # positive control: offline, pip fails on a requirement not installed
+    (_, code, _), = run_script(report, doc_web["folder"], doc_web["env"])
+    assert code == 0 and "<table" in (doc_web["folder"] / "report" / "index.html").read_text()
+
+
+BROWSER = """#!/bin/sh
+# xdg-open's $BROWSER: headless chromium with tests/test_report_browser.py's flags (a proxy on a closed
+# loopback port, no name resolves): the page's DOM, and a 1280 x 900 picture where the crop reads it.
+open() {
+    chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \\
+        --disable-sync --no-first-run --user-data-dir="$PWD/chromium-profile" --proxy-server=http://127.0.0.1:{port} \\
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1" "$@" 2>>chromium.log
+}
+mkdir -p test-artefacts/report-browser
+open --dump-dom "$1" > opened.html &&
+    open --window-size=1280,900 --screenshot=test-artefacts/report-browser/report-desktop.png "$1"
+"""
+
+
+@pytest.mark.web
+def test_the_report_opens_in_a_browser_and_its_picture_crops(doc_web):
+    """operations-tools.md: ``xdg-open`` with $BROWSER set to headless chromium (no display), and
+    the crop of the picture it took, written to the folder's docs/img/."""
+    pytest.importorskip("matplotlib", reason="crawl report needs the report extra (.ci/run installs it)")
+    pytest.importorskip("PIL", reason="Pillow comes with matplotlib (the report extra)")
+    if not (shutil.which("xdg-open") and shutil.which("chromium")):
+        if os.environ.get("CRAWL_REQUIRE_BROWSER"):
+            pytest.fail("xdg-open or chromium is missing (.ci/run installs them)")
+        pytest.skip("xdg-open or chromium is missing (.ci/run installs them)")
+    from PIL import Image
+
+    folder = doc_web["folder"]
+    browser = folder / "browser.sh"
+    from testweb.moto import free_port
+
+    browser.write_text(BROWSER.replace("{port}", str(free_port("127.0.0.1"))))  # a port nobody listens on
+    browser.chmod(0o755)
+    env = {k: v for k, v in doc_web["env"].items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_CURRENT_DESKTOP")}
+    env["BROWSER"] = str(browser)
+    (folder / "opened.html").unlink(missing_ok=True)
+    (_, report, _), (_, opened, _) = run_script(one(REPORT_OPEN).text, folder, env)
+    assert report == opened == 0
+    dom = (folder / "opened.html").read_text()
+    assert "<table" in dom and "data:image/png" in dom  # the report's page, as chromium built it
+    (folder / "docs" / "img").mkdir(parents=True, exist_ok=True)
+    (_, cropped, _), = run_script(one(CROP).text, folder, env)
+    assert cropped == 0
+    with Image.open(folder / "docs" / "img" / "report-desktop.png") as picture:
+        assert picture.size == (1280, 600) and picture.mode == "P" and len(picture.getcolors()) <= 32
+
+
+@pytest.mark.web
+def test_the_cluster_commands_crawl_on_a_local_dask_cluster_and_s3(doc_web, s3_env, tmp_path):
+    """cluster.md's lines: the extra found installed; a scheduler and a worker on loopback (each
+    with the AWS settings of moto's S3 in its environment), stopped at the end; inject and one
+    cycle into ``s3://my-bucket/crawl`` through them."""
+    import boto3
+
+    pytest.importorskip("distributed", reason="the cluster extra: pip install -e '.[cluster]'")
+    from distributed import Client
+
+    from testweb.moto import STRAY_AWS_SETTINGS, free_port
+    from tests.support.processes import start_watched, stop_all
+
+    boto3.client("s3").create_bucket(Bucket="my-bucket")
+    port = free_port("127.0.0.1")
+    pip, scheduler, worker, *crawl_lines = script_lines(filled(CLUSTER, pip_offline=PIP_OFFLINE, port=str(port)))
+    env = {k: v for k, v in doc_web["env"].items() if k not in STRAY_AWS_SETTINGS and not k.startswith("AWS_")}
+    env.update(s3_env)
+    pip_offline_check(run_script(pip, ROOT, env))
+    (tmp_path / "seeds.txt").write_text((doc_web["folder"] / "seeds.txt").read_text())
+    procs = []
+    for name, line in (("scheduler", scheduler), ("worker", worker)):
+        (tmp_path / name).mkdir()
+        procs.append(start_watched(["bash", "-c", "exec " + line], tmp_path / name, env, tmp_path / f"{name}.log", 300))
+    before = len(doc_web["web"].requests())
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            results = run_script("\n".join(crawl_lines), tmp_path, env)
+            tasks = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    finally:
+        stop_all(procs)
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert tasks, "no task ran on the cluster"
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="my-bucket", Prefix="crawl/crawldb/")
+            .get("Contents", [])]
+    assert any(k.endswith(".parquet") for k in keys), keys
+    assert len(doc_web["web"].requests()) > before  # the cluster's cycle asked the web
+
+
+@pytest.mark.web
+def test_the_generate_figures_commands_run_on_a_10k_store(tmp_path):
+    """incremental.md's generate measurement on a store of 10 K URLs (the doc's is 10 M), built
+    first by ``scale --build-only``; both --src folders hold this checkout's cycles package."""
+    if not os.access("/usr/bin/time", os.X_OK):
+        pytest.skip("GNU time is not installed (.ci/run: apt-get install time)")
+    for side in ("before", "after"):
+        shutil.copytree(ROOT / "cycles", tmp_path / f"{side}-src" / "cycles")
+    build = subprocess.run([sys.executable, "scripts/bench/scale.py", "scale", "--sizes", "10K", "--build-only",
+                            "--built", str(tmp_path / "built"), "--root", str(tmp_path / "root")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    text = filled(GENERATE_FIGURES, built=str(tmp_path / "built" / "10K"), tmp=str(tmp_path))
+    (_, compact, _), (_, copy, _), (_, generate, printed) = run_script(text, ROOT, folder_env(tmp_path, None))
+    assert (compact, copy, generate) == (0, 0, 0)
+    assert "RESULT " in printed, printed[-2000:]
+
+
+@pytest.mark.web
+def test_the_incremental_figures_commands_print_the_table(tmp_path):
+    """incremental.md's measurement at 2 K URLs (the doc's 1 M and 10 M; one store built, then reused), "before" being
+    this checkout (its HEAD): each run prints bench_scale's table."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    results = run_script(filled(INCREMENTAL_FIGURES, tmp=str(tmp_path)), ROOT, folder_env(tmp_path, None))
+    assert [code for _, code, _ in results] == [0] * len(results), results
+    for line, _, printed in results[3:]:
+        assert "generate s" in printed and "update s" in printed and "compact s" in printed, (line, printed[-2000:])
+    assert (tmp_path / "built" / "2K").is_dir()
+
+
+# --- the real-web test web's own snippets, in its namespace (web, root) ----------------------
+def require_namespace() -> None:
+    from testweb.namespace import namespace_available
+
+    if namespace_available() is not None:
+        pytest.skip(namespace_available())
+
+
+def fetched_https(folder: Path) -> int:
+    """Pages the crawl fetched over HTTPS (200), from its segments' committed fetch chunks: a
+    15 s run may stop its first fetch before the slow hosts are done, so no update may have run."""
+    import duckdb
+
+    chunks = str(folder / "data" / "segments" / "*" / "fetched" / "*.parquet")
+    return duckdb.sql("SELECT count(*) FROM read_parquet(?, union_by_name = true) WHERE url LIKE 'https://%' "
+                      "AND http_status = 200", params=[chunks]).fetchall()[0][0]
+
+
+@pytest.mark.web
+def test_the_realweb_python_snippet_crawls_inside_the_namespace(tmp_path):
+    """real-web-testing.md's Python: 8 hosts (the doc's 300) and a 15 s run (its 60 s)."""
+    require_namespace()
+    done = subprocess.run([sys.executable, "-c", filled(REALWEB_PY)], cwd=tmp_path, env=folder_env(tmp_path, None),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert fetched_https(tmp_path) >= 1
+
+
+@pytest.mark.web
+def test_the_realweb_command_crawls_inside_the_namespace(tmp_path):
+    """real-web-testing.md's shell line, as root without sudo: 8 hosts of 5 pages, a 15 s run."""
+    require_namespace()
+    (tmp_path / ".venv").symlink_to(venv_bin().parent)
+    (_, code, _), = run_script(filled(REALWEB_SH), tmp_path, folder_env(tmp_path, None))
+    assert code == 0
+    seeds = (tmp_path / "seeds.txt").read_text().split()
+    assert any(s.startswith("https://") for s in seeds) and fetched_https(tmp_path) >= 1

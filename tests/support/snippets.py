@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LANGUAGES = ("sh", "bash", "python", "toml")
+LANGUAGES = ("sh", "bash", "console", "python", "toml")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 MARKER = re.compile(r"^<!-- snippet: (.+?) -->$")
 
@@ -40,8 +40,11 @@ class Snippet:
         return f"{self.doc}:{self.line}"
 
     def commands(self) -> list[list[str]]:
-        """The shell lines as words, comments dropped (a ``\\`` continuation joins lines)."""
+        """The shell lines as words, comments dropped (a ``\\`` continuation joins lines); of a
+        ``console`` transcript, only its ``$ `` lines (the rest is their output)."""
         joined = self.text.replace("\\\n", " ")
+        if self.language == "console":
+            joined = "\n".join(line[2:] for line in joined.splitlines() if line.startswith("$ "))
         return [words for words in (shlex.split(line, comments=True) for line in joined.splitlines()) if words]
 
 
