@@ -80,9 +80,13 @@ class ProcessPool:
                  die_with_parent: bool = True, death_error: StageError | None = None):
         self.workers = max(1, int(workers))
         self.death_error = death_error if death_error is not None else worker_died(what)
+        context = multiprocessing.get_context("spawn")
+        # The signal signal_workers sent (0: none), for the workers it could not reach yet.
+        # Raw (no lock): it is set from a signal handler.
+        self._signalled = context.RawValue("i", 0)
         self._pool = ProcessPoolExecutor(
-            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-            initargs=(os.getpid() if die_with_parent else None, initializer, initargs))
+            self.workers, mp_context=context, initializer=_init_worker,
+            initargs=(os.getpid() if die_with_parent else None, initializer, initargs, self._signalled))
 
     def __enter__(self) -> "ProcessPool":
         return self
@@ -104,11 +108,31 @@ class ProcessPool:
         return list(self._pool._processes or {})
 
     def signal_workers(self, signum: int) -> None:
+        """Send ``signum`` to the workers that handle it (their initializer installed a
+        handler); a worker still starting gets it from itself when its initializer has run
+        (``_init_worker``). Sent at once, it would kill a worker still importing — the
+        signal's default action — and break the pool: ``crawl run --seconds 5`` on a loaded
+        machine stopped with "a fetch worker process died" instead of committing."""
+        self._signalled.value = signum
         for pid in self.pids():
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
+            if handles_signal(pid, signum):
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+
+
+def handles_signal(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` catches ``signum`` (Linux: the ``SigCgt`` mask of
+    ``/proc/<pid>/status``); True where that cannot be read (another system)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return True
 
 
 _PARENT_PID: int | None = None
@@ -121,13 +145,17 @@ def parent_pid() -> int | None:
     return _PARENT_PID
 
 
-def _init_worker(parent: int | None, initializer: Callable | None, initargs: tuple) -> None:
+def _init_worker(parent: int | None, initializer: Callable | None, initargs: tuple, signalled) -> None:
     global _PARENT_PID
     if parent is not None:
         _PARENT_PID = parent
         _die_with_parent(parent)
     if initializer is not None:
         initializer(*initargs)
+    # A signal the pool sent while this worker was starting, and did not send to it then
+    # (ProcessPool.signal_workers: it is read after the handler is in, so none is missed).
+    if signalled.value and handles_signal(os.getpid(), signalled.value):
+        signal.raise_signal(signalled.value)
 
 
 def _die_with_parent(parent: int) -> None:

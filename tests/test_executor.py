@@ -132,6 +132,49 @@ def test_a_dead_pool_worker_is_the_pools_one_line_stage_error():
     assert raised.value is died and raised.value.__cause__ is None
 
 
+_STOPPED = False
+
+
+def _note_stop(signum, frame) -> None:
+    global _STOPPED
+    _STOPPED = True
+
+
+def _install_stop_handler() -> None:
+    signal.signal(signal.SIGTERM, _note_stop)
+
+
+def _wait_for_stop(_task) -> str:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not _STOPPED and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "stopped" if _STOPPED else "never stopped"
+
+
+@pytest.mark.web  # starts pool processes (spawned interpreters, ~1 s each)
+def test_a_stop_sent_while_workers_start_reaches_them_and_kills_none():
+    """SIGTERM sent to the pool right after its tasks were submitted: the workers are still
+    importing, and the signal's default action would kill them (`crawl run --seconds 5`
+    under load ended with "a fetch worker process died"). signal_workers sends it to the
+    workers that handle it and the others raise it themselves once their handler is in."""
+    from cycles.errors import StageError
+    from cycles.executor import ProcessPool
+
+    with ProcessPool(2, "a test", initializer=_install_stop_handler) as pool:
+        futures = [pool.submit(_wait_for_stop, k) for k in range(2)]
+        pool.signal_workers(signal.SIGTERM)
+        assert [f.result() for f in futures] == ["stopped", "stopped"]
+    # Positive control: the same signal sent straight to the starting workers kills them.
+    with pytest.raises(StageError, match="died"):
+        with ProcessPool(2, "a test", initializer=_install_stop_handler) as pool:
+            futures = [pool.submit(_wait_for_stop, k) for k in range(2)]
+            for pid in pool.pids():
+                os.kill(pid, signal.SIGTERM)
+            [f.result() for f in futures]
+
+
 STAGE_WITH_A_POOL = """
 import os, sys, time
 sys.path.insert(0, {repo!r})

@@ -97,12 +97,11 @@ def run_pool(tasks: list[FetchTask], processes: int, stop: StopSignals, counters
     with ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
                      death_error=died) as pool:
         try:
+            stop.pool = pool  # signals are forwarded to its workers
             futures = [pool.submit(fetch_partition_task, task) for task in tasks]
-            stop.workers = pool.pids()  # spawned on submit; for forwarding signals
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
-                stop.workers = pool.pids()  # a worker may be replaced
                 for future in done:
                     counters.update(future.result())
         except BaseException as exc:
@@ -111,6 +110,8 @@ def run_pool(tasks: list[FetchTask], processes: int, stop: StopSignals, counters
                 # wait for them to fetch their whole partition.
                 pool.signal_workers(signal.SIGTERM)
             raise
+        finally:
+            stop.pool = None
 
 
 def _run_tasks(tasks: list[FetchTask], executor: Executor | None, processes: int, stop: StopSignals,

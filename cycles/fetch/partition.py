@@ -206,7 +206,8 @@ class StopSignals:
 
     def __init__(self):
         self.received: int | None = None
-        self.workers: list[int] = []
+        self.pool = None
+        """The fetch pool (cycles/executor.py ProcessPool), while it runs: signals go to its workers."""
         self._previous: dict = {}
 
     def __enter__(self):
@@ -219,11 +220,8 @@ class StopSignals:
     def _handle(self, signum, frame) -> None:
         self.received = signum
         request_stop(signum)  # a partition running in this process
-        for pid in self.workers:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        if self.pool is not None:
+            self.pool.signal_workers(signal.SIGTERM)
 
     def __exit__(self, *exc):
         for signum, handler in self._previous.items():
