@@ -12,19 +12,19 @@ This module runs them:
   operator on the real internet does not need), ``seeds.txt`` holds its seeds; a segment id
   a doc spells out is replaced by the crawl's own (:data:`SHELL_RUNS`);
 - the Python blocks run the same way (``web``);
-- the README's real-web quickstart runs unchanged inside the named-host HTTPS web's mount
-  namespace, with its DNS server and CA (issue 28; ``web``, root);
-- the snippets with placeholders, servers, browsers, a cluster or big sizes run with the
+- the README's real-web quickstart, the real-web test web's own lines and incremental.md's
+  measurements need a web or a store of their own: tests/test_doc_snippets_alone.py runs them
+  (a second module, so that ``--dist loadfile`` gives them the other worker);
+- the snippets with placeholders, servers, browsers or a cluster run with the
   substitutions of :data:`FILLED` (values of the test's own run, loopback ports, tiny sizes):
   pywb and node_exporter on a free loopback port, asked and stopped; ``xdg-open`` with
   ``$BROWSER`` as headless chromium; the cluster's lines on a local Dask scheduler and worker
-  with moto's S3; the benchmark measurements at 2-10 K URLs; the real-web snippets with 8 hosts
-  for 15 s. operations.md's console transcript is run command by command, and each line it
+  with moto's S3. operations.md's console transcript is run command by command, and each line it
   shows is checked against what the command printed (fields and statuses, not ids or counts).
 
 A snippet none of these runs carries a marker just above its fence (``<!-- snippet: not run:
 REASON -->`` or ``<!-- snippet: run by FILE ... -->``), and the first test checks that every
-snippet is either run here or marked, and that every key here still names a snippet.
+snippet is either run by one of the two modules or marked, and that every key still names a snippet.
 """
 
 from __future__ import annotations
@@ -39,91 +39,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.snippets import ROOT, Snippet, all_snippets, snippets_of
-
-SNIPPETS = all_snippets()
-
-README_REAL_WEB = ("README.md", ".venv/bin/crawl inject seeds.txt")
-"""The README's "Crawling the real web": run by test_the_readme_quickstart_crawls_the_real_web_namespace."""
-
-TOML = [("docs/crawling.md", "[fetch]"), ("docs/operations.md", "[metrics]")]
-
-BENCH = [("docs/benchmarks.md", ""), ("docs/cluster.md", ".venv/bin/python scripts/bench/"),
-         ("docs/real-web-testing.md", ".venv/bin/python scripts/bench/")]
-"""Benchmark command lines (every snippet of docs/benchmarks.md)."""
-
-SEGMENT_IDS = ("20261129T223500123456Z-a1b2c3", "SEGMENT")
-"""Segment ids the docs spell out; the web tests put the crawl's newest segment in their place."""
-
-SHELL_RUNS = [("docs/crawling.md", ".venv/bin/crawl inject seeds.txt"), ("docs/data.md", 'crawl sql "SELECT status'),
-              ("docs/data.md", 'crawl sql "SELECT host, count(*) n'), ("docs/update.md", "crawl pages --consumer"),
-              ("docs/operations-tools.md", "crawl export"), ("docs/archive.md", "crawl export 2026"),
-              ("docs/crawling.md", "crawl run --seconds 3600"), ("docs/cluster.md", "crawl rebucket --buckets 64")]
-"""Run in this order in one folder: the first crawls the test web, the others read what it wrote."""
-
-S3_RUN = ("docs/data.md", "export AWS_ENDPOINT_URL=http://127.0.0.1:9000")
-"""Run whole (its exports hold for the lines after them) against moto's S3 server on that address."""
-
-PYTHON_RUNS = [("docs/data.md", "import cycles"), ("docs/tls.md", "from testweb.harness import TestWeb")]
-
-PRELUDE = {("docs/data.md", "import cycles"): "def index(batch):  # the reader's own indexer\n    print(batch.num_rows)\n"}
-"""Names a Python snippet leaves to its reader."""
-
-REALWEB_PY = ("docs/real-web-testing.md", "import subprocess, sys")
-REALWEB_SH = ("docs/real-web-testing.md", "sudo .venv/bin/python -m testweb realweb")
-GENERATE_FIGURES = ("docs/incremental.md", ".venv/bin/python scripts/bench/scale.py scale --src /tmp/gen24/")
-INCREMENTAL_FIGURES = ("docs/incremental.md", "# once: the code before and after")
-CLUSTER = ("docs/cluster.md", "pip install -e '.[cluster]'")
-REPORT_OPEN = ("docs/operations-tools.md", "crawl report --out report/")
-CROP = ("docs/operations-tools.md", '.venv/bin/python -c "from PIL import Image')
-TRANSCRIPT = ("docs/operations.md", "$ crawl generate --json")
-OPERATING = ("docs/operations.md", "export CRAWL_DATA=/srv/crawl/data")
-REPORT_INSTALL = ("docs/operations.md", "pip install -e '.[report]'")
-NODE_EXPORTER = ("docs/operations.md", "node_exporter --collector.textfile.directory")
-REPLAY = ("docs/archive.md", "mkdir -p replay/collections/crawl/archive")
-EXTRACT = ("docs/archive.md", ".venv/bin/warcio extract")
-
-FILLED = {
-    EXTRACT: {"<id>": "{segment}", "<file>": "{warc_stem}", "<offset>": "{offset}",
-              "$((offset + 1))": "$(({offset} + 1))", "<warc_filename>": "{warc_filename}", "<length>": "{length}"},
-    REPLAY: {"--port 8080": "--port {port}", "http://127.0.0.1:8080/crawl/*/http://h1.web.test:PORT/p/0.html":
-             "http://127.0.0.1:{port}/crawl/*/{url}"},
-    OPERATING: {"/srv/crawl/data": "{folder}/data", "/srv/crawl/crawl.toml": "{config}"},
-    NODE_EXPORTER: {"node_exporter": "{node_exporter} --web.listen-address=127.0.0.1:{port}",
-                    "/srv/crawl/data": "{folder}/data"},
-    REPORT_INSTALL: {"pip install -e '.[report]'": "{pip_offline} 'crawl[report]'"},
-    CLUSTER: {"pip install -e '.[cluster]'": "{pip_offline} 'crawl[cluster]'",
-              "--port 8786": "--host 127.0.0.1 --port {port} --no-dashboard",
-              "tcp://scheduler:8786": "tcp://127.0.0.1:{port}",
-              "--nthreads 1": "--nthreads 1 --host 127.0.0.1 --no-dashboard", "cycle --cycles 10": "cycle --cycles 1"},
-    GENERATE_FIGURES: {"/tmp/gen24/c10M": "{built}", "/tmp/gen24": "{tmp}", "<before|after>": "after",
-                       "<100000|1000000>": "1000"},
-    INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after",
-                          "--sizes 1M": "--sizes 2K", "--sizes 10M": "--sizes 2K"},
-    REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
-    REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
-}
-"""The snippets run with placeholders filled: each ``{name}`` is a value of the test's own run
-(a record's file and offset, a free loopback port, the test's folder for ``/srv/crawl``), a big
-size is a tiny one, and a server binds loopback. ``pip install -e '.[extra]'`` runs offline on
-the installed checkout (``{pip_offline} 'crawl[extra]'``: no packet leaves, and pip must find
-every requirement of the extra installed); ``sudo`` is dropped (the test runs as root); the
-commit of "before" (27deee5, 95fdec0) is this checkout: the figures' code is history, the
-commands are not. Every placeholder must still be in its snippet."""
-
-RUN_FILLED = list(FILLED) + [REPORT_OPEN, CROP, TRANSCRIPT]
-
-RUN_HERE = [README_REAL_WEB, *TOML, *BENCH, *SHELL_RUNS, S3_RUN, *PYTHON_RUNS, *RUN_FILLED]
-
-
-def matches(snippet: Snippet, key: tuple[str, str]) -> bool:
-    return snippet.doc == key[0] and snippet.key[1].startswith(key[1])
-
-
-def one(key: tuple[str, str]) -> Snippet:
-    found = [s for s in SNIPPETS if matches(s, key)]
-    assert len(found) == 1, f"{key} names {len(found)} snippets"
-    return found[0]
+from tests.support.doc_snippets import (BENCH, CLUSTER, CROP, EXTRACT, FILLED, NODE_EXPORTER, OPERATING,
+                                        PIP_OFFLINE, PRELUDE, PYTHON_RUNS, REPLAY, REPORT_INSTALL, REPORT_OPEN,
+                                        RUN_HERE, S3_RUN, SEGMENT_IDS, SHELL_RUNS, SNIPPETS, TOML, TRANSCRIPT,
+                                        filled, folder_env, matches, one, run_script, script_lines, venv_bin)
+from tests.support.snippets import ROOT, Snippet, snippets_of
 
 
 def unaccounted(snippets: list[Snippet]) -> list[str]:
@@ -248,17 +168,6 @@ def test_the_benchmark_check_sees_an_unknown_option(bench_helps):
 
 
 # --- the docs' commands against a test web (web) ---------------------------------------------
-def venv_bin() -> Path:
-    return Path(sys.executable).parent
-
-
-def folder_env(folder: Path, config: Path | None) -> dict[str, str]:
-    env = {**os.environ, "PATH": f"{venv_bin()}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(ROOT)}  # testweb, beside the product (tls.md's snippet)
-    env.pop("CRAWL_DATA", None)
-    if config is not None:
-        env["CRAWL_CONFIG"] = str(config)
-    return env
 
 
 def newest_segment(folder: Path) -> str:
@@ -396,143 +305,9 @@ def test_a_python_snippet_runs(doc_web, key):
 
 
 # --- the README's real-web quickstart, in the namespace (issue 28; web, root) ----------------
-def quickstart_config(folder: Path) -> Path:
-    """crawl.toml as the README says: the repository's copy, with fetch.user_agent and
-    fetch.robots_agent set to a crawler's name and contact; and, as the test web lives on
-    loopback, loopback allowed (the SSRF guard refuses it by default). Nothing names a host,
-    a resolver or a CA."""
-    text = (ROOT / "crawl.toml").read_text()
-    edits = {'user_agent = "crawlbot/0.1 (+https://example.invalid/crawlbot)"':
-             'user_agent = "quickstartbot/1.0 (+https://example.invalid/quickstartbot)"',
-             'robots_agent = "crawlbot"': 'robots_agent = "quickstartbot"',
-             "allowed_networks = []": 'allowed_networks = ["127.0.0.0/8"]'}
-    for old, new in edits.items():
-        assert text.count(old) == 1, f"crawl.toml has no single {old!r}"
-        text = text.replace(old, new)
-    path = folder / "crawl.toml"
-    path.write_text(text)
-    return path
-
-
-def wait_until(proc: subprocess.Popen, done, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None and not done():
-        time.sleep(1.0)
-
-
-def updated_segments(folder: Path) -> int:
-    return len(list((folder / "data" / "segments").glob("*/_UPDATED*")))
-
-
-@pytest.mark.web
-def test_the_readme_quickstart_crawls_the_real_web_namespace(tmp_path):
-    from testweb.namespace import namespace_available
-    from testweb.realweb import RealWeb
-
-    if namespace_available() is not None:
-        pytest.skip(namespace_available())
-    pytest.importorskip("matplotlib", reason="crawl report needs the report extra (.ci/run installs it)")
-    if not (venv_bin() / "crawl").exists():
-        pytest.skip(f"no crawl command in {venv_bin()}: pip install -e .")
-    lines = one(README_REAL_WEB).commands()
-    assert [words[:2] for words in lines] == [[".venv/bin/crawl", "inject"], [".venv/bin/crawl", "--config"],
-                                              [".venv/bin/crawl", "status"], [".venv/bin/crawl", "report"]]
-    (tmp_path / ".venv").symlink_to(venv_bin().parent)
-    quickstart_config(tmp_path)
-    env = folder_env(tmp_path, None)
-    with RealWeb(hosts=12, pages=6, page_bytes=3000, special=False, max_seconds=600) as real:
-        bad = real.bad_tls_hosts()
-        seeds = real.web.seeds()
-        seeds += [real.web.url(name) for name in bad if all(f"//{name}" not in s for s in seeds)]
-        seeds += real.failing_urls(1)
-        (tmp_path / "seeds.txt").write_text("\n".join(seeds) + "\n")
-        results = []
-        for number, words in enumerate(lines):
-            # Output to files, not pipes: the run's worker processes hold what they inherit.
-            out_path, err_path = tmp_path / f"{number}.out", tmp_path / f"{number}.err"
-            with open(out_path, "w") as out, open(err_path, "w") as err:
-                proc = subprocess.Popen(real.prefix + words, cwd=tmp_path, env=env, stdout=out, stderr=err)
-                try:
-                    if "run" in words:
-                        # An hour as written: stopped by SIGTERM, as an operator stops it, once a cycle is applied.
-                        wait_until(proc, lambda: updated_segments(tmp_path) >= 1, 420)
-                        proc.send_signal(signal.SIGTERM)
-                    proc.wait(timeout=300)
-                finally:
-                    proc.kill()
-            results.append((words, proc.returncode, out_path.read_text(), err_path.read_text()))
-        requests, queries, handshakes = real.web.requests(), real.dns.queries(), real.web.handshakes()
-        names = set(real.web.resolve_map())
-        completed_bad = real.completed_to_bad_tls(requests)
-    for words, code, out, err in results:
-        assert code in ((0, 4) if "run" in words else (0,)) and "Traceback" not in err, (words, err[-3000:])
-    assert updated_segments(tmp_path) >= 1
-    # What the web saw: its names looked up through its DNS server, robots.txt first, pages over HTTPS.
-    asked = {q["name"].rstrip(".").lower() for q in queries}
-    assert {url.split("/")[2].split(":")[0] for url in real.web.seeds()} <= asked
-    https = [r for r in requests if r.get("scheme") == "https" and r["host"] in names]
-    assert any(r["path"] == "/robots.txt" for r in https) and any(r["path"] != "/robots.txt" for r in https)
-    # Bad certificates: handshakes were attempted (they could have been accepted), no request completed.
-    assert bad and {h.get("sni") for h in handshakes} & set(bad)
-    assert completed_bad == 0
-    # What was written: the crawl DB knows the pages it fetched, and the report was made.
-    import cycles
-
-    crawl = cycles.open(str(tmp_path / "data"))
-    fetched = crawl.sql("SELECT count(*) FROM crawldb WHERE status = 'fetched' AND url LIKE 'https://%'").fetchall()
-    assert fetched[0][0] >= 1
-    assert "fetched" in results[2][2]
-    assert (tmp_path / "report" / "index.html").exists()
-    shutil.rmtree(tmp_path / "data", ignore_errors=True)
 
 
 # --- snippets with placeholders, servers and browsers, filled from a real run (web) ----------
-def filled(key: tuple[str, str], **values: str) -> str:
-    """The snippet with each placeholder of :data:`FILLED` replaced by its value in this run."""
-    text = one(key).text
-    for old, new in FILLED[key].items():
-        assert old in text, f"{key[0]}: the snippet no longer holds {old!r}"
-        text = text.replace(old, new.format(**values))
-    return text
-
-
-PIP_OFFLINE = "pip install --no-index --dry-run"
-"""``pip install`` with no index: it must find every requirement installed (no packet leaves)."""
-
-
-def script_lines(text: str) -> list[str]:
-    """The commands of a shell snippet: a ``\\`` continuation or an open quote goes on to the next line."""
-    import shlex
-
-    commands, pending = [], ""
-    for line in text.replace("\\\n", " ").splitlines():
-        pending = f"{pending}\n{line}" if pending else line
-        try:
-            shlex.split(pending, comments=True)
-        except ValueError:  # a quote still open
-            continue
-        if pending.strip() and not pending.lstrip().startswith("#"):
-            commands.append(pending)
-        pending = ""
-    return commands
-
-
-def run_script(text: str, cwd: Path, env: dict[str, str]) -> list[tuple[str, int, str]]:
-    """The lines of ``text`` in one bash (an ``export`` holds for the lines after it); each line's
-    (line, exit code, stdout). Stderr must hold no traceback."""
-    lines = script_lines(text)
-    body = "".join(f"{line}\nprintf '\\n@@ %s\\n' $?\n" for line in lines)
-    done = subprocess.run(["bash", "-c", body], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    outs, codes, rest = [], [], done.stdout
-    for _ in lines:
-        out, _, rest = rest.partition("\n@@ ")
-        code, _, rest = rest.partition("\n")
-        assert code.isdigit(), (line, done.stdout[-2000:], done.stderr[-2000:])  # bash stopped before it
-        outs.append(out)
-        codes.append(int(code))
-    assert len(codes) == len(lines), (done.stdout[-2000:], done.stderr[-2000:])
-    return list(zip(lines, codes, outs))
 
 
 def pip_offline_check(results: list[tuple[str, int, str]]) -> None:
@@ -845,71 +620,6 @@ def test_the_cluster_commands_crawl_on_a_local_dask_cluster_and_s3(doc_web, s3_e
     assert len(doc_web["web"].requests()) > before  # the cluster's cycle asked the web
 
 
-@pytest.mark.web
-def test_the_generate_figures_commands_run_on_a_10k_store(tmp_path):
-    """incremental.md's generate measurement on a store of 10 K URLs (the doc's is 10 M), built
-    first by ``scale --build-only``; both --src folders hold this checkout's cycles package."""
-    if not os.access("/usr/bin/time", os.X_OK):
-        pytest.skip("GNU time is not installed (.ci/run: apt-get install time)")
-    for side in ("before", "after"):
-        shutil.copytree(ROOT / "cycles", tmp_path / f"{side}-src" / "cycles")
-    build = subprocess.run([sys.executable, "scripts/bench/scale.py", "scale", "--sizes", "10K", "--build-only",
-                            "--built", str(tmp_path / "built"), "--root", str(tmp_path / "root")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
-    text = filled(GENERATE_FIGURES, built=str(tmp_path / "built" / "10K"), tmp=str(tmp_path))
-    (_, compact, _), (_, copy, _), (_, generate, printed) = run_script(text, ROOT, folder_env(tmp_path, None))
-    assert (compact, copy, generate) == (0, 0, 0)
-    assert "RESULT " in printed, printed[-2000:]
-
-
-@pytest.mark.web
-def test_the_incremental_figures_commands_print_the_table(tmp_path):
-    """incremental.md's measurement at 2 K URLs (the doc's 1 M and 10 M; one store built, then reused), "before" being
-    this checkout (its HEAD): each run prints bench_scale's table."""
-    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
-        pytest.skip("not a git checkout")
-    results = run_script(filled(INCREMENTAL_FIGURES, tmp=str(tmp_path)), ROOT, folder_env(tmp_path, None))
-    assert [code for _, code, _ in results] == [0] * len(results), results
-    for line, _, printed in results[3:]:
-        assert "generate s" in printed and "update s" in printed and "compact s" in printed, (line, printed[-2000:])
-    assert (tmp_path / "built" / "2K").is_dir()
-
-
 # --- the real-web test web's own snippets, in its namespace (web, root) ----------------------
-def require_namespace() -> None:
-    from testweb.namespace import namespace_available
-
-    if namespace_available() is not None:
-        pytest.skip(namespace_available())
 
 
-def fetched_https(folder: Path) -> int:
-    """Pages the crawl fetched over HTTPS (200), from its segments' committed fetch chunks: a
-    15 s run may stop its first fetch before the slow hosts are done, so no update may have run."""
-    import duckdb
-
-    chunks = str(folder / "data" / "segments" / "*" / "fetched" / "*.parquet")
-    return duckdb.sql("SELECT count(*) FROM read_parquet(?, union_by_name = true) WHERE url LIKE 'https://%' "
-                      "AND http_status = 200", params=[chunks]).fetchall()[0][0]
-
-
-@pytest.mark.web
-def test_the_realweb_python_snippet_crawls_inside_the_namespace(tmp_path):
-    """real-web-testing.md's Python: 8 hosts (the doc's 300) and a 15 s run (its 60 s)."""
-    require_namespace()
-    done = subprocess.run([sys.executable, "-c", filled(REALWEB_PY)], cwd=tmp_path, env=folder_env(tmp_path, None),
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert fetched_https(tmp_path) >= 1
-
-
-@pytest.mark.web
-def test_the_realweb_command_crawls_inside_the_namespace(tmp_path):
-    """real-web-testing.md's shell line, as root without sudo: 8 hosts of 5 pages, a 15 s run."""
-    require_namespace()
-    (tmp_path / ".venv").symlink_to(venv_bin().parent)
-    (_, code, _), = run_script(filled(REALWEB_SH), tmp_path, folder_env(tmp_path, None))
-    assert code == 0
-    seeds = (tmp_path / "seeds.txt").read_text().split()
-    assert any(s.startswith("https://") for s in seeds) and fetched_https(tmp_path) >= 1
