@@ -302,8 +302,7 @@ def rate_histogram(con, db_source: str, u: UpdateConfig, fetched: str, seen: str
     after the segment's results ``fetched`` (conditions ``seen`` and ``changed`` as update's
     transition uses them: without this segment, the first cycle that learns anything would
     be planned as if nothing were known). ``fetched`` may hold several results of a URL:
-    its newest counts, as in update. One aggregate over the rows, linear: the rows read once
-    (two aggregates read every row of the bucket twice)."""
+    its newest counts, as in update. Two aggregates over the rows, linear."""
     after = f"""SELECT db.fetch_count - 1 + CASE WHEN {seen} THEN 1 ELSE 0 END AS n,
                db.change_count + CASE WHEN {changed} THEN 1 ELSE 0 END AS x,
                epoch(CASE WHEN {seen} THEN f.fetched_at ELSE db.last_fetched END
@@ -313,12 +312,11 @@ def rate_histogram(con, db_source: str, u: UpdateConfig, fetched: str, seen: str
             QUALIFY row_number() OVER (PARTITION BY url ORDER BY fetched_at DESC NULLS LAST, outcome) = 1) f
         ON db.url = f.url"""
     rate = learned_rate_sql("n", "x", "span_s", "unchanged_s")
-    # A row per grid rate of the learned pages, and one (i NULL) whose sum is the fixed visits.
-    groups = con.execute(f"""SELECT CASE WHEN n >= 1 AND x > 0 THEN {grid_index_sql(u, rate)} END AS i, count(*),
-               sum(1.0 / greatest(1, fetch_interval_s)) FILTER (WHERE n >= 0 AND NOT (n >= 1 AND x > 0))
-        FROM ({after}) GROUP BY i""").fetchall()
-    fixed = next((s for i, _, s in groups if i is None), None) or 0.0
-    return RateHistogram({int(i): int(c) for i, c, _ in groups if i is not None}, float(fixed))
+    bins = con.execute(f"""SELECT {grid_index_sql(u, rate)} AS i, count(*) FROM ({after})
+        WHERE n >= 1 AND x > 0 GROUP BY i""").fetchall()
+    fixed = con.execute(f"""SELECT coalesce(sum(1.0 / greatest(1, fetch_interval_s)), 0) FROM ({after})
+        WHERE n >= 0 AND NOT (n >= 1 AND x > 0)""").fetchall()[0][0]
+    return RateHistogram({int(i): int(c) for i, c in bins}, float(fixed))
 
 
 def multiplier_for(config: Config, histogram: RateHistogram) -> float:
