@@ -279,6 +279,11 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
     return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
 
 
+NARROW_SHARE = 4
+"""A delta's touched rows are read from some row groups of the base (:func:`touched_bucket_source`)
+when at most 1 / NARROW_SHARE of them can hold one; else from the whole file."""
+
+
 def touched_bucket_source(store: Store, con, bucket: BucketFiles, keys: str, schema_version: int) -> tuple[str, int, int]:
     """The bucket's rows read from the base's row groups that can hold a touched URL's row
     (temp table ``touched``), and its deltas whole. The touched rows' ``next_fetch`` (from
@@ -291,8 +296,12 @@ def touched_bucket_source(store: Store, con, bucket: BucketFiles, keys: str, sch
     times = con.execute(f"""SELECT DISTINCT epoch_us(k.next_fetch) AS t FROM {keys} k
         SEMI JOIN touched USING (url) ORDER BY t""").fetchnumpy()["t"]
     groups, total = row_groups_holding(store, bucket.base, "next_fetch", np.asarray(times, dtype=np.int64))
-    narrowed = groups if len(groups) < total else None  # all of them: read the file as usual
-    return bucket_source_sql(store, con, bucket, schema_version, base_groups=narrowed), len(groups), total - len(groups)
+    # Through a pyarrow dataset DuckDB reads a row group at about twice the CPU of its own
+    # Parquet scan (measured on a 10 M-URL store: 13 of 14 row groups cost 4.1 CPU-s a bucket
+    # task against 2.9 for the whole file): narrowed only when it reads at most a quarter.
+    if len(groups) > total // NARROW_SHARE:
+        return bucket_source_sql(store, con, bucket, schema_version), total, 0
+    return bucket_source_sql(store, con, bucket, schema_version, base_groups=groups), len(groups), total - len(groups)
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
