@@ -145,33 +145,3 @@ def test_a_manifest_names_bases_and_deltas_and_reads_as_before_without_them():
     assert again == named and again.delta_names(0) == ("v2/delta-00000.a.parquet", "d.parquet")
     assert again.entries() == ["v1/bucket-00000.parquet", "v3/b.parquet", "v2/delta-00000.a.parquet", "v3/d.parquet"]
     assert again.folders() == {"v1", "v2", "v3"}
-
-
-def test_a_delta_update_reads_the_touched_rows_from_the_row_groups_that_hold_them(pair):
-    """On a compacted base (sorted by next_fetch, here 4 rows a row group) a delta update
-    reads its touched rows only from the row groups whose next_fetch range holds one of
-    theirs: the rows it writes are still the whole rewrite's, column for column."""
-    tmp, delta, whole = pair
-    copies = []
-    for name, store in (("rg-delta", delta), ("rg-whole", whole)):
-        shutil.copytree(store.root, tmp / name)
-        copy = Store(tmp / name)
-        config = config_of(name == "rg-delta")
-        config.db.compact_row_group_rows = 4  # several row groups a bucket in this small DB
-        compact(copy, config, everything=True)
-        copies.append((copy, config))
-    (d_store, d_config), (w_store, w_config) = copies
-    assert rows(d_store) == rows(w_store)
-    _, buckets = current_buckets(d_store)
-    assert all(pq.read_metadata(b.base).num_row_groups > 1 for b in buckets), [pq.read_metadata(b.base).num_rows for b in buckets]
-    later = NOW + dt.timedelta(days=60)
-    counters = []
-    for store, config in copies:
-        segment = generate(store, config, now=later, top_n=6).segment
-        fetch_output(store, segment, later + dt.timedelta(minutes=1), 2)
-        counters.append(update_segment(store, config, segment, now=later + dt.timedelta(minutes=2)).counters)
-    # Positive control: the delta update skipped row groups (and read some); the whole rewrite reads every row.
-    assert counters[0]["update/base_row_groups_skipped"] > 0 and counters[0]["update/base_row_groups_read"] > 0
-    assert counters[1]["update/base_row_groups_skipped"] == 0
-    assert any(d_store.manifest().bucket_deltas) and not any(w_store.manifest().bucket_deltas)
-    assert rows(d_store) == rows(w_store)

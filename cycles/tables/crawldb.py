@@ -29,7 +29,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from cycles import clock
@@ -38,7 +37,6 @@ from cycles.config import Config
 from cycles.errors import StageError
 from cycles.cluster import executor_for
 from cycles.executor import Executor, InProcess, default_executor, share_of_memory
-from cycles.storage.parquet import renames_for
 from cycles.storage.sql import literal, literals
 from cycles.tables.partitioning import bucket_sql, buckets_of
 from cycles.storage.store import Manifest, Store, StorePath, utcnow
@@ -225,19 +223,14 @@ def merged_sql(base: str, deltas: list[str], where: str = "") -> str:
 
 
 def bucket_source_sql(store: Store, con: duckdb.DuckDBPyConnection, bucket: BucketFiles,
-                      schema_version: int = schema.SCHEMA_VERSION, due: bool = False,
-                      base_groups: list[int] | None = None) -> str:
+                      schema_version: int = schema.SCHEMA_VERSION, due: bool = False) -> str:
     """SQL table expression over one bucket's rows: its base merged with its deltas
     (:func:`merged_sql`), in the current schema (``schema_version``: the manifest's).
     ``due``: only the rows due at ``$now`` (``next_fetch <= $now``; the caller binds it),
     a filter DuckDB pushes into the base's Parquet scan, pruning its row groups by their
-    ``next_fetch`` statistics (the ones :func:`due_row_groups` names). ``base_groups``: only
-    these row groups of the base are read (:func:`row_groups_holding`; the deltas whole)."""
+    ``next_fetch`` statistics (the ones :func:`due_row_groups` names)."""
     bucket = as_bucket_files(bucket)  # a plain file: a base without deltas
-    if base_groups is None:
-        base = store.duckdb_source(con, [bucket.base])
-    else:
-        base = row_groups_source(store, con, bucket.base, base_groups)
+    base = store.duckdb_source(con, [bucket.base])
     deltas = [store.duckdb_source(con, [d]) for d in bucket.deltas]
     where = "next_fetch <= $now" if due else ""
     if where and schema_version < schema.SCHEMA_VERSION:
@@ -290,44 +283,6 @@ def due_row_groups(store: Store, path: StorePath, now: dt.datetime) -> tuple[lis
         if stats is None or not stats.has_min_max or stats.min <= now:
             due.append(group)
     return due, metadata.num_row_groups
-
-
-def row_groups_holding(store: Store, path: StorePath, column: str, values: np.ndarray) -> tuple[list[int], int]:
-    """The row groups of ``path`` whose min/max statistics of the timestamp ``column`` can
-    hold one of ``values`` (epoch microseconds, sorted), and how many row groups it has.
-    A row group without statistics counts as holding any value. On a base sorted by
-    ``next_fetch`` (a compacted one) the rows of a few due times lie in a few row groups:
-    update reads its touched rows from these only (cycles/update/update.py)."""
-    metadata = store.read_metadata_checked(path)
-    arrow_schema = metadata.schema.to_arrow_schema()
-    index = arrow_schema.get_field_index(column)
-    kind = arrow_schema.field(index).type if index >= 0 else None
-    if kind is None or not pa.types.is_timestamp(kind) or renames_for(arrow_schema.names):
-        # Not a timestamp, or a file with renamed columns (a pyarrow dataset does not rename
-        # them): every row group, and the caller reads the file as usual.
-        return list(range(metadata.num_row_groups)), metadata.num_row_groups
-    per_us = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}[kind.unit]
-    # In the column's own unit (floor: a value lies in [min, max] of its group in any unit).
-    stored = values * 1_000 if per_us is None else np.floor_divide(values, per_us)
-    groups = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            groups.append(group)
-        elif np.searchsorted(stored, stats.min_raw, "left") < np.searchsorted(stored, stats.max_raw, "right"):
-            groups.append(group)
-    return groups, metadata.num_row_groups
-
-
-def row_groups_source(store: Store, con: duckdb.DuckDBPyConnection, path: StorePath, groups: list[int]) -> str:
-    """SQL source over some row groups of one Parquet file: a pyarrow dataset of that file's
-    fragment cut to ``groups``, registered on ``con`` (DuckDB's ``read_parquet`` reads whole
-    files; a filter prunes row groups only by the statistics of the filtered column)."""
-    dataset = store.dataset([path])
-    fragments = [f.subset(row_group_ids=groups) for f in dataset.get_fragments()]
-    name = f"row_groups_{hashlib.sha1(f'{path}{groups}{id(con)}'.encode()).hexdigest()[:12]}"
-    con.register(name, ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem))
-    return name
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,7 @@ import datetime as dt
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
 
-import numpy as np
 import pyarrow as pa
 
 from cycles import clock, metrics
@@ -39,8 +37,7 @@ from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
 from cycles.tables.crawldb import (BucketFiles, bucket_executor, bucket_source_sql, connect, plain_connection,
-                            current_buckets, install_version, new_url_rows_sql, pattern_hash_sql, row_groups_holding,
-                            write_bucket)
+                            current_buckets, install_version, new_url_rows_sql, pattern_hash_sql, write_bucket)
 from cycles.executor import Executor
 from cycles.errors import StageError
 from cycles.storage.store import Store, StorePath, new_id
@@ -250,7 +247,7 @@ cost about as much as for the whole bucket; the whole rewrite computed every hos
 
 
 def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck_before=None,
-                     keys: str | None = None, narrowed: Callable[[], str] | None = None) -> str:
+                     keys: str | None = None) -> str:
     """The old rows (``old``) an update may change, for a delta (:class:`UpdateBucketTask`
     ``delta``): those with a fetch result, a dedup mark or a sitemap hint (``hints``), the
     unfetched rows of a demoted host (their score changes), and the rows carrying a variant
@@ -260,9 +257,7 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
     fetch is pushed on again, so a delta rewrites each at most twice a recheck period). Every other row comes out of the update as it went in, so the delta
     leaves it to the base. The URLs are gathered into a temp table first, so the base is
     probed once against a small set. ``keys``: the old rows' lookup columns
-    (:func:`load_old_keys`), searched instead of ``old`` for the touched URLs. ``narrowed``:
-    called once the touched URLs are known, the source to read their rows from instead of
-    ``old`` (:func:`touched_bucket_source`: the base's row groups that can hold them)."""
+    (:func:`load_old_keys`), searched instead of ``old`` for the touched URLs."""
     keys = keys or old
     hinted, params = ("UNION SELECT url FROM sitemap_hints" if hints else ""), []
     if variants:
@@ -275,33 +270,7 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
         UNION SELECT o.url FROM {keys} o SEMI JOIN demoted_hosts h ON o.host = h.host
         WHERE o.status = {literal(schema.DbStatus.UNFETCHED)}""", params)
-    old = narrowed() if narrowed else old
     return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
-
-
-NARROW_SHARE = 4
-"""A delta's touched rows are read from some row groups of the base (:func:`touched_bucket_source`)
-when at most 1 / NARROW_SHARE of them can hold one; else from the whole file."""
-
-
-def touched_bucket_source(store: Store, con, bucket: BucketFiles, keys: str, schema_version: int) -> tuple[str, int, int]:
-    """The bucket's rows read from the base's row groups that can hold a touched URL's row
-    (temp table ``touched``), and its deltas whole. The touched rows' ``next_fetch`` (from
-    ``keys``, :func:`load_old_keys`) against each row group's min/max of it
-    (crawldb.row_groups_holding): on a compacted base, sorted by ``next_fetch``, the fetched
-    URLs — due when generate listed them — lie in the first few row groups, and the other
-    row groups are not read. A row a delta replaced may sit in a row group not read: the
-    merge drops it anyway. The same rows as the whole bucket's for every touched URL.
-    Returns the source, and how many of the base's row groups it reads and skips."""
-    times = con.execute(f"""SELECT DISTINCT epoch_us(k.next_fetch) AS t FROM {keys} k
-        SEMI JOIN touched USING (url) ORDER BY t""").fetchnumpy()["t"]
-    groups, total = row_groups_holding(store, bucket.base, "next_fetch", np.asarray(times, dtype=np.int64))
-    # Through a pyarrow dataset DuckDB reads a row group at about twice the CPU of its own
-    # Parquet scan (measured on a 10 M-URL store: 13 of 14 row groups cost 4.1 CPU-s a bucket
-    # task against 2.9 for the whole file): narrowed only when it reads at most a quarter.
-    if len(groups) > total // NARROW_SHARE:
-        return bucket_source_sql(store, con, bucket, schema_version), total, 0
-    return bucket_source_sql(store, con, bucket, schema_version, base_groups=groups), len(groups), total - len(groups)
 
 
 def update_bucket(task: UpdateBucketTask) -> dict:
@@ -316,19 +285,12 @@ def update_bucket(task: UpdateBucketTask) -> dict:
     store, config = Store(task.store_uri), task.config
     con = connect(store, config, task.workers)
     inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS
-    files = BucketFiles(task.old_file, tuple(task.old_deltas))
-    old = bucket_source_sql(store, con, files, task.schema_version)
+    old = bucket_source_sql(store, con, BucketFiles(task.old_file, tuple(task.old_deltas)), task.schema_version)
     counts = load_bucket_inputs(con, store, inputs, task)
     keys = load_old_keys(con, old)
     counts |= new_url_candidates(con, keys, config)
-    groups = Counter()  # the base's row groups read for the touched rows, and skipped
-
-    def narrowed() -> str:
-        sql, groups["update/base_row_groups_read"], groups["update/base_row_groups_skipped"] = \
-            touched_bucket_source(store, con, files, keys, task.schema_version)
-        return sql
-    sql, more = bucket_rows_sql(con, store, inputs, task, old, keys, narrowed)
-    counts |= more | groups
+    sql, more = bucket_rows_sql(con, store, inputs, task, old, keys)
+    counts |= more
     # A name of this attempt's own: a task run twice (its worker lost, the task retried
     # elsewhere while the first still ran) never writes over the other attempt's file; the
     # coordinator's manifest names the one it committed (crawldb.install_version).
@@ -399,12 +361,11 @@ def new_url_candidates(con, old: str, config: Config) -> dict:
 
 
 def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask, old: str,
-                    keys: str, narrowed: Callable[[], str] | None = None) -> tuple[str, dict]:
+                    keys: str) -> tuple[str, dict]:
     """The SQL of the bucket's new rows (a delta: only the touched old rows, :func:`touched_rows_sql`)
     with the transitions, the dedup marks, the demoted hosts' scores, the learned variant
     parameters set aside and the sitemaps' hints; and its counts. ``keys``: the old rows'
-    lookup columns (:func:`load_old_keys`), read instead of ``old`` wherever they suffice;
-    ``narrowed``: where a delta's touched rows are read from (:func:`touched_rows_sql`)."""
+    lookup columns (:func:`load_old_keys`), read instead of ``old`` wherever they suffice."""
     config = task.config
     hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
     variants = load_variant_urls(con, store, inputs, keys)
@@ -413,7 +374,7 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
     changed = old
     if task.delta:
         recheck_before = task.now + dt.timedelta(seconds=config.update.variant_recheck_s / 2)
-        changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before, keys, narrowed)
+        changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before, keys)
     prepare_schedule(con, config, keys, PRIOR_HOSTS)
     sql = f"""
         SELECT n.* REPLACE (
