@@ -238,11 +238,12 @@ class UpdateBucketTask(SegmentBucketTask):
     """Write only the rows this segment changes or adds (a delta), not the whole bucket."""
 
 
-def written_hosts_sql(keys: str, changed: str) -> str:
-    """The hosts of a delta's rows: the touched old rows' and the new URLs' (the schedule's
-    host priors are needed for these only)."""
-    return (f"(SELECT k.host FROM {keys} k SEMI JOIN touched t ON k.url = t.url UNION SELECT host FROM fetched_new "
-            "UNION SELECT host FROM candidates)")
+PRIOR_HOSTS = "(SELECT DISTINCT host FROM fetched_all)"
+"""The hosts whose schedule prior (schedule.prepare_schedule's ``host_prior``) a bucket task
+needs: a prior is read only for a page seen by this segment (``seen``: a fetch result) and
+fetched for the first time, so only the hosts of the bucket's fetch results. Every host of
+the rows a delta writes (new outlinks' hosts: most hosts of a bucket) made the medians
+cost about as much as for the whole bucket; the whole rewrite computed every host's."""
 
 
 def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck_before=None,
@@ -374,7 +375,7 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
     if task.delta:
         recheck_before = task.now + dt.timedelta(seconds=config.update.variant_recheck_s / 2)
         changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before, keys)
-    prepare_schedule(con, config, keys, written_hosts_sql(keys, changed) if task.delta else None)
+    prepare_schedule(con, config, keys, PRIOR_HOSTS)
     sql = f"""
         SELECT n.* REPLACE (
             coalesce(d.kind, n.status) AS status,

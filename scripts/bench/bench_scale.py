@@ -513,8 +513,9 @@ def link_targets(rng: np.random.Generator, counts: np.ndarray, n_links: int) -> 
 
 
 def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa.Table, counts: np.ndarray,
-                  con, chunk_rows: int, text_chars: int, seed: int = 2) -> dict:
-    """Write fetched/, outlinks/, hosts/, stats/ and _FETCHED for a generated segment."""
+                  con, chunk_rows: int, text_chars: int, seed: int = 2, links_per_page: float = 0) -> dict:
+    """Write fetched/, outlinks/, hosts/, stats/ and _FETCHED for a generated segment.
+    Outlinks: ``links_per_page`` × the pages fetched, or (0) 10 % of the DB size."""
     started = time.monotonic()
     now = utcnow()
     seg = store.segment_dir(segment)
@@ -547,9 +548,10 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
     con.unregister("chunk_rows")
     del fetched_out
 
-    # Outlinks: 10 % of the DB size, found on the ok pages, in the chunk of their page.
+    # Outlinks: 10 % of the DB size (or links_per_page a fetched page: the same segment at
+    # every size), found on the ok pages, in the chunk of their page.
     rng = np.random.default_rng(seed)
-    n_links = size // 10
+    n_links = int(links_per_page * fetched.num_rows) if links_per_page > 0 else size // 10
     ok_idx = np.flatnonzero(pc.equal(fetched["outcome"], "ok").to_numpy(zero_copy_only=False))
     src = np.sort(rng.choice(ok_idx, n_links))
     hid, j = link_targets(rng, counts, n_links)
@@ -957,7 +959,8 @@ def bench_size(args, size: int) -> dict:
                                  Path(args.root) / f"generate-{human(size)}.log", spy("generate"))
     print(f"[{human(size)}] generate: {g_wall:.1f} s (CPU {g['cpu_s']} s, load {g['load']}), {g_rss / 2**30:.2f} GiB, {g['urls']:,} URLs of "
           f"{g['hosts']:,} hosts; phases {g['phases']}", flush=True)
-    seg = build_segment(store, g["segment"], size, n_hosts, hosts, counts, con, args.chunk_rows, args.text_chars)
+    seg = build_segment(store, g["segment"], size, n_hosts, hosts, counts, con, args.chunk_rows, args.text_chars,
+                        links_per_page=args.links_per_page)
     print(f"[{human(size)}]   segment {json.dumps(seg)}", flush=True)
     del hosts, counts
     con.close()
@@ -1066,6 +1069,9 @@ def add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=2, help="generate.partitions")
     p.add_argument("--chunk-rows", type=int, default=Config().fetch.flush_pages, help="rows per fetched/ chunk file")
     p.add_argument("--text-chars", type=int, default=1000, help="mean visible text per fetched page")
+    p.add_argument("--links-per-page", type=float, default=0,
+                   help="outlinks per fetched page (10: the same 100 k-page, 1 M-link segment at every size "
+                        "with --top-n-pct 1 at 10M, 0.1 at 100M); 0: 10 %% of the DB size, as before")
     p.add_argument("--linkdb-links-per-url", type=float, default=1.0,
                    help="prior link DB: (URL, linking host) pairs per crawl DB URL (0: none)")
     p.add_argument("--built", help="keep each size's store as built in DIR/<size> and start from a hard-linked "
