@@ -20,8 +20,9 @@ import sys
 import pytest
 
 from tests.support.doc_snippets import (GENERATE_FIGURES, INCREMENTAL_FIGURES, README_REAL_WEB, REALWEB_PY,
-                                        REALWEB_SH, fetched_https, filled, folder_env, one, quickstart_config,
-                                        require_namespace, run_script, updated_segments, venv_bin, wait_until)
+                                        REALWEB_SH, SAME_SEGMENT, fetched_https, filled, folder_env, one,
+                                        quickstart_config, require_namespace, run_script, updated_segments,
+                                        venv_bin, wait_until)
 from tests.support.snippets import ROOT
 
 
@@ -118,6 +119,10 @@ def test_the_incremental_figures_commands_print_the_table(tmp_path):
     for line, _, printed in results[3:]:
         assert "generate s" in printed and "update s" in printed and "compact s" in printed, (line, printed[-2000:])
     assert (tmp_path / "built" / "2K").is_dir()
+    # The same segment at every size (--links-per-page), from the store just built.
+    results = run_script(filled(SAME_SEGMENT, tmp=str(tmp_path)), ROOT, folder_env(tmp_path, None))
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert all("update s" in printed for _, _, printed in results), results
 
 
 

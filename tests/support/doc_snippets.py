@@ -53,6 +53,8 @@ REALWEB_PY = ("docs/real-web-testing.md", "import subprocess, sys")
 REALWEB_SH = ("docs/real-web-testing.md", "sudo .venv/bin/python -m testweb realweb")
 GENERATE_FIGURES = ("docs/incremental.md", ".venv/bin/python scripts/bench/scale.py scale --src /tmp/gen24/")
 INCREMENTAL_FIGURES = ("docs/incremental.md", "# once: the code before and after")
+SAME_SEGMENT = ("docs/incremental.md",
+                ".venv/bin/python scripts/bench/scale.py scale --sizes 10M --top-n-pct 1 --links-per-page")
 CLUSTER = ("docs/cluster.md", "pip install -e '.[cluster]'")
 REPORT_OPEN = ("docs/operations-tools.md", "crawl report --out report/")
 CROP = ("docs/operations-tools.md", '.venv/bin/python -c "from PIL import Image')
@@ -80,6 +82,8 @@ FILLED = {
                        "<100000|1000000>": "1000"},
     INCREMENTAL_FIGURES: {"/tmp/incr24": "{tmp}", "27deee5": "HEAD", "<before|after>": "after",
                           "--sizes 1M": "--sizes 2K", "--sizes 10M": "--sizes 2K"},
+    SAME_SEGMENT: {"--sizes 10M": "--sizes 2K", "--sizes 100M": "--sizes 2K",
+                   "--built DIR": "--built {tmp}/built --root {tmp}/run"},
     REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
     REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
 }
