@@ -27,7 +27,8 @@ pages 20 bits apart (scripts/bench_update.py). A bin no shingle falls in (texts 
 ~300 shingles have some) takes the next filled bin's least hash, mixed with its own number
 (rotation densification, Shrivastava and Li, ICML 2014). It costs less than the SimHash: the
 sort that makes the features distinct also finds each bin's least, where the SimHash adds up
-64 bit columns. In scripts without spaces its shingles are 4 characters, not 3
+64 bit columns; of a long text only the ~1,000 candidates for the bins' least are sorted
+(:func:`_least_candidates`). In scripts without spaces its shingles are 4 characters, not 3
 (MINHASH_UNSPACED_SHINGLE_TOKENS): it estimates the shared share of shingles more closely, and
 different Thai texts of a narrow vocabulary share half their character trigrams.
 
