@@ -198,6 +198,34 @@ def test_minhash_is_an_unsigned_64_bit_int_stable_across_processes():
     assert minhash64("the quick   BROWN fox jumps over the lazy dog") == minhash64("The quick brown fox jumps over the lazy dog")
 
 
+def test_minhash_of_a_long_text_from_the_least_candidates_is_the_full_sorts():
+    # A long text's bins are read from the candidates for each bin's least only (a sort of
+    # ~1,000 values, not all): the value is the full sort's, pinned from before that change.
+    text = english(11, 8000)
+    features = fingerprint._features(fingerprint._token_hashes(normalise(text)))
+    assert fingerprint._least_candidates(features) is not None  # the candidates' path is taken
+    assert minhash64(text) == 0xA5C9B7C10F878220
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_minhash_least_candidates_agree_with_every_feature(seed, monkeypatch):
+    # Random features, distinct or repeated, some with bins left empty: the same bits whether
+    # each bin's least comes from the candidates or from all features (the positive control:
+    # the candidates' path is taken for some of them).
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for size in (0, 100, 2047, 2048, 4096, 5000, 20000):
+        features = rng.integers(0, 2**64, size=size, dtype=np.uint64)
+        cases += [features, features[rng.integers(0, max(1, size // 3), size=size)],
+                  features & np.uint64((1 << 63) - 1)]
+    with_candidates = [fingerprint._minhash_of_features(f) for f in cases]
+    assert sum(fingerprint._least_candidates(f) is not None for f in cases) >= 4
+    monkeypatch.setattr(fingerprint, "_least_candidates", lambda features: None)
+    assert with_candidates == [fingerprint._minhash_of_features(f) for f in cases]
+
+
 def test_minhash_distance_estimates_one_minus_jaccard():
     # Each bit differs with probability (1 - J) / 2 (Li and König, b-bit minwise hashing,
     # b = 1): 32 (1 - J) bits on average. Over 40 pairs of each similarity the mean is

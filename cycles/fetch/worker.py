@@ -79,7 +79,7 @@ from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.fetch.handback import HandBack
 from cycles.fetch.hosts import HostSteps
 from cycles.fetch.inline import InlineFetches
-from cycles.fetch.memory import keep_memory_mapped
+from cycles.fetch.memory import freeze_loaded_objects, keep_memory_mapped
 from cycles.fetch.meter import Meter
 from cycles.fetch.output import PartitionOutput, resume_state
 from cycles.fetch.pages import Pages
@@ -270,6 +270,7 @@ class PartitionFetcher:
     def run(self) -> None:
         if self.parent_pid is not None:  # a pool worker: see keep_memory_mapped
             keep_memory_mapped()
+            freeze_loaded_objects()
         self.meter.started = started = time.monotonic()
         limit = self.fc.max_duration_s if self.fc.max_duration_s > 0 else (self.planned_s or 0.0)
         self.ending = EndWatch(self.fc, limit, started, self.stats, self.progress_path.parent)

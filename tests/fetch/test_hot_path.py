@@ -98,3 +98,20 @@ def test_a_pool_worker_keeps_its_memory_mapped():
                          cwd=Path(__file__).resolve().parents[2], check=True).stdout
     assert out.split() == ["THP_enabled:", "0"]
     assert "THP_enabled:\t1" in status.read_text()
+
+
+def test_a_pool_worker_freezes_what_it_loaded():
+    """freeze_loaded_objects leaves the objects alive at that point out of full collections
+    (gc.freeze) in the calling process only (a child here: the test's own process has none frozen)."""
+    import gc
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import gc; from cycles.fetch.worker import freeze_loaded_objects; "
+            "before = gc.get_freeze_count(); freeze_loaded_objects(); print(before, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2], check=True).stdout
+    before, after = map(int, out.split())
+    assert before == 0 and after > 10_000  # the imported libraries and the loaded objects
+    assert gc.get_freeze_count() == 0
