@@ -405,6 +405,10 @@ class GenerateConfig:
     and update take a large share of a cycle (a big crawl DB); ``fetch.max_duration_s``,
     when set, overrides the fetch's end."""
 
+    run_segment_min_s: Annotated[float, Float(above=0, max=DAY_S)] = 15.0
+    """The shortest segment ``crawl run`` plans (cycles/commands/run.py ``run_segment_s``:
+    three times its last updates, at least this, at most ``segment_s``)."""
+
     max_urls_per_host: Annotated[int, Int(1)] = 100
     """At most this many URLs of one host in one fetch list (scaled by importance,
     ``host_budget_*``), besides what its spacing fits into ``segment_s``. At the 1 request/s

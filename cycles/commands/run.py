@@ -21,7 +21,7 @@ Segment length: each segment is planned for :func:`run_segment_s` seconds — ge
 every host's share to fit it and the fetch ends there, or sooner once it is a tail
 (cycles/fetch/tail.py; docs/segments.md). ``crawl run`` chooses it itself: long enough
 that the update of one segment ends while the next is fetched (``RUN_SEGMENT_UPDATES`` ×
-the last updates), at least ``RUN_SEGMENT_MIN_S``, at most ``generate.segment_s``.
+the last updates), at least ``generate.run_segment_min_s``, at most ``generate.segment_s``.
 
 Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
 that claims them (cycles/tables/newhosts.py); a segment generated while it is in flight
@@ -270,11 +270,6 @@ def next_segment(store: Store, config: Config, state: RunState, top_n: int | Non
         yield from generate_next(store, config, state, top_n, overlapped=False)
 
 
-RUN_SEGMENT_MIN_S = 15.0
-"""The shortest segment ``crawl run`` plans. bench_crawl's study of fixed lengths (5, 8, 15,
-30, 60 s on its 322-host web, loaded machine): 15 s and longer within the noise, shorter
-ones paid for generate and update too often (scripts/bench_crawl.py's docstring)."""
-
 RUN_SEGMENT_UPDATES = 3.0
 """A segment ``crawl run`` plans lasts at least this many times its last updates: segment
 k's update runs while k+1 is fetched, so an update longer than a fetch would hold what k
@@ -283,11 +278,11 @@ discovered back by more than one segment, and updates would queue."""
 
 def run_segment_s(config: Config, state: RunState) -> float:
     """The length ``crawl run`` plans its next segment for (module doc): ``RUN_SEGMENT_UPDATES``
-    × the longer of the last two updates, within [``RUN_SEGMENT_MIN_S``, ``generate.segment_s``].
+    × the longer of the last two updates, within [``generate.run_segment_min_s``, ``generate.segment_s``].
     Short: what a segment's fetch discovers is due again one update later; bounded below so
     that generate and update do not run more often than they pay for."""
     recent = max(state.update_seconds[-2:], default=0.0)
-    return min(config.generate.segment_s, max(RUN_SEGMENT_MIN_S, RUN_SEGMENT_UPDATES * recent))
+    return min(config.generate.segment_s, max(config.generate.run_segment_min_s, RUN_SEGMENT_UPDATES * recent))
 
 
 class Coordinator(threading.Thread):
