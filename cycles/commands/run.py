@@ -196,8 +196,7 @@ def generate_next(store: Store, config: Config, state: RunState, top_n: int | No
     """Generate a segment; ``overlapped``: while another is in flight, so without its hosts —
     but those of ``continuing``, the segment being fetched, after which this one is fetched.
     ``leftovers``: from what fetched segments' discovery did not reach, too (:func:`next_segment`)."""
-    planned = thin_plan_s(config, state) if leftovers else run_segment_s(config, state)
-    mode = RunMode.overlapped(planned, continuing=continuing, leftovers=leftovers)
+    mode = RunMode.overlapped(run_segment_s(config, state), continuing=continuing, leftovers=leftovers)
     result = generate(store, config, top_n=top_n, cycle_locked=True, mode=mode)
     if result.segment is None:
         yield f"run: generate{' (overlapped)' if overlapped else ''}: {result.reason}"
@@ -389,18 +388,6 @@ ended by the update beside it, at the latest after twice this."""
 THIN_BOUND_FACTOR = 2.0
 """A thin segment's fetch ends with the update beside it, and at the latest after this many
 times :func:`thin_segment_seconds` (the end request reaches only workers on this machine)."""
-
-
-def thin_plan_s(config: Config, state: RunState) -> float:
-    """The planned length of a segment made with leftovers before an update (a thin one): its
-    bound, :data:`THIN_BOUND_FACTOR` × the update it is fetched beside, within
-    ``generate.segment_s``. The coordinator ends it as soon as that update and the next
-    generate are done (:func:`coordinate`), so a long plan costs nothing; a plan of one update
-    emptied its hosts' queues before the coordinator was done (bench_crawl --real-web: the
-    first leftovers segment planned 15 s, its update and generate took 23 s, and every host,
-    h0 with 400 pages among them, stood idle 6 s before the next segment)."""
-    expected = max(THIN_MIN_S, *state.update_seconds[-2:]) if state.update_seconds else THIN_FIRST_S
-    return min(config.generate.segment_s, THIN_BOUND_FACTOR * expected)
 
 
 def end_thin_fetch(store: Store, segment: str, started: float, stop: RunStop) -> None:
