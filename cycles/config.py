@@ -423,9 +423,14 @@ class GenerateConfig:
     """Number of fetch-list partitions; a host is in exactly one (balanced by expected fetch
     time, cycles/tables/assign.py). Each partition is fetched by one process."""
 
-    max_urls_per_pattern: Annotated[int, Int(1)] = 20
+    max_urls_per_pattern: Annotated[int, Int(1)] = 50
     """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
-    one fetch list, so a trap cannot fill a host's per-cycle budget."""
+    one fetch list, so a trap cannot fill a host's per-cycle budget (``max_urls_per_host``:
+    at most half of it). Not 20, as it was: a big host whose pages share one pattern
+    (``/article/N``) got 20 URLs a segment where its spacing fitted 30 in ``crawl run``'s
+    45 s segments, ran dry mid-segment and waited for the next (bench_crawl --real-web: h0,
+    402 pages of ``/p/N.html``, 484 ms, idle 19-23 s a run). A trap stays bounded by this
+    per segment and by ``update.max_urls_per_pattern`` in all."""
 
     feed_max_lag_cycles: Annotated[int, Int(0)] = 10
     """When a registered consumer of the pages feed is this many batches behind, generate
