@@ -115,7 +115,8 @@ class RunState:
     update_seconds: list[float] = field(default_factory=list)
     """How long each update took (the estimate of how long a thin segment is fetched)."""
     compacted_after: str | None = None
-    """The last update the coordinator compacted after (:func:`coordinate`)."""
+    """The last update a coordinator's turn compacted after (:func:`coordinate`: at the start
+    of the turn that follows it)."""
     from_leftovers: set[str] = field(default_factory=set)
     """Segments generated with leftovers, before an update: thin, whatever their size (they
     end when that update does: :func:`thin_segment_seconds`)."""
@@ -221,11 +222,15 @@ def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
 
     ``thin``: ``fetching`` is a thin segment, ended when the update ends (module doc).
 
-    Compaction comes last, after the generate: the fetch may end while the coordinator works,
-    and the main thread then waits for it (bench_crawl --real-web: a 1.7 s compaction between
-    the update and the generate kept every host idle that long at the run's second boundary)."""
+    Compaction comes first, for the updates of earlier turns: the main thread waits for the
+    whole turn when the fetch ends first, so a compaction after the update (or after the
+    generate) kept every host idle that long (bench_crawl --real-web: 1.7 s and 2.6 s at the
+    run's second boundary); at the start of the next turn it runs beside that turn's fetch."""
     started = time.monotonic()
     ahead_done = False
+    if state.updated and state.updated[-1] != state.compacted_after:
+        state.compacted_after = state.updated[-1]
+        yield from compact_when_due(store, config, "run")
     try:
         yield from update_fetched(store, config, state, before=fetching, compact=False)
         if thin:
@@ -237,9 +242,6 @@ def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
             end_thin_fetch(store, fetching, started, stop)
     if not ahead_done:
         yield from generate_ahead_of(store, config, state, top_n, stop, generate_ahead, fetching)
-    if state.updated and state.updated[-1] != state.compacted_after:
-        state.compacted_after = state.updated[-1]
-        yield from compact_when_due(store, config, "run")
 
 
 def generate_ahead_of(store: Store, config: Config, state: RunState, top_n: int | None, stop: RunStop,
