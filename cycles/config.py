@@ -405,6 +405,15 @@ class GenerateConfig:
     and update take a large share of a cycle (a big crawl DB); ``fetch.max_duration_s``,
     when set, overrides the fetch's end."""
 
+    run_segment_min_s: Annotated[float, Float(above=0, max=DAY_S)] = 15.0
+    """The shortest segment ``crawl run`` plans (cycles/commands/run.py ``run_segment_s``:
+    three times its last updates, at least this, at most ``segment_s``). Every boundary costs
+    each busy host a new connection (a TCP and TLS handshake, a round trip or more) and the
+    end of the fetch waits for its slowest transfer; shorter segments pay that more often,
+    longer ones hold what a segment discovered on other hosts back longer. 15 s: bench_crawl's
+    study of fixed lengths (5, 8, 15, 30, 60 s on its 322-host web, loaded machine) found 15 s
+    and longer within the noise and shorter ones paying for generate and update too often."""
+
     max_urls_per_host: Annotated[int, Int(1)] = 100
     """At most this many URLs of one host in one fetch list (scaled by importance,
     ``host_budget_*``), besides what its spacing fits into ``segment_s``. At the 1 request/s
@@ -414,9 +423,14 @@ class GenerateConfig:
     """Number of fetch-list partitions; a host is in exactly one (balanced by expected fetch
     time, cycles/tables/assign.py). Each partition is fetched by one process."""
 
-    max_urls_per_pattern: Annotated[int, Int(1)] = 20
+    max_urls_per_pattern: Annotated[int, Int(1)] = 50
     """At most this many URLs of one URL pattern (see ``update.max_urls_per_pattern``) in
-    one fetch list, so a trap cannot fill a host's per-cycle budget."""
+    one fetch list, so a trap cannot fill a host's per-cycle budget (``max_urls_per_host``:
+    at most half of it). Not 20, as it was: a big host whose pages share one pattern
+    (``/article/N``) got 20 URLs a segment where its spacing fitted 30 in ``crawl run``'s
+    45 s segments, ran dry mid-segment and waited for the next (bench_crawl --real-web: h0,
+    402 pages of ``/p/N.html``, 484 ms, idle 19-23 s a run). A trap stays bounded by this
+    per segment and by ``update.max_urls_per_pattern`` in all."""
 
     feed_max_lag_cycles: Annotated[int, Int(0)] = 10
     """When a registered consumer of the pages feed is this many batches behind, generate

@@ -81,3 +81,39 @@ def test_a_thin_fetch_is_ended_when_the_update_beside_it_ends_even_a_failed_one(
     monkeypatch.setattr(run, "update_segment", StubUpdate(store))
     list(run.coordinate(store, None, run.RunState(), None, run.RunStop(None), False, fetching="s4", thin=True))
     assert not end_file.exists()
+
+
+def test_compaction_owed_by_an_update_runs_at_the_start_of_the_next_turn(store, monkeypatch):
+    """The main thread waits for the whole turn when its fetch ends first: a compaction after
+    the update (or the generate) held every host that long. It runs at the start of the
+    next turn instead, beside that turn's fetch, before its update."""
+    events: list[str] = []
+    stub = StubUpdate(store)
+
+    def update(store, config, segment):
+        events.append(f"update {segment}")
+        return stub(store, config, segment)
+
+    def compact(store, config, who):
+        events.append("compact")
+        yield f"{who}: compacted"
+
+    monkeypatch.setattr(run, "update_segment", update)
+    monkeypatch.setattr(run, "compact_when_due", compact)
+    state = run.RunState()
+    make_segment(store, "s1", seg.Generated, seg.Fetched)
+    make_segment(store, "s2", seg.Generated, seg.Fetching)
+    list(run.coordinate(store, None, state, None, run.RunStop(None), False, fetching="s2"))
+    assert events == ["update s1"]  # the turn ends with its update: nothing compacted yet
+    seg.write_marker(store, seg.Fetched("s2"))
+    make_segment(store, "s3", seg.Generated, seg.Fetching)
+    list(run.coordinate(store, None, state, None, run.RunStop(None), False, fetching="s3"))
+    assert events == ["update s1", "compact", "update s2"]
+    # The next turn, with nothing fetched to update, compacts what s2's update owed, once.
+    seg.write_marker(store, seg.Fetched("s3"))
+    seg.write_marker(store, seg.Updated("s3"))
+    make_segment(store, "s4", seg.Generated, seg.Fetching)
+    list(run.coordinate(store, None, state, None, run.RunStop(None), False, fetching="s4"))
+    make_segment(store, "s5", seg.Generated, seg.Fetching)
+    list(run.coordinate(store, None, state, None, run.RunStop(None), False, fetching="s5"))
+    assert events == ["update s1", "compact", "update s2", "compact"]

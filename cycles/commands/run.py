@@ -21,7 +21,7 @@ Segment length: each segment is planned for :func:`run_segment_s` seconds — ge
 every host's share to fit it and the fetch ends there, or sooner once it is a tail
 (cycles/fetch/tail.py; docs/segments.md). ``crawl run`` chooses it itself: long enough
 that the update of one segment ends while the next is fetched (``RUN_SEGMENT_UPDATES`` ×
-the last updates), at least ``RUN_SEGMENT_MIN_S``, at most ``generate.segment_s``.
+the last updates), at least ``generate.run_segment_min_s``, at most ``generate.segment_s``.
 
 Hosts found by a fetch and known to nobody are fetched in that same segment by the worker
 that claims them (cycles/tables/newhosts.py); a segment generated while it is in flight
@@ -114,6 +114,9 @@ class RunState:
     """"deadline", "signal", "nothing due" (or "" while running)."""
     update_seconds: list[float] = field(default_factory=list)
     """How long each update took (the estimate of how long a thin segment is fetched)."""
+    compacted_after: str | None = None
+    """The last update a coordinator's turn compacted after (:func:`coordinate`: at the start
+    of the turn that follows it)."""
     from_leftovers: set[str] = field(default_factory=set)
     """Segments generated with leftovers, before an update: thin, whatever their size (they
     end when that update does: :func:`thin_segment_seconds`)."""
@@ -170,9 +173,12 @@ def next_to_fetch(store: Store) -> str | None:
     return seg.oldest(store, seg.State.GENERATED, seg.State.FETCHING)
 
 
-def update_fetched(store: Store, config: Config, state: RunState, before: str | None = None) -> Iterator[str]:
+def update_fetched(store: Store, config: Config, state: RunState, before: str | None = None,
+                   compact: bool = True) -> Iterator[str]:
     """Update every fetched segment, oldest first (the order that keeps the crawl DB exact);
-    ``before``: only the segments generated before that one (ids sort by generation time)."""
+    ``before``: only the segments generated before that one (ids sort by generation time);
+    ``compact``: compact when due after each update (the coordinator compacts after its
+    generate instead: :func:`coordinate`)."""
     while (segment := seg.oldest(store, seg.State.FETCHED)) is not None:
         if before is not None and segment >= before:
             break
@@ -182,7 +188,8 @@ def update_fetched(store: Store, config: Config, state: RunState, before: str | 
         state.updated.append(segment)
         state.counters["outlinks/new"] += result.counters.get("outlinks/new", 0)
         yield f"run: updated {segment}, {result.counters.get('outlinks/new', 0)} new URLs"
-        yield from compact_when_due(store, config, "run")
+        if compact:
+            yield from compact_when_due(store, config, "run")
 
 
 def generate_next(store: Store, config: Config, state: RunState, top_n: int | None,
@@ -213,11 +220,19 @@ def coordinate(store: Store, config: Config, state: RunState, top_n: int | None,
     update slower than the thin fetch beside it went on to update that thin segment, and
     no request was made for 8.8 s and 12.3 s.
 
-    ``thin``: ``fetching`` is a thin segment, ended when the update ends (module doc)."""
+    ``thin``: ``fetching`` is a thin segment, ended when the update ends (module doc).
+
+    Compaction comes first, for the updates of earlier turns: the main thread waits for the
+    whole turn when the fetch ends first, so a compaction after the update (or after the
+    generate) kept every host idle that long (bench_crawl --real-web: 1.7 s and 2.6 s at the
+    run's second boundary); at the start of the next turn it runs beside that turn's fetch."""
     started = time.monotonic()
     ahead_done = False
+    if state.updated and state.updated[-1] != state.compacted_after:
+        state.compacted_after = state.updated[-1]
+        yield from compact_when_due(store, config, "run")
     try:
-        yield from update_fetched(store, config, state, before=fetching)
+        yield from update_fetched(store, config, state, before=fetching, compact=False)
         if thin:
             # Before the thin fetch ends, so the next segment is ready when it has.
             ahead_done = True
@@ -256,11 +271,6 @@ def next_segment(store: Store, config: Config, state: RunState, top_n: int | Non
         yield from generate_next(store, config, state, top_n, overlapped=False)
 
 
-RUN_SEGMENT_MIN_S = 15.0
-"""The shortest segment ``crawl run`` plans. bench_crawl's study of fixed lengths (5, 8, 15,
-30, 60 s on its 322-host web, loaded machine): 15 s and longer within the noise, shorter
-ones paid for generate and update too often (scripts/bench_crawl.py's docstring)."""
-
 RUN_SEGMENT_UPDATES = 3.0
 """A segment ``crawl run`` plans lasts at least this many times its last updates: segment
 k's update runs while k+1 is fetched, so an update longer than a fetch would hold what k
@@ -269,11 +279,11 @@ discovered back by more than one segment, and updates would queue."""
 
 def run_segment_s(config: Config, state: RunState) -> float:
     """The length ``crawl run`` plans its next segment for (module doc): ``RUN_SEGMENT_UPDATES``
-    × the longer of the last two updates, within [``RUN_SEGMENT_MIN_S``, ``generate.segment_s``].
+    × the longer of the last two updates, within [``generate.run_segment_min_s``, ``generate.segment_s``].
     Short: what a segment's fetch discovers is due again one update later; bounded below so
     that generate and update do not run more often than they pay for."""
     recent = max(state.update_seconds[-2:], default=0.0)
-    return min(config.generate.segment_s, max(RUN_SEGMENT_MIN_S, RUN_SEGMENT_UPDATES * recent))
+    return min(config.generate.segment_s, max(config.generate.run_segment_min_s, RUN_SEGMENT_UPDATES * recent))
 
 
 class Coordinator(threading.Thread):

@@ -73,6 +73,9 @@ class Transfer:
         self.started = time.monotonic()
         self.ended = 0.0
         self.duration_s = 0.0
+        self.setup_s = 0.0
+        """Of ``duration_s``, the time before the request was sent (libcurl's PRETRANSFER_TIME:
+        lookup, connect, TLS handshake): what a new connection adds, not the server's answer."""
         self.allowed_networks = _networks(tuple(config.allowed_networks))
         self.blocked_address: str | None = None
         """The address we refused to connect to (SSRF guard), if any: when the transfer

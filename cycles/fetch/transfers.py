@@ -94,6 +94,7 @@ class Transfers:
         # libcurl's own timer: our `ended` is when we got round to the transfer, which
         # includes parsing the pages that completed alongside it.
         transfer.duration_s = curl.getinfo(pycurl.TOTAL_TIME)
+        transfer.setup_s = curl.getinfo(pycurl.PRETRANSFER_TIME)
         transfer.ip = curl.getinfo(pycurl.PRIMARY_IP) or None
         transfer.error = error[0] if error is not None else None
         slot.in_flight = False
