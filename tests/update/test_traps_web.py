@@ -24,7 +24,6 @@ pytestmark = pytest.mark.web
 # The good pages share one pattern (/p/N.html): the budget must leave room for them, as on
 # the real web, where legitimate sites have thousands of /article/N pages.
 PER_CYCLE, TOTAL = 5, 12
-FAST_DELAY_S = 0.2
 
 
 def test_traps_stay_within_budget_while_good_pages_are_harvested(store, tmp_path):
@@ -32,10 +31,6 @@ def test_traps_stay_within_budget_while_good_pages_are_harvested(store, tmp_path
         config = config_for(web)
         config.generate.max_urls_per_pattern = PER_CYCLE
         config.update.max_urls_per_pattern = TOTAL
-        # What is judged is which URLs were asked for, not their spacing (tests/test_e2e.py
-        # checks the delay): at the default 1 s a host's ~25 requests a cycle made the six
-        # cycles wait ~100 s.
-        config.fetch.delay_s = FAST_DELAY_S
         inject(store, config, write_seeds(tmp_path / "seeds.txt", web.seeds()))
         log = list(run_cycles(store, config, cycles=6))
         requests = web.requests()
