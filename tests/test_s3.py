@@ -275,9 +275,6 @@ def crawled_s3(s3_env, tmp_path_factory):
         store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/crawl")
         config = config_for(web)
         config.db.buckets = 3
-        # Judged by what was fetched and written to the bucket, not by the requests' spacing
-        # (tests/test_e2e.py checks the delay): at the default 1 s the cycles only waited.
-        config.fetch.delay_s = 0.2
         seeds = web.seeds()
         inject(store, config, write_seeds(tmp / "seeds.txt", seeds))
         log = list(run_cycles(store, config, cycles=8))
