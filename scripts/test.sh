@@ -15,6 +15,7 @@ bash scripts/setup.sh
 # full suite 19.0 min for 1,982 (both measured 2026-12-07, before session 12). Session 12 cut
 # the fast tier's CPU by a quarter (update's SQL planned once per bucket, not twice as big; one
 # DuckDB database per process for plain reads; tests/conftest.py writes the bytecode cache even
-# under PYTHONDONTWRITEBYTECODE=1): 154 -> 114 CPU-s, 226 -> 159 s wall, at load 10-13.
+# under PYTHONDONTWRITEBYTECODE=1): 135 -> 100 CPU-s, 71.5 -> 53-54 s wall for 1,532 tests at
+# load 0.4-2.7 (-n 2 --dist loadfile, the two trees back to back, 2026-12-07).
 # Pass -n 0 to run in one process (a debugger, -x on the first failure in file order).
 exec .venv/bin/python -m pytest -q -n auto --dist loadfile "$@"
