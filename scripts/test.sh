@@ -12,8 +12,10 @@ bash scripts/setup.sh
 # module's shared crawl (a scope="module" fixture) is made once. On the 2-core CI machine the
 # full suite took 15.5 min with two workers under load, against ~20 min in one process.
 # The fast tier (-m "not web") took 66 s for 1,531 tests on the 2-core machine, quiet, and the
-# full suite 19.0 min for 1,982 (both measured 2026-12-07). Earlier: 57 s for 1,125 tests with
-# Python's bytecode cache warm; where PYTHONDONTWRITEBYTECODE=1 is set (container images often
-# set it) every run compiles cycles/, testweb/ and pytest's rewritten tests again: ~65 s.
+# full suite 19.0 min for 1,982 (both measured 2026-12-07, before session 12). Session 12 cut
+# the fast tier's CPU by a quarter (update's SQL planned once per bucket, not twice as big; one
+# DuckDB database per process for plain reads; tests/conftest.py writes the bytecode cache even
+# under PYTHONDONTWRITEBYTECODE=1): 135 -> 100 CPU-s, 71.5 -> 53-54 s wall for 1,532 tests at
+# load 0.4-2.7 (-n 2 --dist loadfile, the two trees back to back, 2026-12-07).
 # Pass -n 0 to run in one process (a debugger, -x on the first failure in file order).
 exec .venv/bin/python -m pytest -q -n auto --dist loadfile "$@"

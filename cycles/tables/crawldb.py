@@ -54,11 +54,32 @@ def progress_bar_wanted() -> bool:
 def plain_connection(**settings) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with DuckDB's defaults (and ``settings``), but a progress bar only
     on a terminal (:func:`progress_bar_wanted`): for the few readers that need none of
-    :func:`connect`'s limits (a few hosts' rows, a segment's page list)."""
-    con = duckdb.connect(config=settings)
+    :func:`connect`'s limits (a few hosts' rows, a segment's page list).
+
+    Without ``settings`` it is a cursor on an in-memory database this process keeps
+    (:func:`plain_database`), as :func:`connect`'s are: opening a database costs ~12 ms
+    (its thread pool), and ``read_crawldb`` opened one per bucket. A cursor's temporary
+    tables and registered Arrow tables are its own. With ``settings``: a database of its own."""
+    con = new_database(**settings) if settings else plain_database().cursor()
     # A session setting: DuckDB refuses it in connect()'s config ("not a global option").
     con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     return con
+
+
+def new_database(**settings) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database (``settings``: its config)."""
+    return duckdb.connect(config=settings)
+
+
+_plain_database: list[tuple[int, duckdb.DuckDBPyConnection]] = []
+
+
+def plain_database() -> duckdb.DuckDBPyConnection:
+    """This process's database for :func:`plain_connection`, opened on first use (and again
+    in a forked child: a database is not shared across a fork)."""
+    if not _plain_database or _plain_database[0][0] != os.getpid():
+        _plain_database[:] = [(os.getpid(), new_database())]
+    return _plain_database[0][1]
 
 
 def connect(store: Store | None, config: Config, workers: int = 1, *,
@@ -89,16 +110,26 @@ def connect(store: Store | None, config: Config, workers: int = 1, *,
     spill = str(store.scratch_dir() if store is not None
                 else Path(tempfile.gettempdir()) / f"crawl-duckdb-{os.getpid()}.duckdb-tmp")
     keep_order = store is None
+    limits = (memory_limit, int(threads))
     if own_database:
         con = open_database(spill, keep_order)
     else:
-        con = shared_database(spill, keep_order).cursor()
+        database = shared_database(spill, keep_order)
+        con = database.cursor()
         # A session setting: each cursor starts from DuckDB's default.
         con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
+        if SHARED_LIMITS.get(id(database)) == limits:
+            return con  # the database's limits are this caller's already: two statements saved
+        SHARED_LIMITS[id(database)] = limits
     # The database's limits, set for this caller: a process runs one stage's work at a time.
     con.execute("SET memory_limit = ?", [memory_limit])
     con.execute("SET threads = ?", [int(threads)])
     return con
+
+
+SHARED_LIMITS: dict[int, tuple[str, int]] = {}
+"""The memory limit and threads last set on each shared database (by its id), which
+connect() sets only when they change: both are the database's, not the cursor's."""
 
 
 SHARED_DATABASES: dict[tuple[str, bool], duckdb.DuckDBPyConnection] = {}
@@ -114,15 +145,16 @@ def shared_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
         SHARED_DATABASES[key] = SHARED_DATABASES.pop(key)  # most recently used last
         return SHARED_DATABASES[key]
     while len(SHARED_DATABASES) >= SHARED_DATABASES_KEPT:
-        SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))
+        SHARED_LIMITS.pop(id(SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))), None)
     SHARED_DATABASES[key] = open_database(spill, keep_order)
     return SHARED_DATABASES[key]
 
 
 def open_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
     """A new in-memory database with the settings every connection shares: spill folder,
-    UTC, row order kept or not (its progress bar set first, by :func:`plain_connection`)."""
-    con = plain_connection()
+    UTC, row order kept or not, a progress bar only on a terminal."""
+    con = new_database()
+    con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
     con.execute("SET temp_directory = ?", [str(spill)])
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = ?", [bool(keep_order)])

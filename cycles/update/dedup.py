@@ -192,7 +192,10 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
         SELECT minhash FROM {stored} AND minhash IS NOT NULL AND minhash <> 0""")
     con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
-    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
+    # No page of the segment to pair, or no stored fingerprint to pair it with (a first
+    # crawl, a segment of errors): the joins would find nothing, and each is a statement.
+    paired = con.execute("SELECT EXISTS (FROM m_mine) AND EXISTS (FROM m_hashes)").fetchone()[0]
+    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance) if paired else ():
         con.execute("""INSERT INTO m_cand
             SELECT a.url, b.minhash FROM m_mine a JOIN m_hashes b
               ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)

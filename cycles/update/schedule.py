@@ -142,8 +142,10 @@ def grid_index_sql(u: UpdateConfig, rate: str) -> str:
     lo, n = 0.01 / u.max_interval_s, len(rate_grid(u))
     hi = float(rate_grid(u)[-1])
     # A NaN or infinite rate (a corrupt row) would fail the cast to BIGINT and with it the
-    # update: NaN is read as the slowest grid rate, +inf as the fastest.
-    safe = f"(CASE WHEN isnan({rate}) THEN {lo!r} WHEN isinf({rate}) AND {rate} > 0 THEN {hi!r} ELSE {rate} END)"
+    # update: NaN (and null) is read as the slowest grid rate, +inf (and any rate past the
+    # grid) as the fastest. ``rate`` is spelled twice, not four times: it is a long
+    # expression, and the statement's size is what DuckDB's planner pays for.
+    safe = f"(CASE WHEN isnan({rate}) IS NOT FALSE THEN {lo!r} ELSE least({rate}, {hi!r}) END)"
     return (f"least({n}, greatest(1, round(ln(greatest({safe}, {lo!r}) / {lo!r}) / "
             f"{math.log(RATE_STEP)!r})::BIGINT + 1))")
 
@@ -257,12 +259,15 @@ class OptimalSchedule:
         rate = learned_rate_sql("db.fetch_count", x, "epoch(f.fetched_at - db.first_fetched)",
                                 unchanged_after_sql(seen, changed))
         prior = HOST_PRIOR_SQL
+        # One lookup in the table for both the first fetch (the host's rate) and a refetch
+        # (the page's): the table and the grid index are spelled once (see grid_index_sql).
         return f"""CASE
-        WHEN {seen} AND db.fetch_count = 0 AND NOT {news_like_sql(u)} AND {prior} IS NOT NULL THEN
-            list_extract({table}, {grid_index_sql(u, prior)})
-        WHEN {seen} AND db.fetch_count = 0 THEN {first_interval_sql(u)}
-        WHEN {seen} AND {x} = 0 THEN least({u.max_interval_s}, floor(db.fetch_interval_s * {float(u.interval_growth)})::BIGINT)
-        WHEN {seen} THEN list_extract({table}, {grid_index_sql(u, rate)})
+        WHEN {seen} AND db.fetch_count = 0 AND ({news_like_sql(u)} IS NOT FALSE OR {prior} IS NULL) THEN
+            {first_interval_sql(u)}
+        WHEN {seen} AND db.fetch_count IS DISTINCT FROM 0 AND {x} = 0 THEN
+            least({u.max_interval_s}, floor(db.fetch_interval_s * {float(u.interval_growth)})::BIGINT)
+        WHEN {seen} THEN
+            list_extract({table}, {grid_index_sql(u, f"(CASE WHEN db.fetch_count = 0 THEN {prior} ELSE {rate} END)")})
         ELSE db.fetch_interval_s END"""
 
 

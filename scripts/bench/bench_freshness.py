@@ -181,8 +181,7 @@ def simulate(web: Web, pages: list[str], config: Config, steps: int, step_s: flo
             multiplier = (refresh_multiplier(con, "db", config, "fetched", SEEN_SQL, CHANGED_SQL)
                           if config.update.schedule == "optimal" else None)
             sql = transition_sql(config, multiplier)
-        con.execute(f"""CREATE OR REPLACE TABLE db AS SELECT {sql}
-            FROM db LEFT JOIN fetched f ON db.url = f.url""", {"now": when(at)})
+        con.execute(f"CREATE OR REPLACE TABLE db AS {sql}", {"now": when(at)})
         con.unregister("fetched")
         intervals.append(dict(con.execute("SELECT url, fetch_interval_s FROM db WHERE fetch_count > 0").fetchall()))
         t += step_s
@@ -214,8 +213,8 @@ def first_interval_of_a_new_page(con, config: Config, url: str, now) -> int:
     prepare_schedule(con, config, "db")
     multiplier = (refresh_multiplier(con, "db", config, "fetched", SEEN_SQL, CHANGED_SQL)
                   if config.update.schedule == "optimal" else None)
-    return con.execute(f"""SELECT fetch_interval_s FROM (SELECT {transition_sql(config, multiplier)}
-        FROM db LEFT JOIN fetched f ON db.url = f.url) WHERE url = $url""", {"now": now, "url": url}).fetchone()[0]
+    return con.execute(f"""SELECT fetch_interval_s FROM ({transition_sql(config, multiplier)})
+        WHERE url = $url""", {"now": now, "url": url}).fetchone()[0]
 
 
 def optimum_schedule(web, pages, budget_per_s: float, start: float, end: float):
