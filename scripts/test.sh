@@ -17,5 +17,8 @@ bash scripts/setup.sh
 # DuckDB database per process for plain reads; tests/conftest.py writes the bytecode cache even
 # under PYTHONDONTWRITEBYTECODE=1): 135 -> 100 CPU-s, 71.5 -> 53-54 s wall for 1,532 tests at
 # load 0.4-2.7 (-n 2 --dist loadfile, the two trees back to back, 2026-12-07).
+# --no-loadscope-reorder: the files go out in the order tests/conftest.py gives them, the
+# longest first (xdist's own order, most tests first, left a 2-minute file alone at the end:
+# the full suite took 20.0 min, one worker idle for its last 2-3 min).
 # Pass -n 0 to run in one process (a debugger, -x on the first failure in file order).
-exec .venv/bin/python -m pytest -q -n auto --dist loadfile "$@"
+exec .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder "$@"
