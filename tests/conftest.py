@@ -121,7 +121,8 @@ def fail_second_write(monkeypatch):
 # With `-n auto --dist loadfile` (scripts/test.sh) each worker takes whole files; a long file
 # handed out last keeps one worker busy while the other idles (the 2-core full suite: 20.0 min,
 # its last 2-3 min on one worker). Longest first (measured wall times, one file at a time,
-# session 12), the rest in collection order: the short files fill the end. scripts/test.sh
+# session 12), then the others by their number of tests (xdist's own order): the short files
+# fill the end. scripts/test.sh
 # passes --no-loadscope-reorder, or xdist orders the files by their number of tests instead.
 LONGEST_FILES = (
     "tests/test_fault_injection.py", "tests/test_s3.py", "tests/test_doc_snippets.py",
@@ -135,7 +136,16 @@ LONGEST_FILES = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::", 1)[0]] = counts.get(item.nodeid.split("::", 1)[0], 0) + 1
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        # The other files as xdist would order them: most tests first (the fast tier's order).
+        return (rank[path], 0) if path in rank else (len(rank), -counts[path])
+
+    items.sort(key=order)  # stable: a file's tests keep their order
 
 
 # --- the fast tier stays fast -------------------------------------------------------------
