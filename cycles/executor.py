@@ -154,7 +154,7 @@ def _init_worker(parent: int | None, initializer: Callable | None, initargs: tup
         initializer(*initargs)
     # A signal the pool sent while this worker was starting, and did not send to it then
     # (ProcessPool.signal_workers: it is read after the handler is in, so none is missed).
-    if signalled.value and handles_signal(os.getpid(), signalled.value):
+    if signalled.value and callable(signal.getsignal(signalled.value)):
         signal.raise_signal(signalled.value)
 
 

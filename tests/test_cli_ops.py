@@ -393,3 +393,23 @@ def test_fetch_progress_of_one_partition_counts_only_its_file(tmp_path):
     line = progress_line(tmp_path, "seg partition 1", 1, 1.0, total=10, files="part-00001.json")
     assert line.startswith("fetch seg partition 1: 7 pages (7.0/s), 7/10 URLs (70%), ETA 0s, ")
     assert line.endswith(", 1/1 partitions")
+
+
+def test_a_shared_database_takes_each_callers_limits_and_a_reopened_one_gets_them_again(tmp_path):
+    """connect() sets a shared database's memory limit and threads only when they change
+    (crawldb.SHARED_LIMITS): a changed limit is set, and a database opened again under the
+    same key after its eviction is set too, not taken for the one that was evicted."""
+    def limits(con):
+        return con.sql("SELECT current_setting('memory_limit'), current_setting('threads')").fetchall()[0]
+
+    first, second = Config(), Config()
+    first.db.duckdb_memory_limit, first.db.duckdb_threads = "300MB", 1
+    second.db.duckdb_memory_limit, second.db.duckdb_threads = "200MB", 2
+    store = Store(tmp_path / "data")
+    a = limits(crawldb.connect(store, first))
+    b = limits(crawldb.connect(store, second))
+    assert a != b and b[1] == 2  # a change is set (the positive control for the skip below)
+    assert limits(crawldb.connect(store, second)) == b  # unchanged: kept, not set again
+    for k in range(crawldb.SHARED_DATABASES_KEPT):  # evict this store's database
+        crawldb.connect(Store(tmp_path / f"other{k}"), Config())
+    assert limits(crawldb.connect(store, second)) == b  # reopened: set again, not DuckDB's defaults

@@ -114,22 +114,22 @@ def connect(store: Store | None, config: Config, workers: int = 1, *,
     if own_database:
         con = open_database(spill, keep_order)
     else:
-        database = shared_database(spill, keep_order)
-        con = database.cursor()
+        con = shared_database(spill, keep_order).cursor()
         # A session setting: each cursor starts from DuckDB's default.
         con.execute("SET enable_progress_bar = ?", [progress_bar_wanted()])
-        if SHARED_LIMITS.get(id(database)) == limits:
+        if SHARED_LIMITS.get((spill, keep_order)) == limits:
             return con  # the database's limits are this caller's already: two statements saved
-        SHARED_LIMITS[id(database)] = limits
+        SHARED_LIMITS[(spill, keep_order)] = limits
     # The database's limits, set for this caller: a process runs one stage's work at a time.
     con.execute("SET memory_limit = ?", [memory_limit])
     con.execute("SET threads = ?", [int(threads)])
     return con
 
 
-SHARED_LIMITS: dict[int, tuple[str, int]] = {}
-"""The memory limit and threads last set on each shared database (by its id), which
-connect() sets only when they change: both are the database's, not the cursor's."""
+SHARED_LIMITS: dict[tuple[str, bool], tuple[str, int]] = {}
+"""The memory limit and threads last set on each shared database (by its key in
+:data:`SHARED_DATABASES`), which connect() sets only when they change: both are the
+database's, not the cursor's. A database opened anew under a key starts without an entry."""
 
 
 SHARED_DATABASES: dict[tuple[str, bool], duckdb.DuckDBPyConnection] = {}
@@ -145,7 +145,8 @@ def shared_database(spill: str, keep_order: bool) -> duckdb.DuckDBPyConnection:
         SHARED_DATABASES[key] = SHARED_DATABASES.pop(key)  # most recently used last
         return SHARED_DATABASES[key]
     while len(SHARED_DATABASES) >= SHARED_DATABASES_KEPT:
-        SHARED_LIMITS.pop(id(SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))), None)
+        SHARED_DATABASES.pop(next(iter(SHARED_DATABASES)))
+    SHARED_LIMITS.pop(key, None)
     SHARED_DATABASES[key] = open_database(spill, keep_order)
     return SHARED_DATABASES[key]
 
