@@ -70,3 +70,39 @@ def test_discovery_leaves_a_learned_variant_and_takes_the_others(store):
     # The positive control: the same page offers two URLs discovery takes.
     assert [q.url for q in slot.queue] == ["http://a.test/new?view=2", "http://a.test/other"]
     assert stats["discover/variant_param"] == 1
+
+
+def test_a_variant_names_the_page_its_base_is_kept_under():
+    """docs/dedup.md: every copy names the page kept, never a copy. A variant's base may be a
+    copy itself (an article that is a syndicated story's copy): marked in this segment, or in
+    an earlier one (the old rows). The positive controls: a base fetched without a mark, and
+    a base unknown, are named themselves."""
+    import datetime
+
+    import duckdb
+
+    from cycles.update.update import OLD_KEY_COLUMNS, with_variants_set_aside
+
+    con = duckdb.connect()
+    a = "http://a.test/"
+    con.execute("CREATE TABLE variant_urls AS SELECT * FROM (VALUES "
+                f"('{a}1?print=1', '{a}1'), ('{a}2?print=1', '{a}2'), ('{a}3?print=1', '{a}3'), "
+                f"('{a}4?print=1', '{a}4'), ('{a}5?print=1', '{a}5')) t(url, base)")
+    con.execute(f"CREATE TABLE marks AS SELECT * FROM (VALUES ('{a}1', 'duplicate', 'http://wire.test/1')) t(url, kind, canonical)")
+    con.execute(f"CREATE TABLE fetched_all AS SELECT * FROM (VALUES ('{a}1'), ('{a}2')) t(url)")
+    cols = ", ".join(f"NULL AS {c}" for c in OLD_KEY_COLUMNS if c not in ("url", "status", "duplicate_of"))
+    con.execute(f"""CREATE TABLE old_keys AS SELECT url, status, duplicate_of, {cols} FROM (VALUES
+                    ('{a}3', 'near_duplicate', 'http://wire.test/3'), ('{a}4', 'fetched', NULL)) t(url, status, duplicate_of)""")
+    # the new rows: four unfetched variants, and one set aside earlier naming its base (5, re-pointed only if 5 is a copy)
+    new_rows = f"""SELECT * FROM (VALUES ('{a}1?print=1', 'unfetched', NULL), ('{a}2?print=1', 'unfetched', NULL),
+                   ('{a}3?print=1', 'unfetched', NULL), ('{a}4?print=1', 'unfetched', NULL),
+                   ('{a}5?print=1', 'duplicate', '{a}5')) t(url, status, duplicate_of)"""
+    con.execute("CREATE TABLE candidates AS SELECT NULL AS url, false AS over_pattern, false AS over_host LIMIT 0")
+    con.execute("CREATE TABLE r AS SELECT *, now()::TIMESTAMP AS next_fetch FROM (" + new_rows + ")")
+    sql, skipped = with_variants_set_aside(con, "SELECT * FROM r", "old_keys", Config())
+    got = dict(con.execute(f"SELECT url, duplicate_of FROM ({sql}) ORDER BY url", {"now": datetime.datetime(2026, 1, 1)}).fetchall())
+    assert got == {f"{a}1?print=1": "http://wire.test/1",  # its base marked a copy in this segment
+                   f"{a}2?print=1": f"{a}2",  # base fetched, kept: the control
+                   f"{a}3?print=1": "http://wire.test/3",  # its base a copy before this segment
+                   f"{a}4?print=1": f"{a}4",  # base fetched before and kept: the control
+                   f"{a}5?print=1": f"{a}5"}
