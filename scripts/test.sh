@@ -8,7 +8,8 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
 fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# One worker per core (pytest-xdist), each taking whole test files (--dist loadfile), so a
+# pytest-xdist workers (`-n auto`: two per core for the full suite, which mostly waits, one
+# per core for the CPU-bound fast tier: tests/conftest.py pytest_xdist_auto_num_workers), each taking whole test files (--dist loadfile), so a
 # module's shared crawl (a scope="module" fixture) is made once. On the 2-core CI machine the
 # full suite took 15.5 min with two workers under load, against ~20 min in one process.
 # The fast tier (-m "not web") took 66 s for 1,531 tests on the 2-core machine, quiet, and the

@@ -148,6 +148,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=order)  # stable: a file's tests keep their order
 
 
+# --- how many workers `-n auto` starts --------------------------------------------------------
+# The full suite mostly waits on servers, delays and subprocesses: the 2-core full suite ran
+# at load 1.0-1.8 with two workers (19.0 min). Two workers per core keep the cores busy
+# (11.9 min with four, session 12). The fast tier (-m "not web") is CPU-bound: one worker per
+# core, as more would only add their collection time.
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    cores = len(os.sched_getaffinity(0))
+    return cores if (config.option.markexpr or "").replace(" ", "") == "notweb" else 2 * cores
+
+
 # --- the fast tier stays fast -------------------------------------------------------------
 # A test that starts a test web belongs to the full suite only: it must carry
 # @pytest.mark.web, or `pytest -m "not web"` silently pays for servers and crawls. The test
