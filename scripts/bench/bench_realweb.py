@@ -123,9 +123,10 @@ def _share(pair: tuple[int, int]) -> str:
 
 
 def figures(real: RealWeb, name: str, requests: list[dict], t0: float, t1: float, pages: int, cpu_s: float,
-            faults: int, server_cpu_s: float = float("nan"), dns_cpu_s: float = float("nan")) -> dict:
+            faults: int, server_cpu_s: float = float("nan"), dns_cpu_s: float = float("nan"),
+            pages_polite: int | None = None) -> dict:
     seconds = t1 - t0
-    return {"name": name, "server_cpu_s": server_cpu_s, "dns_cpu_s": dns_cpu_s, "cpu_s": cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
+    return {"name": name, "pages_polite": pages_polite, "server_cpu_s": server_cpu_s, "dns_cpu_s": dns_cpu_s, "cpu_s": cpu_s, "pages": pages, "seconds": seconds, "pages_per_s": pages / seconds if seconds else 0.0,
             "cpu_ms_per_page": 1000 * cpu_s / pages if pages else float("nan"),
             "in_flight": in_flight(requests, t0, t1), "requests": len(requests), "h2": http2_share(requests),
             "dns": dns_figures(real, t0, t1), "bad_tls": real.completed_to_bad_tls(requests), "faults": faults}
@@ -134,6 +135,7 @@ def figures(real: RealWeb, name: str, requests: list[dict], t0: float, t1: float
 def print_side_by_side(title: str, results: list[dict], loads: list[str]) -> None:
     rows = [
         ("good pages", lambda r: f"{r['pages']:,}"),
+        ("good pages from requests without a fault", lambda r: "-" if r["pages_polite"] is None else f"{r['pages_polite']:,}"),
         ("seconds (wall)", lambda r: f"{r['seconds']:.1f}"),
         ("pages/s", lambda r: f"{r['pages_per_s']:.1f}"),
         ("CPU-ms/page (the crawler's processes)", lambda r: f"{r['cpu_ms_per_page']:.2f}"),
@@ -303,7 +305,7 @@ def run_crawl(args) -> int:
                         "".join(json.dumps(r) + "\n" for r in requests) + json.dumps({"t0": t0}) + "\n")
                 faults = sum(judged["faults"].values())
                 result = figures(real, label, requests, t0, t0 + args.seconds, judged["good_pages"], cpu_s, faults,
-                                 server1 - server0, dns1 - dns0)
+                                 server1 - server0, dns1 - dns0, judged["good_pages_polite"])
                 print(f"[{name}] {judged['good_pages']} good pages; faults {judged['faults']}", flush=True)
                 results.append(result)
         loads.append(f"end:   {uptime()}")
