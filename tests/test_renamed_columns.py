@@ -7,6 +7,7 @@ that its files really carry the old name (the positive control of the migration)
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -74,3 +75,29 @@ def test_an_old_pages_file_reads_through_the_store(tmp_path):
     assert read.schema == schema.PAGES and read["minhash"].to_pylist() == [42]
     assert store.read_table(path, columns=["url", "minhash"])["minhash"].to_pylist() == [42]
     assert pc.sum(store.read_tables([path, path], schema.PAGES, ["minhash"])["minhash"]).as_py() == 84
+
+
+@pytest.mark.web  # moto's S3 server
+def test_old_and_new_files_on_s3_read_under_the_new_name(s3_env):
+    """On S3 the stages read through a pyarrow dataset, which takes its first file's schema.
+    Files written before and after the rename, in either order, read every value under the
+    new name. The positive control: the plain dataset reads the other file's column as nulls."""
+    import uuid
+
+    import duckdb
+
+    from tests.support.s3 import BUCKET
+
+    store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/data")
+    new = pa.table({"url": ["http://a.example/1"], "minhash": pa.array([7], pa.uint64())})
+    old = pa.table({"url": ["http://a.example/2"], "simhash": pa.array([9], pa.uint64())})
+    paths = [store.path("t", "new.parquet"), store.path("t", "old.parquet")]
+    for path, table in zip(paths, (new, old)):
+        store.write_table(path, table, table.schema)
+    con = duckdb.connect()
+    plain = store.dataset(paths).to_table()
+    assert "simhash" not in plain.column_names and plain["minhash"].to_pylist() == [7, None]  # the control
+    for order in (paths, paths[::-1]):
+        rows = con.sql(f"SELECT url, minhash FROM {store.duckdb_source(con, order)} ORDER BY url").fetchall()
+        assert rows == [("http://a.example/1", 7), ("http://a.example/2", 9)]
+        assert "simhash" not in con.sql(f"SELECT * FROM {store.duckdb_source(con, order)}").columns
