@@ -2,22 +2,12 @@
 
 :class:`Transfers` starts a request on a free easy handle (cycles/fetch/transfer.py sets its
 options), hands each finished one to the caller with one timestamp per batch, waits in
-epoll(7), and cuts what is still running when a partition ends early. Handles are reused
+select(2), and cuts what is still running when a partition ends early. Handles are reused
 (``reset`` keeps the share), connections are kept per host between its requests.
-
-libcurl is driven by its socket interface (``curl_multi_socket_action``): it tells us which
-sockets to watch and when its next timeout is, and each call works on the sockets that are
-ready or the timers that are due. ``curl_multi_perform`` and ``curl_multi_fdset`` + select(2)
-walk every transfer in flight on every call: with 250 in flight, 141 µs and 30 µs a call
-(one loop turn made two performs and a select; a turn comes with each response and each host
-whose delay ends, hundreds a second). And select(2) sees no descriptor above 1,023, which a
-worker holding a connection per host passes: transfers on those were only advanced when the
-loop woke for something else.
 """
 
 from __future__ import annotations
 
-import select
 import time
 from collections import Counter
 from typing import Callable, Iterator
@@ -30,10 +20,6 @@ from cycles.fetch.frontier import Frontier, HostSlot
 from cycles.fetch.tls import TlsSteps
 from cycles.fetch.transfer import Request, Transfer, configure, resolve_entries
 from cycles.urls import url_host
-
-_EVENTS = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
-           pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
-"""libcurl's wish for a socket (socket callback) as epoll events."""
 
 Finish = Callable[[pycurl.Curl, "tuple[int, str] | None", float, float], None]
 """Called for each finished transfer: (handle, libcurl error or None, ended monotonic, ended wall)."""
@@ -57,43 +43,6 @@ class Transfers:
         self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
         self.free: list[pycurl.Curl] = []
         self.active: dict[pycurl.Curl, tuple[Transfer, HostSlot]] = {}
-        self.poller = select.epoll()
-        self.watched: set[int] = set()
-        """Sockets libcurl asked us to watch (registered with the poller)."""
-        self.timer_at: float | None = None
-        """When libcurl wants its timeouts processed (monotonic), None when it has no timer."""
-        self.multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
-        self.multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
-
-    def _on_socket(self, what: int, fd: int, _multi, _socketp) -> None:
-        """libcurl's socket callback: watch ``fd`` for what it waits for, or no longer."""
-        if what == pycurl.POLL_REMOVE:
-            if fd in self.watched:
-                self.watched.discard(fd)
-                try:
-                    self.poller.unregister(fd)
-                except (OSError, ValueError):
-                    pass  # closed already: the kernel dropped it from the set
-            return
-        events = _EVENTS.get(what, select.EPOLLIN | select.EPOLLOUT)
-        if fd in self.watched:
-            try:
-                self.poller.modify(fd, events)
-                return
-            except FileNotFoundError:  # closed and reused since: register it afresh
-                pass
-        self.poller.register(fd, events)
-        self.watched.add(fd)
-
-    def _on_timer(self, timeout_ms: int) -> None:
-        """libcurl's timer callback: process its timeouts in ``timeout_ms`` (-1: none)."""
-        self.timer_at = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-
-    def _act(self, fd: int, events: int) -> None:
-        while True:
-            ret, _ = self.multi.socket_action(fd, events)
-            if ret != pycurl.E_CALL_MULTI_PERFORM:
-                return
 
     def size_connection_cache(self, hosts: int) -> None:
         """Keep one idle connection per host between its requests.
@@ -158,11 +107,11 @@ class Transfers:
         self.free.append(curl)
 
     def drain(self, finish: Finish) -> None:
-        """Let libcurl process its due timeouts (a transfer just added is due at once), then
-        hand each finished transfer to ``finish``."""
-        if self.timer_at is not None and self.timer_at <= time.monotonic():
-            self.timer_at = None  # the call may set the next one
-            self._act(pycurl.SOCKET_TIMEOUT, 0)
+        """Let libcurl work, then hand each finished transfer to ``finish``."""
+        while True:
+            ret, _ = self.multi.perform()
+            if ret != pycurl.E_CALL_MULTI_PERFORM:
+                break
         while True:
             queued, ok, failed = self.multi.info_read()
             # One timestamp for the batch, taken before any of it is processed: it is after
@@ -176,23 +125,14 @@ class Transfers:
             if not queued:
                 break
 
-    def select(self, timeout: float) -> None:
-        """Wait for a transfer's socket or libcurl's timer, at most ``timeout`` seconds, and let
-        libcurl work on the sockets that are ready. (The stop signal does not cut the wait
-        short: Python resumes epoll_wait after its handler (PEP 475), and the loop's timeout
-        is at most a second.)"""
-        wait = max(timeout, 0.001)
-        if self.timer_at is not None:
-            wait = min(wait, max(self.timer_at - time.monotonic(), 0.0))
-        for fd, events in self.poller.poll(wait):
-            flags = 0
-            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLRDHUP):
-                flags |= pycurl.CSELECT_IN
-            if events & select.EPOLLOUT:
-                flags |= pycurl.CSELECT_OUT
-            if events & select.EPOLLERR:
-                flags |= pycurl.CSELECT_ERR
-            self._act(fd, flags)
+    def select(self, timeout: float, interrupted: Callable[[], bool]) -> None:
+        """Wait for a transfer's socket, at most ``timeout`` seconds; a select(2) the stop
+        signal interrupted returns quietly (``interrupted()`` says whether it came)."""
+        try:
+            self.multi.select(max(timeout, 0.001))
+        except pycurl.error:
+            if not interrupted():
+                raise
 
     def cut(self) -> Iterator[tuple[Transfer, HostSlot]]:
         """End every transfer still in flight, yielding each (its slot no longer in flight)."""
@@ -207,4 +147,3 @@ class Transfers:
         for curl in list(self.active):
             self.multi.remove_handle(curl)
         self.multi.close()
-        self.poller.close()

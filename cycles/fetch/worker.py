@@ -343,7 +343,7 @@ class PartitionFetcher:
             # 10-200 ms on the real web; 5 ms of extra wait is within its noise).
             timeout = min(timeout, DNS_POLL_S)
         if self.active:
-            self.transfers.select(timeout)
+            self.transfers.select(timeout, lambda: self.stop_signal() is not None)
             self._drain()
         elif timeout > 0:
             time.sleep(timeout)
