@@ -78,6 +78,10 @@ CONN_IDS_PER_PROCESS = 1_000_000_000
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
+_LOG_LINE = json.JSONEncoder(ensure_ascii=False).encode
+"""json.dumps(record, ensure_ascii=False) without building an encoder per call (dumps does
+with any non-default argument): the same line, for every request."""
+
 
 def _reason(status: int) -> str:
     return _REASONS.get(status, "Unknown")
@@ -98,7 +102,7 @@ class RequestLog:
     def write(self, record: dict) -> None:
         if not self._lines:
             self._loop.call_soon(self.flush)
-        self._lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+        self._lines.append(_LOG_LINE(record) + "\n")
 
     def flush(self) -> None:
         if self._lines and self._fd is not None:

@@ -271,6 +271,9 @@ class PartitionOutput:
         self.host = writer_host()
         self._warc_tmp: Path | None = None
         self._warc_fh = None
+        self._warc_end = 0
+        """Bytes written to the current WARC file: the next record's offset. (The file's
+        tell() is an lseek(2) each time, three a page.)"""
         self.last_flush = time.monotonic()
         if store.local:
             for sub in (seg.FETCHED, seg.OUTLINKS, seg.WARC):
@@ -298,6 +301,7 @@ class PartitionOutput:
             self._warc_tmp = self.store.staging_file(self.dir / seg.WARC / name)
             # A 1 MiB buffer: one write(2) per ~80 pages rather than one or two per page.
             self._warc_fh = open(self._warc_tmp, "wb", buffering=WARC_BUFFER_BYTES)
+            self._warc_end = 0
             buffer = io.BytesIO()
             writer = WARCWriter(buffer, gzip=False, warc_version="1.1")
             # The record's WARC-Filename is the file's own name (warcio sets it from `name`).
@@ -323,8 +327,9 @@ class PartitionOutput:
         else:
             packer = isal_zlib.compressobj(self.gzip_level, isal_zlib.DEFLATED, 31)
             member = b"".join([packer.compress(part) for part in parts] + [packer.flush()])
-        offset = self._warc_fh.tell()
+        offset = self._warc_end
         self._warc_fh.write(member)
+        self._warc_end += len(member)
         return offset, len(member)
 
     def write_response(self, url: str, ip: str | None, request_headers: list[tuple[str, str]],
