@@ -93,3 +93,25 @@ def test_a_bucket_with_nothing_to_merge_gives_what_the_duckdb_merge_gives(tmp_pa
     upd.update_segment(store, config, segment)
     assert sorted(compared) == [False, True]  # the shortcut taken for one bucket, not the other
     assert rows(store)[URL]["status"] == "fetched"
+
+
+def test_the_plan_of_a_bucket_without_rows_is_what_the_duckdb_scan_gives(tmp_path, monkeypatch):
+    """bucket_rate_histogram's shortcut for a bucket without rows (no DuckDB) is the histogram
+    the scan in DuckDB gives it (empty); the other bucket takes the scan (a positive control:
+    its page was fetched, so its histogram is not empty)."""
+    from cycles.tables.crawldb import as_bucket_files, holds_no_rows
+    from cycles.update import schedule
+
+    store = Store(tmp_path / "data")
+    config, segment = fetched_segment(store, tmp_path)  # one host: one of the two buckets is empty
+    assert config.update.schedule == "optimal"
+    compared, real = [], schedule.bucket_rate_histogram
+
+    def both_ways(task):
+        done = real(task)
+        assert schedule.scan_rate_histogram(store, task) == done
+        compared.append((holds_no_rows(store, as_bucket_files(task.old_file).files), done == schedule.RateHistogram()))
+        return done
+    monkeypatch.setattr(schedule, "bucket_rate_histogram", both_ways)
+    upd.update_segment(store, config, segment)
+    assert sorted(compared) == [(False, False), (True, True)]
