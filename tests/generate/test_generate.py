@@ -279,3 +279,35 @@ def test_a_bucket_without_rows_gives_what_the_duckdb_scan_gives(store, config, t
     segment = generate(store, config).segment
     assert sorted(compared) == [False] + [True] * 7
     assert len(fetchlist(store, segment)) == 5
+
+
+def test_a_partition_without_hosts_gives_what_the_duckdb_joins_give(store, config, tmp_path, monkeypatch):
+    """write_partition's shortcut for a partition without hosts (``empty_partition``: no DuckDB
+    joins) writes the fetch list and seen-set files, and counts, that ``fill_partition`` writes
+    for it: the same store generated twice at one time, the second without the shortcut."""
+    import json
+    import shutil
+
+    from cycles.generate import generate as gen
+    from cycles.storage.store import Store
+    from cycles.tables import segment as seg
+
+    seed(store, config, tmp_path, hosts=2)  # two hosts, four partitions: two without hosts
+    shutil.copytree(store.root, tmp_path / "copy")
+    now = utcnow()
+    taken = []
+    real_empty = gen.empty_partition
+    monkeypatch.setattr(gen, "empty_partition", lambda *a: taken.append(a[2].partition) or real_empty(*a))
+    first = generate(store, config, now=now)
+    monkeypatch.setattr(gen, "empty_partition", gen.fill_partition)
+    second = generate(Store(tmp_path / "copy"), config, now=now)
+    assert len(taken) == 2 and first.urls == second.urls == 10
+    for part in range(config.generate.partitions):
+        ours, theirs = (store.segment_dir(first.segment), Store(tmp_path / "copy").segment_dir(second.segment))
+        for path in (seg.fetchlist_file, seg.seen_counts_file):
+            assert pq.read_table(path(ours, part)).equals(pq.read_table(path(theirs, part)), check_metadata=True)
+        assert seg.seen_bloom_file(ours, part).read_bytes() == seg.seen_bloom_file(theirs, part).read_bytes()
+    counted = [{k: v for k, v in json.loads(seg.stats_file(folder, "generate").read_text()).items()
+                if k.startswith("generate/") and k not in ("generate/seconds", "generate/urls_per_s")}
+               for folder in (ours, theirs)]
+    assert counted[0] == counted[1] and counted[0]["generate/urls"] == 10
