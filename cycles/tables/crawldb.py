@@ -312,8 +312,10 @@ def read_crawldb(store: Store, columns: list[str] | None = None) -> pa.Table:
     manifest, buckets = current_buckets(store)
     if manifest is None:
         return schema.CRAWLDB.empty_table().select(columns or schema.CRAWLDB.names)
-    tables = [read_bucket_rows(store, b, manifest.schema_version, columns) for b in buckets]
-    return pa.concat_tables(tables)
+    # Only the buckets with rows are read (an empty one adds nothing but a DuckDB query);
+    # the first bucket all the same when none has any, for the columns' types.
+    holding = [b for b in buckets if not holds_no_rows(store, b.files)] or buckets[:1]
+    return pa.concat_tables([read_bucket_rows(store, b, manifest.schema_version, columns) for b in holding])
 
 
 def due_row_groups(store: Store, path: StorePath, now: dt.datetime) -> tuple[list[int], int]:
