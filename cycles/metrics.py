@@ -324,29 +324,38 @@ def crawldb_numbers(store: Store, config: Config, now_s: float) -> dict:
     """One DuckDB scan of the current crawl DB's ``status`` and ``next_fetch`` columns, its
     bucket files' sizes, and one listing of the segments' markers."""
     from cycles.tables import segment as seg
-    from cycles.tables.crawldb import buckets_source_sql, connect, current_buckets
+    from cycles.tables.crawldb import current_buckets, holds_no_rows
     from cycles.errors import StoreError
 
     manifest, buckets = current_buckets(store, verify=False)  # the calling stage (update, inject) just wrote them
     if manifest is None:
         raise StoreError(f"no crawl DB in {store.uri}: nothing to count")
     files = [f for b in buckets for f in (b.base, *b.deltas)]
-    con = connect(store, config)
-    try:
-        # Bases merged with their deltas (docs/incremental.md): one row per URL, its newest state.
-        source = buckets_source_sql(store, con, buckets, manifest.schema_version)
-        rows = con.execute(f"""
-            SELECT status, count(*), count(*) FILTER (WHERE epoch(next_fetch) <= $now),
-                   min(epoch(next_fetch)) FILTER (WHERE epoch(next_fetch) <= $now)
-            FROM {source} GROUP BY status""", {"now": now_s}).fetchall()
-    finally:
-        con.close()
+    # Buckets without rows count nothing: left out of the scan (a small crawl's are mostly empty).
+    holding = [b for b in buckets if not holds_no_rows(store, b.files)]
+    rows = crawldb_counts(store, config, holding, manifest.schema_version, now_s) if holding else []
     oldest = min((r[3] for r in rows if r[3] is not None), default=None)
     segments = Counter(state.value for _, state in seg.states(store))
     return {"by_status": {r[0]: r[1] for r in rows}, "due": sum(r[2] for r in rows),
             "oldest_due_age_s": max(0.0, now_s - oldest) if oldest is not None else 0.0,
             "bytes": sum(store.fs.get_file_info(str(f)).size for f in files), "buckets": len(buckets),
             "segments": {state.value: segments.get(state.value, 0) for state in seg.State}}
+
+
+def crawldb_counts(store: Store, config: Config, buckets: list, schema_version: int, now_s: float) -> list:
+    """Per status: URLs, URLs due at ``now_s``, the oldest due time (epoch s), in ``buckets``."""
+    from cycles.tables.crawldb import buckets_source_sql, connect
+
+    con = connect(store, config)
+    try:
+        # Bases merged with their deltas (docs/incremental.md): one row per URL, its newest state.
+        source = buckets_source_sql(store, con, buckets, schema_version)
+        return con.execute(f"""
+            SELECT status, count(*), count(*) FILTER (WHERE epoch(next_fetch) <= $now),
+                   min(epoch(next_fetch)) FILTER (WHERE epoch(next_fetch) <= $now)
+            FROM {source} GROUP BY status""", {"now": now_s}).fetchall()
+    finally:
+        con.close()
 
 
 def crawldb_families(numbers: Mapping) -> list:

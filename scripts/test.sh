@@ -17,7 +17,11 @@ bash scripts/setup.sh
 # the fast tier's CPU by a quarter (update's SQL planned once per bucket, not twice as big; one
 # DuckDB database per process for plain reads; tests/conftest.py writes the bytecode cache even
 # under PYTHONDONTWRITEBYTECODE=1): 135 -> 100 CPU-s, 71.5 -> 53-54 s wall for 1,532 tests at
-# load 0.4-2.7 (-n 2 --dist loadfile, the two trees back to back, 2026-12-07).
+# load 0.4-2.7 (-n 2 --dist loadfile, the two trees back to back, 2026-12-07). Session 13: a
+# bucket task whose files hold no row skips DuckDB (docs/cluster.md), two slow tests do less of
+# the same work (tests/update/test_hostrank.py, test_linkgraph.py), no Faker plugin: the tree
+# before and after run side by side (-n 1 each, load 4-6, so each pays for the other): 126.7 ->
+# 105.6, 120.2 -> 106.6, 108.9 -> 95.7 CPU-s (-11 to -17 %; back to back the noise was +-7 CPU-s).
 # --no-loadscope-reorder: the files go out in the order tests/conftest.py gives them, the
 # longest first (xdist's own order, most tests first, left a 2-minute file alone at the end:
 # the full suite took 20.0 min, one worker idle for its last 2-3 min).

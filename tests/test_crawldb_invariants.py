@@ -13,7 +13,7 @@ import pytest
 from cycles.tables.segment import write_stage_marker
 from cycles.tables import schema
 from cycles.config import Config
-from cycles.tables.crawldb import current_bucket_files, read_crawldb, replace_crawldb
+from cycles.tables.crawldb import current_bucket_files, current_buckets, read_bucket_rows, read_crawldb, replace_crawldb
 from cycles.errors import StageError
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
@@ -180,3 +180,23 @@ def test_rebucket_refuses_to_carry_a_url_written_twice(store, config, tmp_path):
     with pytest.raises(StageError, match="twice"):
         rebucket(store, config, 4)
     assert snapshot(store) == before
+
+
+def test_inject_writes_the_buckets_its_seeds_miss_empty_as_duckdb_would(store, tmp_path):
+    """inject tells replace_crawldb which buckets its seeds fill (``adds_to``); every other
+    bucket without old rows is written empty without DuckDB. The same crawl DB rewritten
+    through DuckDB for every bucket (``adds_to=None``) has the same rows in each bucket."""
+    config = Config()
+    config.db.buckets = 8
+    injected(store, config, tmp_path)  # three hosts: at most three of eight buckets hold rows
+    buckets = [store.read_table(f) for f in current_bucket_files(store)[1]]
+    assert [t.num_rows for t in buckets].count(0) >= 5
+    assert sorted(r["url"] for r in crawldb_rows(store)) == sorted(URLS)
+    # read_crawldb reads only the buckets with rows: the same table as every bucket read.
+    every = pa.concat_tables([read_bucket_rows(store, b) for b in current_buckets(store)[1]])
+    assert read_crawldb(store).equals(every) and every.num_rows == len(URLS)
+    with store.lock("crawldb"):
+        replace_crawldb(store, config, lambda con, old, bucket: f"SELECT * FROM {old}", who="test")
+    rewritten = [store.read_table(f) for f in current_bucket_files(store)[1]]
+    assert [t.schema for t in rewritten] == [t.schema for t in buckets] == [schema.CRAWLDB] * 8
+    assert [t.sort_by("url").to_pylist() for t in rewritten] == [t.sort_by("url").to_pylist() for t in buckets]

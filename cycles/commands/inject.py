@@ -17,6 +17,7 @@ import pyarrow as pa
 from cycles import metrics
 from cycles.config import Config
 from cycles.tables.crawldb import bucket_of, new_url_rows_sql, replace_crawldb
+from cycles.tables.partitioning import buckets_of
 from cycles.errors import CrawlError
 from cycles.storage.store import Store
 from cycles.urls import Normalizer, UrlFilter, host_hashes, rejection_reason, url_host
@@ -84,7 +85,8 @@ def inject(store: Store, config: Config, seeds_path: str | Path) -> InjectResult
         manifest = store.manifest("crawldb")
         buckets = manifest.buckets if manifest else config.db.buckets
         before = _count(store, manifest)
-        replaced = replace_crawldb(store, config, build_bucket, who="inject")
+        replaced = replace_crawldb(store, config, build_bucket, who="inject",
+                                   adds_to=set(buckets_of(seeds["host_hash"], buckets).tolist()))
     result.added = replaced.rows - before
     result.already_known = len(urls) - result.added
     metrics.publish_crawldb(store, config)  # the dashboard shows the crawl DB from its first version

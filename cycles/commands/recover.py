@@ -119,5 +119,5 @@ def dedupe_crawldb(store: Store, config: Config) -> int:
         before = sum(store.read_metadata(f).num_rows for f in store.version_files("crawldb", manifest))
         result = replace_crawldb(store, config, lambda con, old, bucket: (
             f"SELECT * FROM {old} QUALIFY row_number() OVER (PARTITION BY url ORDER BY {DEDUPE_ORDER}) = 1"),
-            who="recover")
+            who="recover", adds_to=())
     return before - result.rows

@@ -286,11 +286,18 @@ def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb
         source = f"(SELECT * FROM {mine} UNION ALL SELECT * FROM pending_new)"
     rows = con.sql(f"""SELECT host, pattern_hash, count(*)::BIGINT AS urls FROM {source}
         GROUP BY ALL ORDER BY host, pattern_hash""").to_arrow_table()
-    total = int(pc.sum(rows["urls"]).as_py() or 0)
-    store.write_table(seg.seen_counts_file(folder, part), rows.cast(schema.SEEN_COUNTS), schema.SEEN_COUNTS)
+    return write_seen_files(store, config, folder, part, rows.cast(schema.SEEN_COUNTS),
+                            con.sql(f"SELECT url FROM {source}").to_arrow_reader(64 * 1024))
+
+
+def write_seen_files(store: Store, config: Config, folder: StorePath, part: int, counts: pa.Table,
+                     urls) -> dict[str, int]:
+    """The seen-set's files of partition ``part``: its pattern ``counts`` (SEEN_COUNTS) and a
+    Bloom filter of ``urls`` (batches with a ``url`` column). Returns counters."""
+    total = int(pc.sum(counts["urls"]).as_py() or 0)
+    store.write_table(seg.seen_counts_file(folder, part), counts, schema.SEEN_COUNTS)
     bloom = BloomFilter(max(MIN_BLOOM_CAPACITY, total), config.fetch.follow_seen_fp)
-    reader = con.sql(f"SELECT url FROM {source}").to_arrow_reader(64 * 1024)
-    for batch in reader:
+    for batch in urls:
         bloom.add_new(batch.column("url").to_pylist())
     store.write_bytes(seg.seen_bloom_file(folder, part), bloom.to_bytes())
     return {"generate/seen_urls": total, "generate/seen_bytes": len(bloom._array)}

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 import duckdb
 import numpy as np
@@ -212,6 +212,19 @@ def as_bucket_files(bucket) -> BucketFiles:
     return bucket if isinstance(bucket, BucketFiles) else BucketFiles(bucket)
 
 
+def holds_no_rows(store: Store, files: Iterable[StorePath]) -> bool:
+    """Whether the Parquet ``files`` hold no row at all, by their footers (every row group's
+    count, not only the file's total): a bucket task with nothing to read skips DuckDB, whose
+    planning of a bucket's statements (~25 CPU-ms each for update's merge) is most of a small
+    crawl's cost when few of its buckets hold hosts. A footer that cannot be read is a
+    StoreError naming the file, as DuckDB's read would have been."""
+    for path in files:
+        footer = store.read_metadata_checked(path)
+        if footer.num_rows or any(footer.row_group(i).num_rows for i in range(footer.num_row_groups)):
+            return False
+    return True
+
+
 def current_buckets(store: Store, verify: bool = False) -> tuple[Manifest | None, list[BucketFiles]]:
     """The installed manifest and each bucket's base and deltas, every file's footer checked
     (``verify``: every page too, as :func:`current_bucket_files`). The one way readers of the
@@ -299,8 +312,10 @@ def read_crawldb(store: Store, columns: list[str] | None = None) -> pa.Table:
     manifest, buckets = current_buckets(store)
     if manifest is None:
         return schema.CRAWLDB.empty_table().select(columns or schema.CRAWLDB.names)
-    tables = [read_bucket_rows(store, b, manifest.schema_version, columns) for b in buckets]
-    return pa.concat_tables(tables)
+    # Only the buckets with rows are read (an empty one adds nothing but a DuckDB query);
+    # the first bucket all the same when none has any, for the columns' types.
+    holding = [b for b in buckets if not holds_no_rows(store, b.files)] or buckets[:1]
+    return pa.concat_tables([read_bucket_rows(store, b, manifest.schema_version, columns) for b in holding])
 
 
 def due_row_groups(store: Store, path: StorePath, now: dt.datetime) -> tuple[list[int], int]:
@@ -441,12 +456,17 @@ class ReplaceResult:
 
 def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, who: str,
                     applied_segment: str | None = None, now: dt.datetime | None = None,
-                    con: duckdb.DuckDBPyConnection | None = None) -> ReplaceResult:
+                    con: duckdb.DuckDBPyConnection | None = None,
+                    adds_to: Collection[int] | None = None) -> ReplaceResult:
     """Write a new crawl DB version bucket by bucket in this process, then swap it in.
 
     The caller must hold ``store.lock('crawldb')``. If anything fails before the swap the
     half-written version is deleted and the old one stays current. (Update runs its
     buckets as tasks instead, with :func:`write_bucket` and :func:`install_version`.)
+
+    ``adds_to``: the buckets ``build_bucket`` may add rows to that the old bucket does not
+    hold (None: any). Any other bucket without old rows is written empty without DuckDB
+    (:func:`holds_no_rows`): inject's seeds fill few of a new crawl DB's buckets.
     """
     manifest, files = current_buckets(store, verify=True)
     buckets = manifest.buckets if manifest else config.db.buckets
@@ -456,6 +476,9 @@ def replace_crawldb(store: Store, config: Config, build_bucket: BucketQuery, *, 
     rows = 0
     try:
         for bucket in range(buckets):
+            if adds_to is not None and bucket not in adds_to and (not files or holds_no_rows(store, files[bucket].files)):
+                store.write_batches(store.bucket_file(folder, bucket), iter(()), schema.CRAWLDB)  # stays empty
+                continue
             # Base and deltas merged: the version written is whole bases again, without deltas.
             old = bucket_source_sql(store, con, files[bucket], manifest.schema_version) if files else "empty_crawldb"
             sql = build_bucket(con, old, bucket)

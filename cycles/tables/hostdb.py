@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from cycles.tables import schema
 from cycles.tables import segment as seg
 from cycles.config import Config
-from cycles.tables.crawldb import connect, plain_connection
+from cycles.tables.crawldb import connect, holds_no_rows, plain_connection
 from cycles.tables.partitioning import BucketTask, buckets_of
 from cycles.errors import StoreError
 from cycles.storage.store import Manifest, Store, StorePath, read_parquet_checked, utcnow
@@ -464,7 +464,7 @@ def merge_host_bucket(task: HostBucketTask) -> int:
         parts.append(task.old_file)
     parts += store.list(staged_folder(task.staging, task.bucket), "*.parquet")
     path = store.bucket_file(task.new_folder, task.bucket)
-    if not parts:
+    if holds_no_rows(store, parts):  # no parts, or only empty ones: no DuckDB merge (~8 CPU-ms)
         return store.write_batches(path, iter(()), schema.HOSTS)  # an empty bucket still has its file
     con = connect(store, task.config, task.workers)
     try:

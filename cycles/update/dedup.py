@@ -316,6 +316,8 @@ def flatten_marks(con: duckdb.DuckDBPyConnection, marks: pa.Table, rounds: int =
     a page earlier in :data:`CANONICAL_ORDER`: its exact copies then name that page). The
     kind stays ``duplicate`` only when every step was exact. Each mark points at a page
     strictly earlier in one total order, so chains end; they are short (two steps here)."""
+    if marks.num_rows == 0:
+        return marks  # nothing to flatten: no table to make
     con.register("flat_in", marks)
     con.execute("CREATE OR REPLACE TEMP TABLE flat AS SELECT * FROM flat_in")
     con.unregister("flat_in")
@@ -379,12 +381,14 @@ def find_near_duplicates(con: duckdb.DuckDBPyConnection, sources: dict[str, str]
     or of an exact copy may still have paired: such holders are dropped; stored copies are
     never holders (the scans leave them out), so a mark points at an original.
     """
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
+    mine = con.execute(f"""CREATE OR REPLACE TEMP TABLE near_mine AS
         SELECT url, minhash FROM seg WHERE minhash IS NOT NULL AND minhash <> 0 AND text_chars >= ?
-          AND url NOT IN (SELECT url FROM exact_marks)""", [u.minhash_min_chars])
+          AND url NOT IN (SELECT url FROM exact_marks)""", [u.minhash_min_chars]).fetchall()[0][0]
     con.execute(f"""CREATE OR REPLACE TEMP TABLE near_cand AS
         SELECT url, other_hash FROM {sources['near_pairs']} WHERE url IN (SELECT url FROM near_mine)""")
-    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance):
+    # The segment's pages paired among themselves, a join per block mask (ten by default):
+    # with fewer than two pages there is no pair to find, and a small update skips them.
+    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance) if mine > 1 else ():
         con.execute("""INSERT INTO near_cand
             SELECT a.url, b.minhash FROM near_mine a JOIN near_mine b
               ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)

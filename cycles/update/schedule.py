@@ -38,7 +38,7 @@ import numpy as np
 
 from cycles.tables import segment as seg
 from cycles.config import Config, UpdateConfig
-from cycles.tables.crawldb import bucket_source_sql, connect
+from cycles.tables.crawldb import as_bucket_files, bucket_source_sql, connect, holds_no_rows
 from cycles.storage.store import Store, StorePath
 from cycles.update import optimum
 from cycles.update.route import ROUTED_FETCHED, resolved_fetched_sql, routed_files, routed_source
@@ -373,8 +373,17 @@ class RateHistogramTask(SegmentBucketTask):
 def bucket_rate_histogram(task: RateHistogramTask) -> RateHistogram:
     """A task on update's executor: the :class:`RateHistogram` of one bucket — its old rows
     joined to the segment's results routed to it (``update/results/bucket-N/``, resolved as
-    update_bucket resolves them). Reads only those files; writes nothing."""
+    update_bucket resolves them). Reads only those files; writes nothing. A bucket without
+    rows has no page to plan (the results only join its rows): its histogram is empty,
+    without DuckDB."""
     store = Store(task.store_uri)
+    if holds_no_rows(store, as_bucket_files(task.old_file).files):
+        return RateHistogram()
+    return scan_rate_histogram(store, task)
+
+
+def scan_rate_histogram(store: Store, task: RateHistogramTask) -> RateHistogram:
+    """:func:`bucket_rate_histogram` in DuckDB."""
     con = connect(store, task.config, task.workers)
     try:
         inputs = seg.segment_dir(store, task.segment) / seg.UPDATE_INPUTS

@@ -245,3 +245,69 @@ def test_known_hosts_filter_merged_from_bucket_parts_is_the_filter_of_all_hosts(
     assert known._array.tobytes() == one._array.tobytes()
     assert all(known.contains_many(hosts + ["claimed.example"]))
     assert not store.exists(store.segment_dir(segment) / seg.CANDIDATES)  # the parts went with the candidates
+
+
+def test_a_bucket_without_rows_gives_what_the_duckdb_scan_gives(store, config, tmp_path, monkeypatch):
+    """select_bucket_due's shortcut for a bucket without rows (``empty_bucket_due``, no DuckDB)
+    returns and writes what the due scan in DuckDB does for it: no candidates, in a file of
+    the scan's columns (CANDIDATES), and an empty hosts part; count_chosen_hosts then counts
+    nothing without DuckDB either. Positive control: a bucket with rows takes the scan, with
+    those same columns."""
+    import dataclasses
+
+    from cycles.generate import generate as gen
+    from cycles.tables.crawldb import holds_no_rows
+
+    config.db.buckets = 8
+    assert gen.known_hosts_wanted(config)  # each bucket task writes its hosts' part too
+    seed(store, config, tmp_path, hosts=1)  # one host: seven of eight buckets are empty
+    compared, real = [], gen.select_bucket_due
+
+    def both_ways(task):
+        done = real(task)
+        empty = holds_no_rows(store, [task.file.base, *task.file.deltas])
+        other = dataclasses.replace(task, out=task.out.with_name("scanned.parquet"),
+                                    hosts_out=task.hosts_out and task.hosts_out.with_name("scanned-hosts.parquet"))
+        scanned = gen.scan_bucket_due(store, other, gen.verify_due_pages(store, task.file, task.now))
+        assert scanned == done
+        assert pq.read_schema(other.out) == pq.read_schema(task.out) == gen.CANDIDATES
+        assert (pq.read_metadata(task.out).num_rows == 0) == empty
+        assert pq.read_table(task.hosts_out).equals(pq.read_table(other.hosts_out))
+        compared.append(empty)
+        return done
+    monkeypatch.setattr(gen, "select_bucket_due", both_ways)
+    segment = generate(store, config).segment
+    assert sorted(compared) == [False] + [True] * 7
+    assert len(fetchlist(store, segment)) == 5
+
+
+def test_a_partition_without_hosts_gives_what_the_duckdb_joins_give(store, config, tmp_path, monkeypatch):
+    """write_partition's shortcut for a partition without hosts (``empty_partition``: no DuckDB
+    joins) writes the fetch list and seen-set files, and counts, that ``fill_partition`` writes
+    for it: the same store generated twice at one time, the second without the shortcut."""
+    import json
+    import shutil
+
+    from cycles.generate import generate as gen
+    from cycles.storage.store import Store
+    from cycles.tables import segment as seg
+
+    seed(store, config, tmp_path, hosts=2)  # two hosts, four partitions: two without hosts
+    shutil.copytree(store.root, tmp_path / "copy")
+    now = utcnow()
+    taken = []
+    real_empty = gen.empty_partition
+    monkeypatch.setattr(gen, "empty_partition", lambda *a: taken.append(a[2].partition) or real_empty(*a))
+    first = generate(store, config, now=now)
+    monkeypatch.setattr(gen, "empty_partition", gen.fill_partition)
+    second = generate(Store(tmp_path / "copy"), config, now=now)
+    assert len(taken) == 2 and first.urls == second.urls == 10
+    for part in range(config.generate.partitions):
+        ours, theirs = (store.segment_dir(first.segment), Store(tmp_path / "copy").segment_dir(second.segment))
+        for path in (seg.fetchlist_file, seg.seen_counts_file):
+            assert pq.read_table(path(ours, part)).equals(pq.read_table(path(theirs, part)), check_metadata=True)
+        assert seg.seen_bloom_file(ours, part).read_bytes() == seg.seen_bloom_file(theirs, part).read_bytes()
+    counted = [{k: v for k, v in json.loads(seg.stats_file(folder, "generate").read_text()).items()
+                if k.startswith("generate/") and k not in ("generate/seconds", "generate/urls_per_s")}
+               for folder in (ours, theirs)]
+    assert counted[0] == counted[1] and counted[0]["generate/urls"] == 10

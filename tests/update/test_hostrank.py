@@ -153,12 +153,17 @@ class EveryTaskTwice:
 @pytest.mark.parametrize("in_memory_edges", [PARTITIONED, WHOLE])
 def test_tasks_run_twice_write_the_same_link_db(in_memory_edges, tmp_path):
     pairs, later = GRAPHS["random_60_hosts"], GRAPHS["disconnected_parts"]
-    cfg = config(1e-6)  # a few rounds are enough to show it
+    # A few rounds are enough to show it: the start, rounds reading the last one's flows, and
+    # the last (link_iterations reached: no flows written). To 1e-6 it took 72 rounds, each
+    # run three times: 3 CPU-s of the fast tier's small Parquet reads and writes.
+    cfg = config(1e-6)
+    cfg.update.link_iterations = 4
     results = {}
     for how, executor in (("once", InProcess()), ("twice", EveryTaskTwice())):
         store = Store(tmp_path / how)
         old_folder, first = rank(store, "v1", pairs, 3, executor=executor, in_memory_edges=in_memory_edges, cfg=cfg)
         folder, second = rank(store, "v2", later, 3, OldHostGraph(old_folder, 3), in_memory_edges, executor, cfg)
+        assert first[2] == second[2] == 4  # the rounds stopped at link_iterations
         results[how] = (first, second, written(store, folder, 3), written(store, folder, 3, "host_edges"),
                         sorted(p.relative_to(store.path()).as_posix() for p in store.path("linkdb").rglob("*")))
     assert results["once"] == results["twice"]

@@ -10,7 +10,9 @@ ranks and budgets as before.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import shutil
 import datetime as dt
 import time
 from collections import Counter
@@ -23,7 +25,7 @@ from cycles.config import Config
 from cycles.tables.crawldb import plain_connection
 from cycles.generate.generate import generate
 from cycles.commands.inject import inject
-from cycles.storage.store import utcnow
+from cycles.storage.store import Store, utcnow
 from cycles.update.linkgraph import LINKDB, host_pagerank
 from cycles.update.update import update_segment
 from tests.support.transitions import fetch_result
@@ -84,12 +86,24 @@ HUBS = [f"http://hub{i}.example/" for i in range(5)]
 SHALLOW = [f"http://t.example/p{i}" for i in range(5)]
 
 
-@pytest.fixture
-def linked_store(store, tmp_path):
+@pytest.fixture(scope="module")
+def linked_once(tmp_path_factory):
     """One cycle: five hub hosts each link to t.example/deep (as if from depth 2, so the page
     is 3 hops from a seed); t.example/ links to five pages at depth 1. Also links that must not
-    count: a nofollow link from hub5, a same-host link, the same hub linking twice."""
-    return linked(store, tmp_path, link_rank_interval_s=0)  # merged and ranked in every update
+    count: a nofollow link from hub5, a same-host link, the same hub linking twice. Made once
+    per module (an inject, generate and update: most of each test's time when every test made
+    its own); each test works on a copy (:func:`linked_store`)."""
+    tmp = tmp_path_factory.mktemp("linked")
+    store, config, result = linked(Store(tmp / "data"), tmp, link_rank_interval_s=0)  # merged and ranked in every update
+    return store.path(), config, result
+
+
+@pytest.fixture
+def linked_store(linked_once, tmp_path):
+    """A copy of :func:`linked_once`'s store and config, the test's own to change."""
+    built, config, result = linked_once
+    shutil.copytree(built, tmp_path / "data")
+    return Store(tmp_path / "data"), copy.deepcopy(config), result
 
 
 def linked(store, tmp_path, link_rank_interval_s: float):
