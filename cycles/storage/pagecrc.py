@@ -200,30 +200,38 @@ LEVEL_ENCODINGS = (3, 4)
 """RLE, BIT_PACKED: the encodings of a v1 data page's levels (parquet.thrift)."""
 
 
-def check_chunk(buf, column: pq.ColumnChunkMetaData, stats: dict | None = None) -> int:
+def check_chunk(buf, column: pq.ColumnChunkMetaData, footer: FooterChunk | None = None) -> int:
     """Check every page of one column chunk (``buf``: its stored bytes, as the footer places
     them): each page's CRC, and that the pages add up to what the footer says of the chunk
-    (``stats``: its page encoding stats, {(page type, encoding): pages}, if it has them).
-    Returns the pages checked; NoChecksum for a page written without a CRC."""
+    (``footer``: what pyarrow does not say). Returns the pages checked; NoChecksum for a
+    page written without a CRC."""
+    name = column.path_in_schema
     if len(buf) != column.total_compressed_size:
-        raise PageError(f"column {column.path_in_schema} is cut short")
-    allowed, seen = set(column.encodings), {}
+        raise PageError(f"column {name} is cut short")
+    footer = footer or FooterChunk(None, None)
+    allowed, seen, first_data = set(column.encodings), {}, column.data_page_offset - chunk_span(column)[0]
     pos = pages = values = uncompressed = 0
     while pos < len(buf):
         page = read_page_header(buf, pos)
+        if page.type != DICTIONARY_PAGE and first_data is not None:
+            if pos != first_data:
+                raise PageError(f"column {name}'s first data page is not where its footer says")
+            first_data = None
         start, pos = pos + page.header_bytes, pos + page.header_bytes + page.compressed
         if pos > len(buf):
-            raise PageError(f"a page of column {column.path_in_schema} runs past its column chunk")
+            raise PageError(f"a page of column {name} runs past its column chunk")
         _check_page(page, pages, column, allowed)
+        _check_codec(buf[start:pos], page, footer.codec, f"page {pages} of column {name}")
         if zlib.crc32(buf[start:pos]) != page.crc:
-            raise PageError(f"page {pages} of column {column.path_in_schema} fails its CRC")
+            raise PageError(f"page {pages} of column {name} fails its CRC")
         pages += 1
         uncompressed += page.header_bytes + page.uncompressed
         values += 0 if page.type == DICTIONARY_PAGE else page.num_values
         key = (_stats_type(page.type), page.encoding)
         seen[key] = seen.get(key, 0) + 1
-    if values != column.num_values or uncompressed != column.total_uncompressed_size or (stats and seen != stats):
-        raise PageError(f"column {column.path_in_schema}'s pages do not add up to what its footer says")
+    if (values != column.num_values or uncompressed != column.total_uncompressed_size
+            or (footer.stats and seen != footer.stats)):
+        raise PageError(f"column {name}'s pages do not add up to what its footer says")
     return pages
 
 
@@ -232,25 +240,53 @@ def _stats_type(page_type: int) -> int:
     return DATA_PAGE if page_type == DATA_PAGE_V2 else page_type
 
 
-def footer_encoding_stats(source: "Source", metadata: pq.FileMetaData) -> list[list[dict | None]]:
-    """Per row group, per column chunk: the footer's page encoding stats, {(page type,
-    encoding): pages} (None for a chunk without them). pyarrow does not expose them; the
-    footer (Thrift, FileMetaData.row_groups[].columns[].meta_data.encoding_stats) is read here."""
+@dataclass(frozen=True)
+class FooterChunk:
+    """What the footer says of a column chunk that pyarrow does not expose, or aborts the
+    process on when it is not a known value (the codec)."""
+
+    stats: dict | None
+    """Its page encoding stats, {(page type, encoding): pages}; None if the writer wrote none."""
+    codec: int | None
+
+
+def footer_chunks(source: "Source", metadata: pq.FileMetaData) -> list[list[FooterChunk]]:
+    """Per row group, per column chunk, :class:`FooterChunk` (the footer read again here, as
+    Thrift: FileMetaData.row_groups[].columns[].meta_data)."""
     size = metadata.serialized_size
     reader = _Reader(memoryview(source.read(source.size - 8 - size, size)))
     groups = _field(reader.struct(), 4, _LIST, [])
-    return [[_chunk_stats(chunk) for chunk in _field(group, 1, _LIST, [])] for group in groups]
+    return [[_footer_chunk(chunk) for chunk in _field(group, 1, _LIST, [])] for group in groups]
 
 
-def _chunk_stats(chunk: dict) -> dict | None:
-    entries = _field(_field(chunk, 3, _STRUCT, {}), 13, _LIST)
+def _footer_chunk(chunk: dict) -> FooterChunk:
+    meta = _field(chunk, 3, _STRUCT, {})
+    entries = _field(meta, 13, _LIST)
     if entries is None:
-        return None
+        return FooterChunk(None, _field(meta, 4))
     stats: dict = {}
     for entry in entries:
         key = (_stats_type(_field(entry, 1)), _field(entry, 2))
         stats[key] = stats.get(key, 0) + (_field(entry, 3) or 0)
-    return stats
+    return FooterChunk(stats, _field(meta, 4))
+
+
+UNCOMPRESSED, ZSTD, CODECS = 0, 6, range(8)
+"""CompressionCodec (parquet.thrift): none, zstd, and the values that name a codec."""
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+"""The first bytes of a zstd frame (RFC 8878, 3.1.1): every zstd-compressed v1 page's."""
+
+
+def _check_codec(body, page: Page, codec: int | None, where: str) -> None:
+    """A page compressed as the footer says: a flipped codec in the footer is otherwise read
+    as another codec (v2 pages keep their levels uncompressed first: not checked)."""
+    if codec is not None and codec not in CODECS:
+        raise PageError(f"{where}: an unknown compression codec {codec}")
+    if codec is None or codec == UNCOMPRESSED or page.type == DATA_PAGE_V2 or not page.compressed:
+        return
+    if (bytes(body[:4]) == ZSTD_MAGIC) != (codec == ZSTD):
+        raise PageError(f"{where}: not compressed with the codec its footer says")
 
 
 def chunk_span(column: pq.ColumnChunkMetaData) -> tuple[int, int]:
@@ -272,31 +308,36 @@ class Source:
         return self.handle.read_at(nbytes, offset)
 
 
-def check_row_group(source: Source, metadata: pq.FileMetaData, group: int, stats: list | None = None) -> int:
+def check_row_group(source: Source, metadata: pq.FileMetaData, group: int,
+                    footer: list[FooterChunk] | None = None) -> int:
     """Check every page of row group ``group`` of ``source`` (one read for the row group's
-    chunks, which lie side by side; ``stats``: its chunks' encoding stats). Returns the pages
-    checked."""
+    chunks, which lie side by side; ``footer``: :func:`footer_chunks` of it). Returns the
+    pages checked."""
     row_group = metadata.row_group(group)
     columns = [row_group.column(i) for i in range(row_group.num_columns)]
+    flat = [metadata.schema.column(i).max_repetition_level == 0 for i in range(row_group.num_columns)]
+    if any(f and c.num_values != row_group.num_rows for f, c in zip(flat, columns)):
+        raise PageError(f"row group {group}'s columns do not hold its rows")
     spans = [chunk_span(c) for c in columns]
     if not spans:
         return 0
-    stats = stats if stats is not None and len(stats) == len(columns) else [None] * len(columns)
+    footer = footer if footer is not None and len(footer) == len(columns) else [None] * len(columns)
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
-    footer = source.size - 8 - metadata.serialized_size  # no page lies in or past the footer
-    if first < 4 or last > footer:
+    end = source.size - 8 - metadata.serialized_size  # no page lies in or past the footer
+    if first < 4 or last > end:
         raise PageError(f"row group {group}'s column chunks lie outside the file's pages")
     data = memoryview(source.read(first, last - first))
     if len(data) != last - first:
         raise PageError(f"row group {group} is cut short")
-    return sum(check_chunk(data[s - first:e - first], c, st) for (s, e), c, st in zip(spans, columns, stats))
+    return sum(check_chunk(data[s - first:e - first], c, f) for (s, e), c, f in zip(spans, columns, footer))
 
 
 def check_file_pages(source: Source, metadata: pq.FileMetaData, row_groups: list[int] | None = None) -> int:
     """Check the pages of ``row_groups`` (None: all) of a file; returns the pages checked.
     PageError names what is wrong; NoChecksum: a page without a CRC (check by decoding)."""
     groups = range(metadata.num_row_groups) if row_groups is None else row_groups
-    stats = footer_encoding_stats(source, metadata)
-    if len(stats) != metadata.num_row_groups:
-        raise PageError("the footer's row groups do not match")
-    return sum(check_row_group(source, metadata, g, stats[g]) for g in groups)
+    footer = footer_chunks(source, metadata)
+    rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    if len(footer) != metadata.num_row_groups or sum(rows) != metadata.num_rows or min(rows, default=0) < 0:
+        raise PageError("the footer's row groups do not add up to its rows")
+    return sum(check_row_group(source, metadata, g, footer[g]) for g in groups)
