@@ -26,7 +26,6 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-import pyarrow.parquet as pq
 
 # Thrift compact protocol type ids (thrift/doc/specs/thrift-compact-protocol.md).
 _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
@@ -34,11 +33,6 @@ _UUID = 13
 
 # PageType (parquet.thrift): the pages a column chunk may hold.
 DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 1, 2, 3
-
-ENCODINGS = {0: "PLAIN", 2: "PLAIN_DICTIONARY", 3: "RLE", 4: "BIT_PACKED", 5: "DELTA_BINARY_PACKED",
-             6: "DELTA_LENGTH_BYTE_ARRAY", 7: "DELTA_BYTE_ARRAY", 8: "RLE_DICTIONARY", 9: "BYTE_STREAM_SPLIT"}
-"""Parquet's Encoding enum, by the names pyarrow gives a column chunk's ``encodings``."""
-
 
 class PageError(ValueError):
     """A page whose stored bytes do not match its header or its CRC (the reason, one line)."""
@@ -82,8 +76,8 @@ class _Reader:
             raise PageError("header cut short")
 
     def value(self, ftype: int, depth: int):
-        """One value of type ``ftype``: an int, a list, a struct (dict); None for what this
-        check never looks at (strings, doubles, maps, booleans)."""
+        """One value of type ``ftype``: an int, bytes, a list, a struct (dict); None for what
+        this check never looks at (doubles, maps, booleans)."""
         if ftype in (_BYTE, _I16, _I32, _I64):
             return self.byte() if ftype == _BYTE else self.zigzag()
         if ftype in (_TRUE, _FALSE):
@@ -93,8 +87,9 @@ class _Reader:
         if ftype in (_LIST, _SET):
             return self._list(depth)
         if ftype in (_DOUBLE, _UUID, _BINARY):
+            start = self.pos
             self.take(8 if ftype == _DOUBLE else 16 if ftype == _UUID else self.varint())
-            return None
+            return bytes(self.buf[start:self.pos]) if ftype == _BINARY else None
         if ftype == _MAP:
             size = self.varint()
             types = self.byte() if size else 0
@@ -173,102 +168,67 @@ def read_page_header(buf, pos: int) -> Page:
                 values, encoding, levels)
 
 
-def _check_page(page: Page, number: int, column: pq.ColumnChunkMetaData, allowed: set) -> None:
+def _check_page(page: Page, number: int, chunk: "Chunk") -> None:
     """What a page header must agree with in its footer (the header has no CRC of its own)."""
-    where = f"page {number} of column {column.path_in_schema}"
-    if (page.type == DICTIONARY_PAGE) != (number == 0 and column.has_dictionary_page):
+    where = f"page {number} of column {chunk.name}"
+    if (page.type == DICTIONARY_PAGE) != (number == 0 and chunk.dictionary_page_offset is not None):
         raise PageError(f"{where}: a dictionary page out of place")
-    if any(ENCODINGS.get(e) not in allowed for e in (page.encoding, *page.levels)):
+    if any(e not in chunk.encodings for e in (page.encoding, *page.levels)):
         raise PageError(f"{where}: an encoding its footer does not list")
     if any(e not in LEVEL_ENCODINGS for e in page.levels):
         raise PageError(f"{where}: levels in an encoding levels never have")
-    width = PLAIN_WIDTH.get(column.physical_type)
+    width = PLAIN_WIDTH.get(chunk.type)
     if page.type == DICTIONARY_PAGE and width and page.uncompressed != width * page.num_values:
         raise PageError(f"{where}: a dictionary whose size is not its entries'")
     if page.crc is None:
-        raise NoChecksum(column.path_in_schema)
+        raise NoChecksum(chunk.name)
 
 
-PLAIN_WIDTH = {"INT32": 4, "INT64": 8, "FLOAT": 4, "DOUBLE": 8, "INT96": 12}
-"""Bytes a value of these types takes PLAIN-encoded: a dictionary page of them is exactly its
-entries (its count, in the header only, is otherwise held to nothing). A dictionary of
-strings (BYTE_ARRAY) has its count checked by nothing short of decompressing it: a flipped
-bit there is left to the reader, which then finds indices past the dictionary's end."""
-
+PLAIN_WIDTH = {1: 4, 2: 8, 3: 12, 4: 4, 5: 8}
+"""Bytes a value of these physical types (INT32, INT64, INT96, FLOAT, DOUBLE) takes PLAIN-encoded:
+a dictionary page of them is exactly its entries (its count, in the header only, is
+otherwise held to nothing). A dictionary of strings (BYTE_ARRAY) has its count checked by
+nothing short of decompressing it: a flipped bit there is left to the reader, which then
+finds indices past the dictionary's end (DuckDB refuses the file, tests/test_page_crc.py)."""
 
 LEVEL_ENCODINGS = (3, 4)
 """RLE, BIT_PACKED: the encodings of a v1 data page's levels (parquet.thrift)."""
 
 
-def check_chunk(buf, column: pq.ColumnChunkMetaData, footer: FooterChunk | None = None) -> int:
+def check_chunk(buf, chunk: "Chunk") -> int:
     """Check every page of one column chunk (``buf``: its stored bytes, as the footer places
-    them): each page's CRC, and that the pages add up to what the footer says of the chunk
-    (``footer``: what pyarrow does not say). Returns the pages checked; NoChecksum for a
-    page written without a CRC."""
-    name = column.path_in_schema
-    if len(buf) != column.total_compressed_size:
-        raise PageError(f"column {name} is cut short")
-    footer = footer or FooterChunk(None, None)
-    allowed, seen, first_data = set(column.encodings), {}, column.data_page_offset - chunk_span(column)[0]
+    them): each page's CRC, and that the pages add up to what the footer says of the chunk.
+    Returns the pages checked; NoChecksum for a page written without a CRC."""
+    if len(buf) != chunk.compressed:
+        raise PageError(f"column {chunk.name} is cut short")
+    seen, first_data = {}, chunk.data_page_offset - chunk.span[0]
     pos = pages = values = uncompressed = 0
     while pos < len(buf):
         page = read_page_header(buf, pos)
         if page.type != DICTIONARY_PAGE and first_data is not None:
             if pos != first_data:
-                raise PageError(f"column {name}'s first data page is not where its footer says")
+                raise PageError(f"column {chunk.name}'s first data page is not where its footer says")
             first_data = None
         start, pos = pos + page.header_bytes, pos + page.header_bytes + page.compressed
         if pos > len(buf):
-            raise PageError(f"a page of column {name} runs past its column chunk")
-        _check_page(page, pages, column, allowed)
-        _check_codec(buf[start:pos], page, footer.codec, f"page {pages} of column {name}")
+            raise PageError(f"a page of column {chunk.name} runs past its column chunk")
+        _check_page(page, pages, chunk)
+        _check_codec(buf[start:pos], page, chunk.codec, f"page {pages} of column {chunk.name}")
         if zlib.crc32(buf[start:pos]) != page.crc:
-            raise PageError(f"page {pages} of column {name} fails its CRC")
+            raise PageError(f"page {pages} of column {chunk.name} fails its CRC")
         pages += 1
         uncompressed += page.header_bytes + page.uncompressed
         values += 0 if page.type == DICTIONARY_PAGE else page.num_values
         key = (_stats_type(page.type), page.encoding)
         seen[key] = seen.get(key, 0) + 1
-    if (values != column.num_values or uncompressed != column.total_uncompressed_size
-            or (footer.stats and seen != footer.stats)):
-        raise PageError(f"column {name}'s pages do not add up to what its footer says")
+    if values != chunk.num_values or uncompressed != chunk.uncompressed or (chunk.stats and seen != chunk.stats):
+        raise PageError(f"column {chunk.name}'s pages do not add up to what its footer says")
     return pages
 
 
 def _stats_type(page_type: int) -> int:
     # Writers record a v2 data page as DATA_PAGE in the stats (Arrow does), or as itself.
     return DATA_PAGE if page_type == DATA_PAGE_V2 else page_type
-
-
-@dataclass(frozen=True)
-class FooterChunk:
-    """What the footer says of a column chunk that pyarrow does not expose, or aborts the
-    process on when it is not a known value (the codec)."""
-
-    stats: dict | None
-    """Its page encoding stats, {(page type, encoding): pages}; None if the writer wrote none."""
-    codec: int | None
-
-
-def footer_chunks(source: "Source", metadata: pq.FileMetaData) -> list[list[FooterChunk]]:
-    """Per row group, per column chunk, :class:`FooterChunk` (the footer read again here, as
-    Thrift: FileMetaData.row_groups[].columns[].meta_data)."""
-    size = metadata.serialized_size
-    reader = _Reader(memoryview(source.read(source.size - 8 - size, size)))
-    groups = _field(reader.struct(), 4, _LIST, [])
-    return [[_footer_chunk(chunk) for chunk in _field(group, 1, _LIST, [])] for group in groups]
-
-
-def _footer_chunk(chunk: dict) -> FooterChunk:
-    meta = _field(chunk, 3, _STRUCT, {})
-    entries = _field(meta, 13, _LIST)
-    if entries is None:
-        return FooterChunk(None, _field(meta, 4))
-    stats: dict = {}
-    for entry in entries:
-        key = (_stats_type(_field(entry, 1)), _field(entry, 2))
-        stats[key] = stats.get(key, 0) + (_field(entry, 3) or 0)
-    return FooterChunk(stats, _field(meta, 4))
 
 
 UNCOMPRESSED, ZSTD, CODECS = 0, 6, range(8)
@@ -278,23 +238,105 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 """The first bytes of a zstd frame (RFC 8878, 3.1.1): every zstd-compressed v1 page's."""
 
 
-def _check_codec(body, page: Page, codec: int | None, where: str) -> None:
+def _check_codec(body, page: Page, codec: int, where: str) -> None:
     """A page compressed as the footer says: a flipped codec in the footer is otherwise read
     as another codec (v2 pages keep their levels uncompressed first: not checked)."""
-    if codec is not None and codec not in CODECS:
-        raise PageError(f"{where}: an unknown compression codec {codec}")
-    if codec is None or codec == UNCOMPRESSED or page.type == DATA_PAGE_V2 or not page.compressed:
+    if codec == UNCOMPRESSED or page.type == DATA_PAGE_V2 or not page.compressed:
         return
     if (bytes(body[:4]) == ZSTD_MAGIC) != (codec == ZSTD):
         raise PageError(f"{where}: not compressed with the codec its footer says")
 
 
-def chunk_span(column: pq.ColumnChunkMetaData) -> tuple[int, int]:
-    """Where a column chunk's stored bytes lie in the file: (start, end)."""
-    start = column.data_page_offset
-    if column.has_dictionary_page and column.dictionary_page_offset:
-        start = column.dictionary_page_offset
-    return start, start + column.total_compressed_size
+# --- the footer, read here: pyarrow's metadata objects abort the process on some flipped
+# footers (an unknown codec's name, a size statistic's length), where a reader refuses them.
+
+@dataclass(frozen=True)
+class Chunk:
+    """A column chunk as the footer describes it (ColumnMetaData, parquet.thrift)."""
+
+    name: str
+    type: int
+    encodings: frozenset
+    codec: int
+    num_values: int
+    uncompressed: int
+    compressed: int
+    data_page_offset: int
+    dictionary_page_offset: int | None
+    stats: dict | None
+    """Its page encoding stats, {(page type, encoding): pages}; None if the writer wrote none."""
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """Where its stored bytes lie in the file: (start, end)."""
+        start = self.data_page_offset if self.dictionary_page_offset is None else self.dictionary_page_offset
+        return start, start + self.compressed
+
+
+@dataclass(frozen=True)
+class Footer:
+    """What the check needs of a file's footer (FileMetaData)."""
+
+    start: int
+    """Where the footer starts: no page lies at or past it."""
+    num_rows: int
+    flat: bool
+    """No repeated field: every column holds one value (or null) a row."""
+    row_groups: list  # [(rows, [Chunk])]
+
+
+def read_footer(source: "Source") -> Footer:
+    """The file's footer, parsed (a PageError if it is not a Parquet footer)."""
+    if source.size < 12:
+        raise PageError("too short for a Parquet file")
+    tail = source.read(source.size - 8, 8)
+    length = int.from_bytes(tail[:4], "little")
+    if tail[4:] != b"PAR1" or bytes(source.read(0, 4)) != b"PAR1" or length > source.size - 12:
+        raise PageError("no Parquet footer")
+    start = source.size - 8 - length
+    meta = _Reader(memoryview(source.read(start, length))).struct()
+    schema, rows = _field(meta, 2, _LIST), _field(meta, 3, _I64)
+    if schema is None or rows is None or rows < 0:
+        raise PageError("a footer without its schema or rows")
+    flat = all(isinstance(e, dict) and _field(e, 3) != 2 for e in schema)  # 2: REPEATED
+    groups = [_row_group(g) for g in _field(meta, 4, _LIST, [])]
+    if sum(r for r, _ in groups) != rows:
+        raise PageError("the footer's row groups do not add up to its rows")
+    return Footer(start, rows, flat, groups)
+
+
+def _row_group(group) -> tuple[int, list[Chunk]]:
+    rows = _field(group, 3, _I64) if isinstance(group, dict) else None
+    chunks = _field(group, 1, _LIST) if isinstance(group, dict) else None
+    if rows is None or rows < 0 or chunks is None:
+        raise PageError("a row group without its rows or columns")
+    return rows, [_chunk(c) for c in chunks]
+
+
+def _chunk(chunk) -> Chunk:
+    meta = _field(chunk, 3, _STRUCT) if isinstance(chunk, dict) else None
+    if meta is None:
+        raise PageError("a column chunk without its metadata")
+    ints = [_field(meta, f, t) for f, t in ((1, _I32), (4, _I32), (5, _I64), (6, _I64), (7, _I64), (9, _I64))]
+    encodings, path = _field(meta, 2, _LIST), _field(meta, 3, _LIST)
+    if None in ints or encodings is None or path is None or min(ints[2:]) < 0 or ints[1] not in CODECS:
+        raise PageError("a column chunk's metadata is incomplete or out of range")
+    dictionary = _field(meta, 11, _I64)
+    name = ".".join(p.decode("utf-8", "replace") if isinstance(p, bytes) else "?" for p in path)
+    return Chunk(name, ints[0], frozenset(encodings), ints[1], *ints[2:], dictionary if dictionary else None,
+                 _stats(_field(meta, 13, _LIST)))
+
+
+def _stats(entries) -> dict | None:
+    if entries is None:
+        return None
+    stats: dict = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise PageError("a page encoding stat that is not one")
+        key = (_stats_type(_field(entry, 1)), _field(entry, 2))
+        stats[key] = stats.get(key, 0) + (_field(entry, 3) or 0)
+    return stats
 
 
 class Source:
@@ -308,36 +350,30 @@ class Source:
         return self.handle.read_at(nbytes, offset)
 
 
-def check_row_group(source: Source, metadata: pq.FileMetaData, group: int,
-                    footer: list[FooterChunk] | None = None) -> int:
+def check_row_group(source: Source, footer: Footer, group: int) -> int:
     """Check every page of row group ``group`` of ``source`` (one read for the row group's
-    chunks, which lie side by side; ``footer``: :func:`footer_chunks` of it). Returns the
-    pages checked."""
-    row_group = metadata.row_group(group)
-    columns = [row_group.column(i) for i in range(row_group.num_columns)]
-    flat = [metadata.schema.column(i).max_repetition_level == 0 for i in range(row_group.num_columns)]
-    if any(f and c.num_values != row_group.num_rows for f, c in zip(flat, columns)):
+    chunks, which lie side by side). Returns the pages checked."""
+    if not 0 <= group < len(footer.row_groups):
+        raise PageError(f"no row group {group}")
+    rows, chunks = footer.row_groups[group]
+    if footer.flat and any(c.num_values != rows for c in chunks):
         raise PageError(f"row group {group}'s columns do not hold its rows")
-    spans = [chunk_span(c) for c in columns]
-    if not spans:
+    if not chunks:
         return 0
-    footer = footer if footer is not None and len(footer) == len(columns) else [None] * len(columns)
+    spans = [c.span for c in chunks]
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
-    end = source.size - 8 - metadata.serialized_size  # no page lies in or past the footer
-    if first < 4 or last > end:
+    if first < 4 or last > footer.start:
         raise PageError(f"row group {group}'s column chunks lie outside the file's pages")
     data = memoryview(source.read(first, last - first))
     if len(data) != last - first:
         raise PageError(f"row group {group} is cut short")
-    return sum(check_chunk(data[s - first:e - first], c, f) for (s, e), c, f in zip(spans, columns, footer))
+    return sum(check_chunk(data[s - first:e - first], c) for (s, e), c in zip(spans, chunks))
 
 
-def check_file_pages(source: Source, metadata: pq.FileMetaData, row_groups: list[int] | None = None) -> int:
-    """Check the pages of ``row_groups`` (None: all) of a file; returns the pages checked.
+def check_file_pages(source: Source, row_groups: list[int] | None = None) -> tuple[int, int]:
+    """Check the pages of ``row_groups`` (None: all) of a file: (pages checked, rows in them).
     PageError names what is wrong; NoChecksum: a page without a CRC (check by decoding)."""
-    groups = range(metadata.num_row_groups) if row_groups is None else row_groups
-    footer = footer_chunks(source, metadata)
-    rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    if len(footer) != metadata.num_row_groups or sum(rows) != metadata.num_rows or min(rows, default=0) < 0:
-        raise PageError("the footer's row groups do not add up to its rows")
-    return sum(check_row_group(source, metadata, g, footer[g]) for g in groups)
+    footer = read_footer(source)
+    groups = range(len(footer.row_groups)) if row_groups is None else row_groups
+    pages = sum(check_row_group(source, footer, g) for g in groups)
+    return pages, sum(footer.row_groups[g][0] for g in groups)

@@ -190,18 +190,14 @@ def verify_parquet_file(path: StorePath, *, filesystem: pafs.FileSystem | None =
     read and decoded instead (:func:`decode_parquet_file`), as every file once was."""
     try:
         with _open_input(path, filesystem) as handle:
-            metadata = pq.read_metadata(handle)
-            groups = range(metadata.num_row_groups) if row_groups is None else row_groups
-            rows = sum(metadata.row_group(g).num_rows for g in groups)
             try:
-                check_file_pages(Source(handle), metadata, row_groups)
-                return rows
+                return check_file_pages(Source(handle), row_groups)[1]
             except NoChecksum:
                 pass
         return decode_parquet_file(path, filesystem=filesystem, row_groups=row_groups)
     except FileNotFoundError:
         raise StoreError(f"{_name(path, filesystem)} is missing; {_repair_hint(path, filesystem)}") from None
-    except (PageError, pa.ArrowException, OSError, IndexError) as exc:
+    except (PageError, pa.ArrowException, OSError) as exc:
         reason = " ".join(str(exc).split())[:200]
         raise StoreError(f"{_name(path, filesystem)} is corrupt ({reason}); {_repair_hint(path, filesystem)}") from None
 
