@@ -87,8 +87,9 @@ class _Reader:
         if ftype in (_LIST, _SET):
             return self._list(depth)
         if ftype in (_DOUBLE, _UUID, _BINARY):
+            size = 8 if ftype == _DOUBLE else 16 if ftype == _UUID else self.varint()
             start = self.pos
-            self.take(8 if ftype == _DOUBLE else 16 if ftype == _UUID else self.varint())
+            self.take(size)
             return bytes(self.buf[start:self.pos]) if ftype == _BINARY else None
         if ftype == _MAP:
             size = self.varint()
@@ -298,25 +299,58 @@ def read_footer(source: "Source") -> Footer:
     schema, rows = _field(meta, 2, _LIST), _field(meta, 3, _I64)
     if schema is None or rows is None or rows < 0:
         raise PageError("a footer without its schema or rows")
-    flat = all(isinstance(e, dict) and _field(e, 3) != 2 for e in schema)  # 2: REPEATED
-    groups = [_row_group(g) for g in _field(meta, 4, _LIST, [])]
+    levels = leaf_levels(schema)
+    flat = all(rep == 0 for _, rep in levels)
+    groups = [_row_group(g, levels) for g in _field(meta, 4, _LIST, [])]
     if sum(r for r, _ in groups) != rows:
         raise PageError("the footer's row groups do not add up to its rows")
     return Footer(start, rows, flat, groups)
 
 
-def _row_group(group) -> tuple[int, list[Chunk]]:
+def leaf_levels(schema: list) -> list[tuple[int, int]]:
+    """Each leaf column's (max definition level, max repetition level), in the footer's
+    depth-first schema (SchemaElement: 3 repetition_type, 5 num_children)."""
+    levels: list[tuple[int, int]] = []
+    pending = [(1, 0, 0)]  # (elements still to read at this depth, def level, rep level)
+    pos = 0
+    while pending:
+        count, define, repeat = pending.pop()
+        if count == 0:
+            continue
+        pending.append((count - 1, define, repeat))
+        if pos >= len(schema) or not isinstance(schema[pos], dict):
+            raise PageError("a footer schema shorter than it says")
+        element, pos = schema[pos], pos + 1
+        kind, children = _field(element, 3), _field(element, 5) or 0
+        if pos > 1:  # the root's repetition says nothing of its columns
+            define, repeat = define + (kind in (1, 2)), repeat + (kind == 2)
+        if children < 0 or len(pending) > len(schema):
+            raise PageError("a footer schema out of shape")
+        if children:
+            pending.append((children, define, repeat))
+        elif pos > 1:
+            levels.append((define, repeat))
+    return levels
+
+
+def _row_group(group, levels: list[tuple[int, int]]) -> tuple[int, list[Chunk]]:
     rows = _field(group, 3, _I64) if isinstance(group, dict) else None
     chunks = _field(group, 1, _LIST) if isinstance(group, dict) else None
-    if rows is None or rows < 0 or chunks is None:
+    if rows is None or rows < 0 or chunks is None or len(chunks) != len(levels):
         raise PageError("a row group without its rows or columns")
-    return rows, [_chunk(c) for c in chunks]
+    return rows, [_chunk(c, lv) for c, lv in zip(chunks, levels)]
 
 
-def _chunk(chunk) -> Chunk:
+def _chunk(chunk, levels: tuple[int, int]) -> Chunk:
     meta = _field(chunk, 3, _STRUCT) if isinstance(chunk, dict) else None
     if meta is None:
         raise PageError("a column chunk without its metadata")
+    # Its level histograms (SizeStatistics, field 16) have a bin per level the schema allows:
+    # a flipped repetition in the schema changes what its pages' levels mean.
+    sizes = _field(meta, 16, _STRUCT, {})
+    for histogram, level in ((_field(sizes, 3, _LIST), levels[0]), (_field(sizes, 2, _LIST), levels[1])):
+        if histogram and len(histogram) != level + 1:  # (empty: left out, as a level of 0 may be)
+            raise PageError("a column chunk's level histogram does not match its schema")
     ints = [_field(meta, f, t) for f, t in ((1, _I32), (4, _I32), (5, _I64), (6, _I64), (7, _I64), (9, _I64))]
     encodings, path = _field(meta, 2, _LIST), _field(meta, 3, _LIST)
     if None in ints or encodings is None or path is None or min(ints[2:]) < 0 or ints[1] not in CODECS:

@@ -190,6 +190,9 @@ def verify_parquet_file(path: StorePath, *, filesystem: pafs.FileSystem | None =
     read and decoded instead (:func:`decode_parquet_file`), as every file once was."""
     try:
         with _open_input(path, filesystem) as handle:
+            # The footer as a reader takes it (Thrift's required fields, the schema made
+            # Arrow's): what DuckDB would refuse is refused; the pages are checked below.
+            pq.ParquetFile(handle).schema_arrow
             try:
                 return check_file_pages(Source(handle), row_groups)[1]
             except NoChecksum:
@@ -197,7 +200,7 @@ def verify_parquet_file(path: StorePath, *, filesystem: pafs.FileSystem | None =
         return decode_parquet_file(path, filesystem=filesystem, row_groups=row_groups)
     except FileNotFoundError:
         raise StoreError(f"{_name(path, filesystem)} is missing; {_repair_hint(path, filesystem)}") from None
-    except (PageError, pa.ArrowException, OSError) as exc:
+    except (PageError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a flipped name
         reason = " ".join(str(exc).split())[:200]
         raise StoreError(f"{_name(path, filesystem)} is corrupt ({reason}); {_repair_hint(path, filesystem)}") from None
 
@@ -216,7 +219,7 @@ def decode_parquet_file(path: StorePath, *, filesystem: pafs.FileSystem | None =
                 rows += batch.num_rows
     except FileNotFoundError:
         raise StoreError(f"{_name(path, filesystem)} is missing; {_repair_hint(path, filesystem)}") from None
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a flipped name
         reason = " ".join(str(exc).split())[:200]
         raise StoreError(f"{_name(path, filesystem)} is corrupt ({reason}); {_repair_hint(path, filesystem)}") from None
     return rows
