@@ -2,23 +2,25 @@
 
 Parquet's ``PageHeader`` (apache/parquet-format, src/main/thrift/parquet.thrift) carries an
 optional ``crc`` (field 4): the standard CRC-32 (zlib's) of the page as stored after its
-header — compressed, for v1 data pages the levels and values together, for v2 pages and
+header — compressed; for v1 data pages the levels and values together, for v2 pages and
 dictionary pages alike. pyarrow checks it only while decoding every value of every column
-(0.76-0.96 CPU-s for one 149 MB base of a 10 M-URL crawl DB, docs/incremental.md); reading the
-bytes and computing their CRC costs ~0.13. So each column chunk is walked here page by page,
-from the chunk offsets of the footer: each header is parsed (Thrift compact protocol, only the
-fields below; the others skipped), the page's bytes checked against its CRC.
+(0.5-1.0 CPU-s for one 150 MB base of a 10 M-URL crawl DB, docs/incremental.md); reading the
+bytes and computing their CRCs costs ~0.13. So each column chunk is walked here page by page,
+from the offsets of the footer: each header is parsed (Thrift compact protocol, a small
+reader below), the page's stored bytes checked against its CRC.
 
-A page header is not covered by its CRC, so the walk also checks what the footer says about
-the chunk: the pages tile it exactly (compressed sizes), their uncompressed sizes add up to
-the footer's, their values to its ``num_values``, and each page's encoding is one the footer
-lists. A flipped bit in a header that changes a size, a count or an encoding is refused, as
-a decoder would have refused it.
+A page header is not covered by its CRC, nor is the footer, so the walk holds them to each
+other as a decoder would: the pages tile each chunk exactly, their uncompressed sizes and
+value counts add up to the footer's, their encodings match its page-encoding stats, the
+codec is the one the pages were compressed with, the row groups hold the file's rows. The
+footer is parsed here too: pyarrow's metadata objects abort the process on some flipped
+footers. What a decoder refuses and this does not: a string dictionary's entry count
+(:data:`PLAIN_WIDTH`). tests/test_page_crc.py flips every bit of a small file to show it.
 
 No library does this without decoding: pyarrow (Arrow C++) checks CRCs in its page reader,
 which it does not expose without decompressing and decoding; DuckDB and Polars check none;
 fastparquet parses page headers, but would be a second Parquet implementation to install for
-~100 lines of header parsing.
+a few hundred lines of header parsing.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-
 # Thrift compact protocol type ids (thrift/doc/specs/thrift-compact-protocol.md).
 _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 _UUID = 13
 
 # PageType (parquet.thrift): the pages a column chunk may hold.
 DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 1, 2, 3
+
 
 class PageError(ValueError):
     """A page whose stored bytes do not match its header or its CRC (the reason, one line)."""

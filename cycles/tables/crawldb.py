@@ -166,7 +166,7 @@ bucket_of = bucket_sql
 
 
 VERIFY_THREADS = 4
-"""Bucket files verified side by side (pyarrow decodes without the GIL)."""
+"""Bucket files verified side by side (reads and zlib's CRC run without the GIL)."""
 
 
 def current_bucket_files(store: Store, verify: bool = True) -> tuple[Manifest | None, list[StorePath]]:
