@@ -245,10 +245,10 @@ DB_KNOWN = ("url host host_hash status first_seen first_fetched last_fetched nex
 
 
 def write_reader(path: Path, reader, table_schema: pa.Schema) -> int:
-    """Like Store.write_batches: one Parquet file, zstd, a row group per batch."""
+    """Like Store.write_batches: one Parquet file, zstd, page checksums, a row group per batch."""
     tmp = path.with_name("." + path.name + ".tmp")
     rows = 0
-    with pq.ParquetWriter(tmp, table_schema, compression="zstd") as writer:
+    with pq.ParquetWriter(tmp, table_schema, compression="zstd", write_page_checksum=True) as writer:
         for batch in reader:
             if batch.num_rows:
                 writer.write_table(pa.Table.from_batches([batch]).select(table_schema.names).cast(table_schema))

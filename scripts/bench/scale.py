@@ -24,6 +24,7 @@ COMMANDS = {
     "plan": ("bench_plan", "the optimal schedule's plan: one aggregate vs per-bucket rate histograms"),
     "sitemaps": ("bench_sitemaps", "sitemap reading: URLs/s, memory held, the caps (a gzip bomb, 10 M entries)"),
     "integrity": ("bench_integrity", "cost of the crawl DB's integrity checks (checksums, invariants, verify)"),
+    "genprofile": ("bench_genprofile", "where generate's CPU goes, part by part, in one process on a kept store"),
 }
 
 if __name__ == "__main__":
