@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from tests.support.doc_snippets import (GENERATE_FIGURES, INCREMENTAL_FIGURES, README_REAL_WEB, REALWEB_PY,
-                                        REALWEB_SH, SAME_SEGMENT, fetched_https, filled, folder_env, one,
+from tests.support.doc_snippets import (GENERATE_FIGURES, GENERATE_PROFILE, INCREMENTAL_FIGURES, PAGE_CHECK_AB,
+                                        PAGE_CHECK_FIGURES, README_REAL_WEB, REALWEB_PY, REALWEB_SH, SAME_SEGMENT, fetched_https, filled, folder_env, one,
                                         quickstart_config, require_namespace, run_script, updated_segments,
                                         venv_bin, wait_until)
 from tests.support.snippets import ROOT
@@ -106,6 +106,28 @@ def test_the_generate_figures_commands_run_on_a_10k_store(tmp_path):
     assert (compact, copy, generate) == (0, 0, 0)
     assert "RESULT " in printed, printed[-2000:]
 
+
+
+@pytest.mark.web
+def test_the_page_check_and_generate_profile_commands_run_on_a_2k_store(tmp_path):
+    """incremental.md's page-check and generate-profile measurements on a store of 2 K URLs
+    (the doc's 10 M), built first by ``scale --build-only``; "after" holds this checkout's cycles."""
+    if not os.access("/usr/bin/time", os.X_OK):
+        pytest.skip("GNU time is not installed (.ci/run: apt-get install time)")
+    shutil.copytree(ROOT / "cycles", tmp_path / "after-src" / "cycles")
+    build = subprocess.run([sys.executable, "scripts/bench/scale.py", "scale", "--sizes", "2K", "--build-only",
+                            "--built", str(tmp_path / "built"), "--root", str(tmp_path / "root")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    store, env = str(tmp_path / "built" / "2K"), folder_env(tmp_path, None)
+    (_, code, printed), = run_script(filled(PAGE_CHECK_FIGURES, store=store), ROOT, env)
+    assert code == 0 and "verify_parquet_file (stored bytes)" in printed, printed[-2000:]
+    results = run_script(filled(PAGE_CHECK_AB, store=store, tmp=str(tmp_path)), ROOT, env)
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert "RESULT " in results[-1][2], results[-1][2][-2000:]
+    results = run_script(filled(GENERATE_PROFILE, store=store, tmp=str(tmp_path)), ROOT, env)
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert "plan_assignment" in results[-1][2], results[-1][2][-2000:]
 
 
 @pytest.mark.web

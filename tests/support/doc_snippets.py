@@ -55,6 +55,9 @@ GENERATE_FIGURES = ("docs/incremental.md", ".venv/bin/python scripts/bench/scale
 INCREMENTAL_FIGURES = ("docs/incremental.md", "# once: the code before and after")
 SAME_SEGMENT = ("docs/incremental.md",
                 ".venv/bin/python scripts/bench/scale.py scale --sizes 10M --top-n-pct 1 --links-per-page")
+PAGE_CHECK_FIGURES = ("docs/incremental.md", "# /tmp/idx24/seg/10M: the compacted 10 M store")
+PAGE_CHECK_AB = ("docs/incremental.md", "mkdir -p /tmp/crc24/ab-after")
+GENERATE_PROFILE = ("docs/incremental.md", "mkdir -p /tmp/crc24/prof")
 CLUSTER = ("docs/cluster.md", "pip install -e '.[cluster]'")
 REPORT_OPEN = ("docs/operations-tools.md", "crawl report --out report/")
 CROP = ("docs/operations-tools.md", '.venv/bin/python -c "from PIL import Image')
@@ -84,6 +87,10 @@ FILLED = {
                           "--sizes 1M": "--sizes 2K", "--sizes 10M": "--sizes 2K"},
     SAME_SEGMENT: {"--sizes 10M": "--sizes 2K", "--sizes 100M": "--sizes 2K",
                    "--built DIR": "--built {tmp}/built --root {tmp}/run"},
+    PAGE_CHECK_FIGURES: {"/tmp/idx24/seg/10M": "{store}"},
+    PAGE_CHECK_AB: {"/tmp/idx24/seg/10M": "{store}", "/tmp/crc24": "{tmp}", "/10M": "/2K", "--top-n 100000": "--top-n 200"},
+    GENERATE_PROFILE: {"/tmp/idx24/seg/10M": "{store}", "/tmp/crc24": "{tmp}", "/10M": "/2K",
+                       "--top-n 100000": "--top-n 200"},
     REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
     REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
 }
