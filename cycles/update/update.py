@@ -266,6 +266,7 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
                      keys: str | None = None) -> str:
     """The old rows (``old``) an update may change, for a delta (:class:`UpdateBucketTask`
     ``delta``): those with a fetch result, a dedup mark or a sitemap hint (``hints``), the
+    copies of a page marked a copy now (they are re-pointed to the page kept), the
     unfetched rows of a demoted host (their score changes), and the rows carrying a variant
     parameter learned on their host (``variants``: temp table ``variant_urls``) that
     :func:`with_variants_set_aside` changes: the unfetched ones (they become duplicates) and the
@@ -286,6 +287,7 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
         params.append(recheck_before)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
+        UNION SELECT o.url FROM {keys} o SEMI JOIN marks m ON o.duplicate_of = m.url
         UNION SELECT o.url FROM {keys} o SEMI JOIN demoted_hosts h ON o.host = h.host
         WHERE o.status = {literal(schema.DbStatus.UNFETCHED)}""", params)
     return f"(SELECT o.* FROM {old} o SEMI JOIN touched t ON o.url = t.url)"
@@ -438,7 +440,10 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
         SELECT n.* REPLACE (
             coalesce(d.kind, n.status) AS status,
             CASE WHEN d.kind IS NOT NULL THEN d.canonical
-                 WHEN n.f_outcome = 'ok' THEN NULL ELSE n.duplicate_of END AS duplicate_of,
+                 WHEN n.f_outcome = 'ok' THEN NULL
+                 -- a copy of a page marked a copy now names the page kept (docs/dedup.md)
+                 WHEN r.canonical IS NOT NULL AND n.status IN ({literal(schema.DbStatus.DUPLICATE)}, {literal(schema.DbStatus.NEAR_DUPLICATE)})
+                 THEN r.canonical ELSE n.duplicate_of END AS duplicate_of,
             CASE WHEN h.factor IS NOT NULL AND n.status = {literal(schema.DbStatus.UNFETCHED)} THEN n.score * h.factor ELSE n.score END AS score)
         FROM (
             {transition_sql(config, task.refresh_multiplier_s, source, F_OUTCOME)}
@@ -446,6 +451,7 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
             SELECT *, NULL::VARCHAR AS f_outcome FROM ({new_url_rows_sql('(SELECT * FROM candidates WHERE NOT over_pattern AND NOT over_host)', config)})
         ) n
         LEFT JOIN marks d ON n.url = d.url
+        LEFT JOIN marks r ON n.duplicate_of = r.url AND r.canonical <> n.url
         LEFT JOIN demoted_hosts h ON n.host = h.host"""
     sql, variants_skipped = with_variants_set_aside(con, sql, keys, config) if variants else (sql, 0)
     lastmod_due = 0

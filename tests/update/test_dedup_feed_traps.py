@@ -153,3 +153,26 @@ def test_host_total_cap(store, config, tmp_path):
               "depth": 1} for w in ("a", "b", "c", "d", "e", "f", "g")]
     crawl_once(store, config, {"http://c.example/": {"content_hash": "8" * 32}}, links)
     assert len(rows(store)) == 5
+
+
+def test_copies_of_a_page_that_becomes_a_copy_name_the_page_kept(store, config, tmp_path):
+    """docs/dedup.md: every copy names the page kept. X is a copy of A; A, fetched again, turns
+    out a copy of C: X now names C, not A (a copy). The positive control: after the first
+    cycle X does name A, and a copy whose page stays kept keeps naming it."""
+    from tests.support.transitions import due_now
+
+    c, a, x = "http://c.example/p", "http://a.example/page", "http://x.example/copy-of-page"
+    y, b = "http://y.example/copy-of-other", "http://b.example/other"
+    seed(store, config, tmp_path, [c, a, x, b, y])
+    crawl_once(store, config, {c: {"content_hash": "2" * 32, "minhash": 0x2222222222222222}, a: {"content_hash": "1" * 32, "minhash": 0x1111111111111111},
+                               x: {"content_hash": "1" * 32, "minhash": 0x1111111111111111}, b: {"content_hash": "3" * 32, "minhash": 0x4444444444444444},
+                               y: {"content_hash": "3" * 32, "minhash": 0x4444444444444444}})
+    db = rows(store)
+    assert (db[x]["status"], db[x]["duplicate_of"]) == ("duplicate", a)  # the control: X named A
+    assert (db[y]["status"], db[y]["duplicate_of"]) == ("duplicate", b)
+    due_now(store)
+    crawl_once(store, config, {a: {"content_hash": "2" * 32, "minhash": 0x2222222222222222}, b: {"content_hash": "3" * 32, "minhash": 0x4444444444444444}})
+    db = rows(store)
+    assert (db[a]["status"], db[a]["duplicate_of"]) == ("duplicate", c)
+    assert (db[x]["status"], db[x]["duplicate_of"]) == ("duplicate", c)
+    assert (db[y]["status"], db[y]["duplicate_of"]) == ("duplicate", b)  # B is still kept
