@@ -269,8 +269,9 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
     store = Store(task.store_uri)
     # Only the pages the due scan reads are checked (DuckDB checks no CRC): the base's row
     # groups that can hold a due row, and the deltas whole (docs/incremental.md).
-    read = verify_due_pages(store, as_bucket_files(task.file), task.now)
-    if not task.inputs.leftover_files and holds_no_rows(store, as_bucket_files(task.file).files):
+    files = as_bucket_files(task.file)
+    read = verify_due_pages(store, files, task.now)
+    if not task.inputs.leftover_files and holds_no_rows(store, files.files):
         return empty_bucket_due(store, task, read)
     return scan_bucket_due(store, task, read)
 

@@ -17,13 +17,11 @@ _source_names = itertools.count()
 class Sources:
     """Query sources (a mixin of :class:`cycles.storage.store.Store`)."""
 
-    def dataset(self, paths: list[StorePath], segment_column: bool = False,
-                schema: pa.Schema | None = None) -> ds.Dataset:
+    def dataset(self, paths: list[StorePath], segment_column: bool = False) -> ds.Dataset:
         """A pyarrow dataset over Parquet files (for pyarrow, Polars, or DuckDB on S3).
 
         With ``segment_column`` the files must lie under ``segments/<id>/``, and the
-        dataset gets a ``segment`` column from that folder name. Without ``schema`` the
-        dataset takes the first file's.
+        dataset gets a ``segment`` column from that folder name. Its schema is the first file's.
         """
         for path in paths:
             _observed("GET", path)  # at most the whole file: a query reads only its columns
@@ -31,7 +29,7 @@ class Sources:
         if segment_column:
             extra = dict(partitioning=ds.DirectoryPartitioning(pa.schema([("segment", pa.string())])),
                          partition_base_dir=str(self.path(SEGMENTS)))
-        return ds.dataset([str(p) for p in paths], filesystem=self.fs, format="parquet", schema=schema, **extra)
+        return ds.dataset([str(p) for p in paths], filesystem=self.fs, format="parquet", **extra)
 
     def duckdb_source(self, con, paths: list[StorePath], segment_column: bool = False) -> str:
         """SQL table expression reading these Parquet files in DuckDB.
@@ -56,14 +54,14 @@ class Sources:
             return name
         # The dataset takes its first file's schema: a file with a renamed column's other name
         # would read nulls there. With both names, each file fills its own; they are merged.
-        con.register(name, self.dataset(paths, segment_column, schema))
+        con.register(name, dataset.replace_schema(schema))
         merged = ", ".join(f"coalesce({ident(new)}, {ident(old)}) AS {ident(new)}" for old, new in pairs)
         return f"(SELECT * EXCLUDE ({', '.join(ident(old) for old, _ in pairs)}) REPLACE ({merged}) FROM {name})"
 
 
 def schema_with_both_names(schema: pa.Schema) -> tuple[pa.Schema, list[tuple[str, str]]]:
     """``schema`` with each renamed column (cycles/storage/parquet.py ``RENAMED_COLUMNS``) under
-    both its old and new name, and the (old, new) pairs added; ([]) when it has none of them."""
+    both its old and new name, and the (old, new) pairs added (none: ``schema`` as it was)."""
     pairs = [(old, new) for old, new in RENAMED_COLUMNS.items() if (old in schema.names) != (new in schema.names)]
     for old, new in pairs:
         present = schema.field(old if old in schema.names else new)

@@ -281,9 +281,7 @@ def touched_rows_sql(con, old: str, hints: bool, variants: bool = False, recheck
         S = schema.DbStatus
         hinted += (f" UNION SELECT o.url FROM {keys} o SEMI JOIN variant_urls v ON o.url = v.url"
                    f" WHERE o.status = {literal(S.UNFETCHED)} OR (o.status IN ({literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)})"
-                   f" AND o.next_fetch < ?)"
-                   # a variant set aside before whose base is marked a copy now: it is re-pointed
-                   " UNION SELECT v.url FROM variant_urls v SEMI JOIN marks m ON v.base = m.url")
+                   f" AND o.next_fetch < ?)")
         params.append(recheck_before)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE touched AS
         SELECT url FROM fetched_all UNION SELECT url FROM marks {hinted}
@@ -497,11 +495,10 @@ def with_variants_set_aside(con, sql: str, old: str, config: Config) -> tuple[st
     many unfetched URLs were set aside (``dedup/variant_skipped``)."""
     S = schema.DbStatus
     fresh = f"x.status = {literal(S.UNFETCHED)} AND v.url IS NOT NULL"
-    set_aside = f"x.status = {literal(S.DUPLICATE)} AND x.duplicate_of = v.base"
     wrapped = f"""
         SELECT x.* REPLACE (
             CASE WHEN {fresh} THEN {literal(S.DUPLICATE)} ELSE x.status END AS status,
-            CASE WHEN {fresh} OR {set_aside} THEN v.kept ELSE x.duplicate_of END AS duplicate_of,
+            CASE WHEN {fresh} THEN v.kept ELSE x.duplicate_of END AS duplicate_of,
             CASE WHEN v.url IS NOT NULL AND x.status IN ({literal(S.UNFETCHED)}, {literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)})
                  THEN greatest(x.next_fetch, $now + to_seconds({int(config.update.variant_recheck_s)}))
                  ELSE x.next_fetch END AS next_fetch)
@@ -515,7 +512,8 @@ def with_variants_set_aside(con, sql: str, old: str, config: Config) -> tuple[st
 def variant_kept_sql(keys: str) -> str:
     """``variant_urls`` with ``kept``: the page its base's content is kept under, which a
     variant's ``duplicate_of`` names (docs/dedup.md: every copy names the page kept, never a
-    copy). The base's mark of this segment if it has one; the base itself if fetched in this
+    copy; a variant set aside earlier is re-pointed with every other copy, by
+    :func:`bucket_rows_sql`). The base's mark of this segment if it has one; the base itself if fetched in this
     segment without a mark; else the page the base was a copy of before (``keys``, the old
     rows); else the base. Without this, a variant set aside after its article turned out a
     copy of a syndicated story named the article, itself a copy."""
@@ -524,7 +522,7 @@ def variant_kept_sql(keys: str) -> str:
                    CASE WHEN k.status IN ({literal(S.DUPLICATE)}, {literal(S.NEAR_DUPLICATE)}) THEN k.duplicate_of END,
                    v.base) AS kept
                FROM variant_urls v LEFT JOIN marks m ON v.base = m.url
-               LEFT JOIN (SELECT DISTINCT url FROM fetched_all) f ON v.base = f.url
+               LEFT JOIN fetched_all f ON v.base = f.url
                LEFT JOIN {keys} k ON v.base = k.url"""
 
 
