@@ -298,6 +298,6 @@ def write_seen_files(store: Store, config: Config, folder: StorePath, part: int,
     store.write_table(seg.seen_counts_file(folder, part), counts, schema.SEEN_COUNTS)
     bloom = BloomFilter(max(MIN_BLOOM_CAPACITY, total), config.fetch.follow_seen_fp)
     for batch in urls:
-        bloom.add_new(batch.column("url").to_pylist())
+        bloom.add_all(batch.column("url"))  # hashed from the Arrow values: no Python string per URL
     store.write_bytes(seg.seen_bloom_file(folder, part), bloom.to_bytes())
     return {"generate/seen_urls": total, "generate/seen_bytes": len(bloom._array)}
