@@ -123,7 +123,7 @@ def test_the_bulk_add_from_arrow_sets_the_bits_of_add_new(version, monkeypatch):
     items = [f"http://h{i % 31}.example/p/{i}?q=ü" for i in range(3_500)]
     reference = BloomFilter(4000, 0.01, version)
     reference.add_new(items)
-    for array in (pa.array(items), pa.array(items, pa.large_string()),
+    for array in (pa.array(items), pa.array(items, pa.large_string()), pa.array(items, pa.string_view()),
                   pa.chunked_array([items[:1200], items[1200:]])):
         bloom = BloomFilter(4000, 0.01, version)
         bloom.add_all(array)

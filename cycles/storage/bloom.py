@@ -82,14 +82,17 @@ HASHES = {1: _pairs_v1, 2: _pairs_v2}
 """Hash version → a batch's (h1, h2) as arrays."""
 
 
+_SAME_LAYOUT_BINARY = {pa.large_string(): pa.large_binary(), pa.string_view(): pa.binary_view()}
+"""The binary type of each string type's layout: the cast only relabels the buffers."""
+
+
 def encoded(items: Sequence[str] | pa.Array | pa.ChunkedArray) -> list[bytes]:
     """The items' UTF-8 bytes: an Arrow string array's values taken as binary (no decoding
     and encoding again), a Python sequence's encoded (:data:`_ENCODE`)."""
     if isinstance(items, (pa.Array, pa.ChunkedArray)):
         if items.null_count:
             raise ValueError("a Bloom filter holds strings, not nulls")
-        binary = pa.large_binary() if pa.types.is_large_string(items.type) else pa.binary()
-        return items.cast(binary).to_pylist()
+        return items.cast(_SAME_LAYOUT_BINARY.get(items.type, pa.binary())).to_pylist()
     return list(map(_ENCODE, items))
 
 
