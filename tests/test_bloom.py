@@ -1,5 +1,6 @@
 """The Bloom filter: no false negatives, false positives near the configured rate."""
 
+import pyarrow as pa
 import pytest
 
 from cycles.storage.bloom import BloomFilter
@@ -28,7 +29,8 @@ def test_false_positive_rate_is_near_the_target():
     assert 0.003 < rate < 0.02, rate
 
 
-def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(monkeypatch):
+@pytest.mark.parametrize("version", [1, 2])
+def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(version, monkeypatch):
     """add_new and contains_many answer a small batch in Python (cycles.storage.bloom.SMALL_BATCH):
     the bits set, the count and every answer are those of the numpy path."""
     import numpy as np
@@ -40,7 +42,7 @@ def test_small_batches_take_the_python_path_with_the_same_bits_and_answers(monke
     filters = []
     for small in (bloom_module.SMALL_BATCH, 0):
         monkeypatch.setattr(bloom_module, "SMALL_BATCH", small)
-        bloom = BloomFilter(300, 0.05)  # small: false positives happen, within batches too
+        bloom = BloomFilter(300, 0.05, version)  # small: false positives happen, within batches too
         answers = [bloom.add_new(batch).tolist() for batch in batches]
         answers += [bloom.contains_many(batch).tolist() for batch in batches]
         answers.append(bloom.contains_many([f"other{i}" for i in range(60)]).tolist())
@@ -61,3 +63,72 @@ def test_union_update_is_the_filter_of_both_sets_and_refuses_another_size():
     assert a._array.tobytes() == both._array.tobytes()  # the same bits
     with pytest.raises(ValueError, match="same capacity"):
         a.union_update(BloomFilter(6000, 0.01))
+
+
+V1_BLOB = bytes.fromhex(
+    "4359434c4553424c4f4f4d310a7b226361706163697479223a2036342c202266705f72617465223a20302e30312c2022"
+    "62697473223a203631342c2022686173686573223a20372c2022636f756e74223a20327d0a0000000000000004000000"
+    "000000000000010000000000001000002000002000080000000008100000000000200008000100000010010000000000"
+    "000000000000000000000000000008000000")
+"""BloomFilter(64, 0.01) after add_new(["http://a.test/", "http://b.test/é"]), written by the
+version-1 code (BLAKE2b positions, commit 208e504)."""
+
+V2_BITS = bytes.fromhex(
+    "004000008000000002100000000001000000100000000000000000000000000000000000000200000000000800000400"
+    "0008000108000000000010000008000000000000000000000000000000")
+"""The same filter's bits with version 2's XXH3-128 positions: pinned, so a filter written on
+one machine (generate) answers the same on another (the fetch worker) and across releases."""
+
+
+def test_positions_are_pinned_and_stable_across_processes():
+    bloom = BloomFilter(64, 0.01)
+    bloom.add_new(["http://a.test/", "http://b.test/é"])
+    blob = bloom.to_bytes()
+    assert blob.startswith(BloomFilter.MAGIC) and blob.endswith(V2_BITS)
+    small = BloomFilter(64, 0.01)
+    small.add_all(pa.array(["http://b.test/é", "http://a.test/"]))  # the bulk path, from Arrow
+    assert small.to_bytes() == blob
+
+
+def test_a_version_1_filter_is_still_read_and_answers_with_its_own_hash():
+    """A seen-set or known-hosts filter written before XXH3 (a segment generated before the
+    upgrade) keeps working: read, asked, added to and written back as version 1."""
+    old = BloomFilter.from_bytes(V1_BLOB)
+    assert old.version == 1 and old.count == 2
+    assert old.contains_many(["http://a.test/", "http://b.test/é"]).all() and "http://a.test/" in old
+    assert BloomFilter.from_bytes(BloomFilter(64, 0.01).to_bytes()).contains_many(["http://a.test/"]).tolist() == [False]
+    assert old.add_new(["http://a.test/", "http://c.test/"]).tolist() == [False, True]
+    again = BloomFilter.from_bytes(old.to_bytes())
+    assert again.version == 1 and "http://c.test/" in again
+    with pytest.raises(ValueError, match="version"):
+        BloomFilter(64, 0.01).union_update(old)  # the bits of two hashes do not merge
+
+
+def test_cut_or_foreign_blobs_are_refused():
+    blob = BloomFilter(1000, 0.01).to_bytes()
+    with pytest.raises(ValueError):
+        BloomFilter.from_bytes(blob[:-3])
+    with pytest.raises(ValueError, match="not a Bloom filter"):
+        BloomFilter.from_bytes(b"CYCLESBLOOM3\n" + blob[len(BloomFilter.MAGIC):])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_bulk_add_from_arrow_sets_the_bits_of_add_new(version, monkeypatch):
+    """add_all (generate's seen-sets and known hosts, from Arrow arrays in chunks) sets the
+    bits add_new sets, for plain, large and chunked string arrays; contains_many answers the
+    same for an Arrow array as for a list."""
+    import cycles.storage.bloom as bloom_module
+
+    monkeypatch.setattr(bloom_module, "BULK_CHUNK", 1000)  # several chunks
+    items = [f"http://h{i % 31}.example/p/{i}?q=ü" for i in range(3_500)]
+    reference = BloomFilter(4000, 0.01, version)
+    reference.add_new(items)
+    for array in (pa.array(items), pa.array(items, pa.large_string()), pa.array(items, pa.string_view()),
+                  pa.chunked_array([items[:1200], items[1200:]])):
+        bloom = BloomFilter(4000, 0.01, version)
+        bloom.add_all(array)
+        assert bloom._array.tobytes() == reference._array.tobytes() and bloom.count == len(items)
+        probes = items[::7] + [f"http://out.example/{i}" for i in range(500)]
+        assert bloom.contains_many(pa.array(probes)).tolist() == reference.contains_many(probes).tolist()
+    with pytest.raises(ValueError, match="nulls"):
+        BloomFilter(10, 0.01).add_all(pa.array(["a", None]))

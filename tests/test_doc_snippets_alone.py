@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tests.support.doc_snippets import (GENERATE_FIGURES, GENERATE_PROFILE, INCREMENTAL_FIGURES, PAGE_CHECK_AB,
+from tests.support.doc_snippets import (GENERATE_FIGURES, GENERATE_PROFILE, GENERATE_PROFILE_NOW, INCREMENTAL_FIGURES, PAGE_CHECK_AB,
                                         PAGE_CHECK_FIGURES, README_REAL_WEB, REALWEB_PY, REALWEB_SH, SAME_SEGMENT, fetched_https, filled, folder_env, one,
                                         quickstart_config, require_namespace, run_script, updated_segments,
                                         venv_bin, wait_until)
@@ -128,6 +128,9 @@ def test_the_page_check_and_generate_profile_commands_run_on_a_2k_store(tmp_path
     results = run_script(filled(GENERATE_PROFILE, store=store, tmp=str(tmp_path)), ROOT, env)
     assert [code for _, code, _ in results] == [0, 0], results
     assert "plan_assignment" in results[-1][2], results[-1][2][-2000:]
+    results = run_script(filled(GENERATE_PROFILE_NOW, store=store, tmp=str(tmp_path)), ROOT, env)
+    assert [code for _, code, _ in results] == [0, 0], results
+    assert "add_all" in results[-1][2], results[-1][2][-2000:]  # the seen-sets' bulk adds, timed
 
 
 @pytest.mark.web

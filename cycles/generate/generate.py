@@ -585,9 +585,9 @@ def chosen_urls_per_host(store: Store, task: ChosenHostsTask) -> dict[str, int]:
 def write_known_hosts_part(store: Store, part: KnownHostsPart) -> None:
     """A Bloom filter of the bucket's hosts, sized for the whole crawl DB's (a host lives in
     one bucket). Written whole under its bucket's name: a retried task writes the same bytes."""
-    hosts = store.read_table(part.hosts_file, schema.BUCKET_HOSTS)["host"].to_pylist()
+    hosts = store.read_table(part.hosts_file, schema.BUCKET_HOSTS)["host"]
     bloom = BloomFilter(part.capacity, KNOWN_HOSTS_FP)
-    bloom.add_new(hosts)
+    bloom.add_all(hosts)  # distinct already (SELECT DISTINCT); hashed from the Arrow values
     store.write_bytes(part.out, bloom.to_bytes())
 
 

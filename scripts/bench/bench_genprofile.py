@@ -4,7 +4,7 @@ parts (summed per name, DuckDB's threads included).
 Usage::
 
     cp -al /tmp/bench-scale/built/10M /tmp/genprofile/10M   # generate writes a segment
-    .venv/bin/python scripts/bench/scale.py genprofile --store /tmp/genprofile/10M --top-n 100000 [--src DIR]
+    .venv/bin/python scripts/bench/scale.py genprofile --store /tmp/genprofile/10M --top-n 100000 [--src DIR] [--now T]
 
 One process (``db.processes = 1``) so the timers see every task; DuckDB 2 threads, 4 GB, 100
 URLs a host, 2 partitions, as bench_scale's stages. ``--src DIR``: another copy of the cycles
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime as dt
 import functools
 import resource
 import sys
@@ -51,6 +52,8 @@ def main() -> None:
     p.add_argument("--store", required=True, help="a store to generate from (a copy: a segment is written)")
     p.add_argument("--top-n", type=int, default=100_000)
     p.add_argument("--src", help="directory holding the cycles package to measure (default: this checkout)")
+    p.add_argument("--now", help="generate's clock, ISO 8601 (default: the time of the run): two trees' runs "
+                                 "at the same --now on copies of one store must write the same fetch lists")
     args = p.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -63,12 +66,15 @@ def main() -> None:
     for name in PARTS:
         if hasattr(gen, name):
             timed(table, gen, name)
-    timed(table, BloomFilter, "add_new")
+    for name in ("add_new", "add_all"):  # add_all: the bulk add from Arrow (older trees lack it)
+        if hasattr(BloomFilter, name):
+            timed(table, BloomFilter, name)
     config = Config()
     config.db.duckdb_memory_limit, config.db.duckdb_threads, config.db.processes = "4GB", 2, 1
     config.generate.max_urls_per_host, config.generate.partitions = 100, 2
     cpu, wall = time.process_time(), time.perf_counter()
-    result = gen.generate(Store(args.store), config, top_n=args.top_n)
+    now = dt.datetime.fromisoformat(args.now) if args.now else None
+    result = gen.generate(Store(args.store), config, top_n=args.top_n, now=now)
     print(f"generate: {time.perf_counter() - wall:.1f} s, {time.process_time() - cpu:.1f} CPU-s, {result.urls} URLs, "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
     for name, (seconds, elapsed, calls) in sorted(table.items(), key=lambda kv: -kv[1][0]):

@@ -58,6 +58,7 @@ SAME_SEGMENT = ("docs/incremental.md",
 PAGE_CHECK_FIGURES = ("docs/incremental.md", "# /tmp/idx24/seg/10M: the compacted 10 M store")
 PAGE_CHECK_AB = ("docs/incremental.md", "mkdir -p /tmp/crc24/ab-after")
 GENERATE_PROFILE = ("docs/incremental.md", "mkdir -p /tmp/crc24/prof")
+GENERATE_PROFILE_NOW = ("docs/incremental.md", "mkdir -p /tmp/seen24/prof")
 CLUSTER = ("docs/cluster.md", "pip install -e '.[cluster]'")
 REPORT_OPEN = ("docs/operations-tools.md", "crawl report --out report/")
 CROP = ("docs/operations-tools.md", '.venv/bin/python -c "from PIL import Image')
@@ -91,6 +92,8 @@ FILLED = {
     PAGE_CHECK_AB: {"/tmp/idx24/seg/10M": "{store}", "/tmp/crc24": "{tmp}", "/10M": "/2K", "--top-n 100000": "--top-n 200"},
     GENERATE_PROFILE: {"/tmp/idx24/seg/10M": "{store}", "/tmp/crc24": "{tmp}", "/10M": "/2K",
                        "--top-n 100000": "--top-n 200"},
+    GENERATE_PROFILE_NOW: {"/tmp/idx24/seg/10M": "{store}", "/tmp/seen24": "{tmp}", "/10M": "/2K",
+                           "--top-n 100000": "--top-n 200", "2026-12-07T17:00:00": "2100-01-01T00:00:00"},
     REALWEB_PY: {"hosts=300": "hosts=8", '"60"': '"15"'},
     REALWEB_SH: {"sudo ": "", "--hosts 300": "--hosts 8 --pages 5", "--seconds 60": "--seconds 15"},
 }
