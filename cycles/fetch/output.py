@@ -28,6 +28,7 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 from isal import isal_zlib
@@ -133,11 +134,40 @@ def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[
 def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[str, ...] = ()) -> pa.Table:
     """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
     fetched row (more than parsing the page's links), this ~7 µs. The ``encoded`` string
-    columns hold UTF-8 bytes (or None): they become the column as they are, without a check."""
+    columns hold UTF-8 bytes (or None): they become the column as they are, without a check
+    (:func:`encoded_column`)."""
     data = {name: [row[name] for row in rows] for name in table_schema.names}
     for name in encoded:
-        data[name] = pa.array(data[name], pa.binary()).view(table_schema.field(name).type)
+        data[name] = encoded_column(data[name], table_schema.field(name).type)
     return pa.Table.from_pydict(data, schema=table_schema)
+
+
+_MAX_STRING_COLUMN_BYTES = (1 << 31) - 1
+"""A ``string`` array's offsets are 32-bit."""
+
+
+def encoded_column(values: list[bytes | None], type_: pa.DataType) -> pa.Array:
+    """A string array of UTF-8 bytes (or None), made from its buffers: the values joined
+    (one allocation of the known size, one copy) and their offsets.
+
+    ``pa.array(values, pa.binary())`` appended them to a builder that grew by reallocation:
+    ~45 µs a 29 KB page text in the commit of scripts/bench/bench_fetch.py ``--replay``
+    (up to ~190 with the machine loaded: fresh memory for each doubling), this ~4 µs. The
+    same array (tests/fetch/test_output.py compares the Parquet bytes)."""
+    count = len(values)
+    nulls = values.count(None)
+    filled = values if not nulls else [b"" if value is None else value for value in values]
+    data = b"".join(filled)
+    if len(data) > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
+        return pa.array(values, pa.binary()).view(type_)
+    offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, filled), dtype=np.int32, count=count), out=offsets[1:])
+    validity = None
+    if nulls:
+        present = np.fromiter((value is not None for value in values), dtype=bool, count=count)
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -352,7 +382,7 @@ class PartitionOutput:
     # --- rows -------------------------------------------------------------------------
     def add(self, row: dict, links: list[dict]) -> None:
         text = row.get("text")
-        if text:
+        if text is not None:
             # UTF-8 now, while the page's text is still in the CPU's caches: converted at the
             # commit, a chunk's texts (read back from memory, each encoded and cached inside
             # its str, then copied) cost ~20 µs a row more (scripts/bench_fetch.py --replay).
