@@ -136,7 +136,7 @@ def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[s
     """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
     fetched row (more than parsing the page's links), this ~7 µs. The ``encoded`` string
     columns hold UTF-8 bytes (or None): they become the column as they are, without a check
-    (:func:`encoded_column`)."""
+    (:func:`encoded_column`: such a table is only good until the next call in this thread)."""
     data = {name: [row[name] for row in rows] for name in table_schema.names}
     for name in encoded:
         data[name] = encoded_column(data[name], table_schema.field(name).type)

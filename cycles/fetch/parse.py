@@ -665,9 +665,10 @@ def _marked_content(root: etree._Element, marks: tuple[str, str]) -> str | None:
         transform = transforms[marks] = etree.XSLT(
             etree.XML(_marked_content_xslt(*marks)), access_control=etree.XSLTAccessControl.DENY_ALL)
     try:
-        return _text_of(transform(root).getroot())
+        content = transform(root).getroot()
     except etree.XSLTApplyError:  # e.g. libxslt's template depth limit (3,000 levels)
         return None
+    return _text_of(content) if content is not None else None
 
 
 def _main_blocks(root: etree._Element, text: str, block_min_bytes: int) -> list[str]:
