@@ -247,6 +247,39 @@ def _simhash_collapsed(text: str, blocks: bool = False, combine=None) -> int:
     return _simhash_latin1(lowered, bounds=bounds, combine=combine)
 
 
+def _minhash_blocks_collapsed(blocks: list[str]) -> int:
+    """minhash64_blocks of two or more blocks whose whitespace is collapsed (see fingerprints).
+
+    For Latin-1 text, the path fetch takes for most pages, one ``bytes.translate`` gives
+    both the lowered code points and where the tokens are (:data:`_LATIN1_WORD_CODES`), and
+    the blocks' ends come from their lengths (no block holds BLOCK_SEPARATOR: see
+    fingerprints): _simhash_collapsed translated the text twice (lower case, then classes)
+    and searched it for the separators, ~25 µs more on a 29 KB page. The same tokens,
+    hashes and breaks (tests/test_fingerprint.py compares them)."""
+    joined = BLOCK_SEPARATOR.join(blocks)
+    try:
+        latin1 = joined.encode("latin-1")
+    except UnicodeEncodeError:
+        latin1 = b""
+    if not latin1:
+        return _simhash_collapsed(joined, blocks=True, combine=_minhash_of_features)
+    latin1 = latin1[:SIMHASH_MAX_CHARS]
+    codes = np.frombuffer(latin1.translate(_LATIN1_WORD_CODES), dtype=np.uint8)
+    words = np.zeros(len(codes) + 2, dtype=bool)  # a separator on either side: see _latin1_token_hashes
+    np.not_equal(codes, 0, out=words[1:-1])
+    edges = np.flatnonzero(words[1:] != words[:-1])
+    if len(edges) == 0:  # no letters: numbers count (_simhash_latin1)
+        return _simhash_collapsed(joined, blocks=True, combine=_minhash_of_features)
+    # Block k ends at the separator after the first k + 1 blocks and k separators.
+    bounds = np.cumsum(np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))[:-1] + 1) - 1
+    if len(latin1) == SIMHASH_MAX_CHARS:
+        bounds = bounds[bounds < SIMHASH_MAX_CHARS]
+    starts = edges[0::2]
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
+        tokens = _run_hashes(codes, starts, edges[1::2])
+        return _minhash_of_features(_features(tokens, SIMHASH_SHINGLE_TOKENS, _block_breaks(starts, bounds)))
+
+
 def simhash64_blocks(blocks: list[str]) -> int:
     """:func:`simhash64` of the blocks (paragraphs) joined by spaces, except that no shingle
     spans two blocks: the same blocks in another order have the same SimHash (a page whose
@@ -269,14 +302,14 @@ def fingerprints(text: str, *, collapsed: bool = False, blocks: list[str] | None
     (the crawl DB's ``minhash`` column holds the second: see the module doc).
 
     ``collapsed=True`` promises that the text's (and the blocks') whitespace is already
-    collapsed (as the text of cycles.fetch.parse is), which saves checking it.
+    collapsed (as the text of cycles.fetch.parse is), which saves checking it, and that no
+    block holds BLOCK_SEPARATOR (NUL: text out of libxml2, a C string, cannot).
     """
     near = _minhash_of_features
     if blocks is not None:
         if not collapsed or len(blocks) < 2:
             return content_hash(text), minhash64_blocks(blocks)
-        return (_content_hash_collapsed(text),
-                _simhash_collapsed(BLOCK_SEPARATOR.join(blocks), blocks=True, combine=near))
+        return _content_hash_collapsed(text), _minhash_blocks_collapsed(blocks)
     if collapsed:
         try:
             # Most texts are Latin-1: lowered as bytes, and those bytes feed the fingerprint
@@ -428,6 +461,10 @@ _LATIN1_CLASSES = {id(_CLASSES): _CLASSES[:256].tobytes(),
                    id(_CLASSES_WITH_NUMBERS): _CLASSES_WITH_NUMBERS[:256].tobytes()}
 """The class tables' first 256 entries as bytes.translate tables: the classes of a Latin-1
 text in one C pass, without numpy widening every byte to an index (~16 vs ~23 µs a 28 KB text)."""
+_LATIN1_WORD_CODES = bytes(low if _CLASSES[low] == _WORD else 0 for low in _LATIN1_LOWER)
+"""A Latin-1 byte to its lower case if that is a word character (in _CLASSES: no Latin-1
+character stands alone), else to 0: the code points a token's hash is taken of, and 0
+wherever no token is (:func:`_minhash_blocks_collapsed`)."""
 
 
 def _latin1_token_hashes(latin1: bytes, classes: np.ndarray = _CLASSES) -> tuple[np.ndarray, np.ndarray]:
@@ -630,23 +667,35 @@ _LOW_BITS = np.uint64(64 - 58)
 
 def _least_candidates(features: np.ndarray) -> np.ndarray | None:
     """The features below a bound on their low 58 bits, chosen so that each bin keeps about
-    _LEAST_CANDIDATES_PER_BIN, if every bin keeps one; else (a short text, or a bin unlucky
-    enough to lose all, probability about e**-16 when the features are distinct) None.
+    _LEAST_CANDIDATES_PER_BIN; None for fewer than twice that many features (a short text).
 
-    Every bin with a feature kept has its least feature kept too, so the kept ones give each
-    bin's least exactly, and sorting ~1,000 values instead of a page's ~5,000 was ~100 of the
-    ~300 µs that minhash64 of a 30 KB text took (np.sort, loaded 2-core machine). From twice
-    that many features: _minhash_of_features of 2,500 random ones 61 -> 51 µs, of 3,500
-    88 -> 54 µs; of fewer, the bound keeps most of them and saves nothing."""
+    A bin with a feature kept has its least feature kept too, so the kept ones give each
+    bin's least exactly when every bin keeps one (:func:`_least_of_bins`; a bin loses all
+    with probability about e**-16 when the features are distinct), and sorting ~1,000
+    values instead of a page's ~5,000 was ~100 of the ~300 µs that minhash64 of a 30 KB
+    text took (np.sort, loaded 2-core machine). From twice that many features:
+    _minhash_of_features of 2,500 random ones 61 -> 51 µs, of 3,500 88 -> 54 µs; of fewer,
+    the bound keeps most of them and saves nothing."""
     count = len(features)
     if count < 2 * SIMHASH_BITS * _LEAST_CANDIDATES_PER_BIN:
         return None
     # A feature's low 58 bits are uniform: keep those under count_kept / count of their range.
     bound = np.uint64((SIMHASH_BITS * _LEAST_CANDIDATES_PER_BIN << 64) // count)
-    kept = features[(features << _LOW_BITS) < bound]
-    bins = np.zeros(SIMHASH_BITS, dtype=bool)
-    bins[kept >> _BIN_SHIFT] = True
-    return kept if bins.all() else None
+    return features[(features << _LOW_BITS) < bound]
+
+
+_BIN_STARTS = _BIN_NUMBERS << _BIN_SHIFT
+"""The least value of each bin."""
+
+
+def _least_of_bins(ordered: np.ndarray) -> np.ndarray | None:
+    """Each bin's least value of the sorted features ``ordered`` (repeats do not matter: the
+    least is the least), or None when a bin has none."""
+    firsts = np.searchsorted(ordered, _BIN_STARTS)
+    if firsts[-1] >= len(ordered):  # the last bin is empty
+        return None
+    least = ordered[firsts]  # an empty bin's first index is the next filled bin's
+    return least if ((least >> _BIN_SHIFT) == _BIN_NUMBERS).all() else None
 
 
 def _minhash_of_features(features: np.ndarray) -> int:
@@ -658,13 +707,18 @@ def _minhash_of_features(features: np.ndarray) -> int:
     short texts, empty in the same bins, still agree there. See :func:`minhash64`.
 
     A long text's features are first cut to the candidates for each bin's least
-    (:func:`_least_candidates`): the same value, from a sort of a fifth as many."""
+    (:func:`_least_candidates`): the same value, from a sort of a fifth as many, and with
+    every bin filled no repeats to remove and no bin to fill (~20 µs of numpy calls a page)."""
     candidates = _least_candidates(features)
-    ordered = _distinct(features if candidates is None else candidates)
+    if candidates is not None:
+        least = _least_of_bins(np.sort(candidates))
+        if least is not None:
+            return _bits_of(least)
+    ordered = _distinct(features)
     count = len(ordered)
     if count == 0:
         return 0
-    firsts = np.searchsorted(ordered, _BIN_NUMBERS << _BIN_SHIFT)  # each bin's least, if any
+    firsts = np.searchsorted(ordered, _BIN_STARTS)  # each bin's least, if any
     present = np.zeros(SIMHASH_BITS, dtype=bool)
     inside = firsts < count
     present[inside] = (ordered[firsts[inside]] >> _BIN_SHIFT) == _BIN_NUMBERS[inside]
@@ -673,5 +727,10 @@ def _minhash_of_features(features: np.ndarray) -> int:
         filled = np.flatnonzero(present)
         donor = filled[np.searchsorted(filled, np.arange(SIMHASH_BITS)) % len(filled)]
         least = np.where(present, least, _fmix64(ordered[firsts[donor]] ^ _BIN_NUMBERS))
+    return _bits_of(least)
+
+
+def _bits_of(least: np.ndarray) -> int:
+    """The fingerprint of the bins' least values: bit i is the lowest bit of bin i's."""
     bits = (least & np.uint64(1)).astype(np.uint8)
     return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")

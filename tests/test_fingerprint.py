@@ -178,6 +178,27 @@ def test_fingerprints_equals_the_two_functions():
             content_hash(" ".join(blocks)), minhash64_blocks(blocks))
 
 
+def test_collapsed_blocks_take_the_latin1_path_with_the_same_value(monkeypatch):
+    # fingerprints(collapsed=True, blocks=...) of Latin-1 blocks: one translate, the block
+    # ends from their lengths (_minhash_blocks_collapsed). The same value as minhash64_blocks
+    # for words with Latin-1 capitals, blocks shorter than a shingle, empty blocks and text
+    # past SIMHASH_MAX_CHARS; numbers only, no token at all and a block outside Latin-1 take
+    # the general path (_simhash_collapsed), and the positive control shows which did.
+    cap = fingerprint.SIMHASH_MAX_CHARS
+    cases = [([english(5, 80), "ÀÉÎ õüß µªº ÿ", english(6, 80)], False),
+             (["a b", "c", "d e f g"], False), (["", english(7, 50), ""], False),
+             ([english(8, 130_000)[:cap - 10], english(9, 40), english(10, 40)], False),
+             (["12 34 56", "78 90"], True), (["... ---", "!! ??"], True),
+             ([english(11, 300), "日本語の文章です。" * 30, "ภาษาไทย" * 30], True)]
+    general = fingerprint._simhash_collapsed
+    calls = []
+    monkeypatch.setattr(fingerprint, "_simhash_collapsed", lambda *args, **kw: calls.append(1) or general(*args, **kw))
+    for blocks, by_general_path in cases:
+        calls.clear()
+        assert fingerprints(" ".join(blocks), collapsed=True, blocks=blocks)[1] == minhash64_blocks(blocks)
+        assert bool(calls) == by_general_path
+
+
 # --- minhash64 ------------------------------------------------------------------------------
 
 def jaccard(a: str, b: str) -> float:
