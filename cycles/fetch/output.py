@@ -25,7 +25,6 @@ import io
 import os
 import re
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -136,7 +135,7 @@ def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[s
     """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
     fetched row (more than parsing the page's links), this ~7 µs. The ``encoded`` string
     columns hold UTF-8 bytes (or None): they become the column as they are, without a check
-    (:func:`encoded_column`: such a table is only good until the next call in this thread)."""
+    (:func:`encoded_column`)."""
     data = {name: [row[name] for row in rows] for name in table_schema.names}
     for name in encoded:
         data[name] = encoded_column(data[name], table_schema.field(name).type)
@@ -148,48 +147,30 @@ _MAX_STRING_COLUMN_BYTES = (1 << 31) - 1
 
 
 def encoded_column(values: list[bytes | None], type_: pa.DataType) -> pa.Array:
-    """A string array of UTF-8 bytes (or None), made from its buffers: the values copied
-    into :func:`_text_memory` and their offsets.
+    """A string array of UTF-8 bytes (or None), made from its buffers: the values joined
+    (one allocation of the known size, one copy) and their offsets.
 
     ``pa.array(values, pa.binary())`` appended them to a builder that grew by reallocation,
-    in fresh memory at each doubling, and ``b"".join`` faulted in a fresh 30-40 MB block at
-    each commit (glibc maps blocks that large anew): in the commit of
-    scripts/bench/bench_fetch.py ``--replay``, :func:`columns_to_table` took ~45 and ~25 µs
-    a row of a 29 KB page text, this ~11 (all columns).
-    The same array (tests/fetch/test_output.py compares the Parquet bytes). The array is
-    only good until the next call in this thread: the commit writes it at once."""
+    in fresh memory at each doubling: in the commit of scripts/bench/bench_fetch.py
+    ``--replay``, :func:`columns_to_table` took ~45 µs a row of a 29 KB page text, this ~25
+    (all columns). The same array (tests/fetch/test_output.py compares the Parquet bytes).
+    Its memory is its own: a buffer kept and refilled from commit to commit saved ~10 µs a
+    row more (session 14), but any table still held when the next chunk came would have
+    had its texts silently overwritten, so it was not kept."""
     count = len(values)
     nulls = values.count(None)
     filled = values if not nulls else [b"" if value is None else value for value in values]
-    lengths = np.fromiter(map(len, filled), dtype=np.int64, count=count)
-    offsets = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
+    data = b"".join(filled)
+    if len(data) > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
         return pa.array(values, pa.binary()).view(type_)
-    data = _text_memory(total)
-    view = memoryview(data)
-    for value, start, end in zip(filled, offsets[:-1].tolist(), offsets[1:].tolist()):
-        view[start:end] = value
+    offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, filled), dtype=np.int32, count=count), out=offsets[1:])
     validity = None
     if nulls:
         present = np.fromiter((value is not None for value in values), dtype=bool, count=count)
         validity = pa.py_buffer(np.packbits(present, bitorder="little"))
-    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                                pa.py_buffer(data)], null_count=nulls)
-
-
-_texts = threading.local()
-
-
-def _text_memory(size: int) -> np.ndarray:
-    """``size`` bytes of memory kept from commit to commit in this thread (grown, never
-    shrunk: a chunk's texts are up to FLUSH_BYTES and a page), so that its pages are faulted
-    in once per worker, not once per chunk."""
-    memory = getattr(_texts, "memory", None)
-    if memory is None or len(memory) < size:
-        memory = _texts.memory = np.empty(size + size // 8, dtype=np.uint8)
-    return memory[:size]
+    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
