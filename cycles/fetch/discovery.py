@@ -76,8 +76,9 @@ RECENT_LINKS_MAX = 50_000
 """Raw links remembered exactly in front of the considered-links Bloom filter (~7 MB of
 strings; forgotten all at once when full). A page's navigation links are mostly the same as
 the last page's of its site: a set lookup (~0.05 µs) answers them, where the filter's
-BLAKE2b and 10 probes in Python took ~3 µs a link (~4 % of the worker's per-page CPU on
-the test web, py-spy of ``scripts/bench_fetch.py --replay``). The answers are the
+hash and 10 probes in Python took ~3 µs a link with BLAKE2b (~4 % of the worker's per-page
+CPU on the test web, py-spy of ``scripts/bench_fetch.py --replay``; XXH3 since session 14
+takes ~0.6 µs of that, cycles/storage/bloom.py). The answers are the
 filter's: a link in the set was added to the filter, which never forgets."""
 
 
