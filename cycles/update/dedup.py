@@ -156,17 +156,65 @@ exact marks before the near search) is applied after the union, in :func:`merge_
 def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) -> dict[str, str]:
     """Scan crawl DB rows ``db_source`` (a bucket, or the whole crawl DB) for the segment's
     pages ``pages`` (a table: url, host, content_hash, minhash, text_chars); returns kind →
-    temp table (:data:`MATCH_KINDS`). Cost: one pass over the rows' cheap columns plus one
-    hash join per block mask with the segment's fingerprints on the build side.
+    temp table (:data:`MATCH_KINDS`). Cost: two passes over the rows (the stored
+    fingerprints alone, then the few rows any scan can match) plus one hash join per block
+    mask with the segment's fingerprints on the build side.
 
-    The rows any of the scans below can match (stored pages, duplicates, the segment's own
-    URLs) are read once into ``m_db``, with the seven columns the scans use: ``db_source``
-    merges a base with its deltas on read, and five scans of it ran that merge five times."""
+    The near search runs first, on the stored fingerprints only (:func:`near_pairs`): it
+    names the fingerprints whose holders are wanted. Then the rows any of the scans below
+    can match (the segment's own URLs, stored pages holding one of the segment's
+    fingerprints or a paired one, duplicates) are read once into ``m_db`` with the seven
+    columns the scans use, and the scans read that small table: ``db_source`` merges a
+    base with its deltas on read, and five scans of it ran that merge five times. Reading
+    the seven columns of every stored page into ``m_db`` (a row in 1.3 of a bucket) cost
+    half of a dedup task (docs/incremental.md, "Update's scans at 100 M")."""
+    near_pairs(con, db_source, pages, u)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_db AS
         SELECT url, host, status, content_hash, minhash, first_fetched, duplicate_of FROM {db_source}
-        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL) OR status = {literal(DbStatus.DUPLICATE)}
-           OR url IN (SELECT url FROM {pages})""")
-    db_source = "m_db"
+        WHERE (status IN {STORED_STATUSES} AND content_hash IS NOT NULL
+               AND (minhash IN (SELECT minhash FROM {pages} WHERE minhash IS NOT NULL)
+                    OR minhash IN (SELECT other_hash FROM m_near_pairs)))
+           OR status = {literal(DbStatus.DUPLICATE)} OR url IN (SELECT url FROM {pages})""")
+    # The pairs were found among every fingerprint of a stored status (the content hash
+    # left unread: a column of 32-character strings); the stored rows' own are kept.
+    con.execute(f"""DELETE FROM m_near_pairs WHERE other_hash NOT IN (SELECT minhash FROM {stored_sql('m_db')}
+        AND minhash IS NOT NULL)""")
+    matched_rows(con, "m_db", pages)
+    con.execute("DROP TABLE m_db")
+    return {kind: f"m_{kind}" for kind in MATCH_KINDS}
+
+
+def near_pairs(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) -> None:
+    """``m_near_pairs`` (url, other_hash): the segment's candidates (before the exact marks
+    are known: a superset, cut in merge_matches) against the fingerprints of the rows
+    ``db_source`` of a stored status (a superset of :func:`stored_sql`'s: the caller cuts
+    the pairs to those), one join per block mask, one at a time: each hash table is built
+    on the segment's pages and the stored fingerprints stream past it (all 20 in one UNION
+    ALL built them side by side and spilled: 115 s instead of ~40 s at 100 M URLs). Only
+    fingerprints go through the joins (one column of the rows read); the few rows holding
+    a paired one are read after (:func:`match_stored`)."""
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
+        SELECT url, minhash FROM {pages} WHERE minhash IS NOT NULL AND minhash <> 0
+          AND text_chars >= ?""", [u.minhash_min_chars])
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
+        SELECT minhash FROM {db_source} WHERE status IN {STORED_STATUSES} AND minhash <> 0""")
+    con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
+    # No page of the segment to pair, or no stored fingerprint to pair it with (a first
+    # crawl, a segment of errors): the joins would find nothing, and each is a statement.
+    paired = con.execute("SELECT EXISTS (FROM m_mine) AND EXISTS (FROM m_hashes)").fetchone()[0]
+    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance) if paired else ():
+        con.execute("""INSERT INTO m_cand
+            SELECT a.url, b.minhash FROM m_mine a JOIN m_hashes b
+              ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)
+            WHERE bit_count(xor(a.minhash, b.minhash)) <= $distance""", {"mask": mask, "distance": u.minhash_max_distance})
+    con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
+    for table in ("m_mine", "m_hashes", "m_cand"):
+        con.execute(f"DROP TABLE {table}")
+
+
+def matched_rows(con: duckdb.DuckDBPyConnection, db_source: str, pages: str) -> None:
+    """``m_seg``, ``m_exact``, ``m_near_holders`` and ``m_copies`` (:data:`MATCH_KINDS`) from
+    the rows ``db_source`` (``m_db``: every row they can match) and ``m_near_pairs``."""
     stored = stored_sql(db_source)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_seg AS
         SELECT p.url, db.first_fetched, db.content_hash AS db_content_hash
@@ -180,27 +228,6 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
            AND minhash IN (SELECT minhash FROM {pages} WHERE minhash IS NOT NULL)
            AND content_hash IN (SELECT content_hash FROM {pages})
            AND url NOT IN (SELECT url FROM {pages})""")
-    # Near: the segment's candidates (before the exact marks are known: a superset, cut in
-    # merge_matches) against the stored fingerprints, one join per block mask, one at a
-    # time: each hash table is built on the segment's pages and the stored fingerprints
-    # stream past it (all 20 in one UNION ALL built them side by side and spilled: 115 s
-    # instead of ~40 s at 100 M URLs). Only fingerprints go through the joins; the few
-    # rows holding a paired one are looked up after.
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_mine AS
-        SELECT url, minhash FROM {pages} WHERE minhash IS NOT NULL AND minhash <> 0
-          AND text_chars >= ?""", [u.minhash_min_chars])
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE m_hashes AS
-        SELECT minhash FROM {stored} AND minhash IS NOT NULL AND minhash <> 0""")
-    con.execute("CREATE OR REPLACE TEMP TABLE m_cand (url VARCHAR, other_hash UBIGINT)")
-    # No page of the segment to pair, or no stored fingerprint to pair it with (a first
-    # crawl, a segment of errors): the joins would find nothing, and each is a statement.
-    paired = con.execute("SELECT EXISTS (FROM m_mine) AND EXISTS (FROM m_hashes)").fetchone()[0]
-    for mask in block_masks(u.minhash_blocks, u.minhash_max_distance) if paired else ():
-        con.execute("""INSERT INTO m_cand
-            SELECT a.url, b.minhash FROM m_mine a JOIN m_hashes b
-              ON (a.minhash & $mask::UBIGINT) = (b.minhash & $mask::UBIGINT)
-            WHERE bit_count(xor(a.minhash, b.minhash)) <= $distance""", {"mask": mask, "distance": u.minhash_max_distance})
-    con.execute("CREATE OR REPLACE TEMP TABLE m_near_pairs AS SELECT DISTINCT url, other_hash FROM m_cand")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE m_near_holders AS
         SELECT url, host, minhash, first_fetched FROM {stored}
            AND status NOT IN ({literal(DbStatus.DUPLICATE)}, {literal(DbStatus.NEAR_DUPLICATE)})
@@ -210,9 +237,6 @@ def match_stored(con: duckdb.DuckDBPyConnection, db_source: str, pages: str, u) 
         FROM {db_source} db
         WHERE status = {literal(DbStatus.DUPLICATE)} AND duplicate_of IS NOT NULL AND url NOT IN (SELECT url FROM {pages})
         GROUP BY ALL""")
-    for table in ("m_mine", "m_hashes", "m_cand", "m_db"):
-        con.execute(f"DROP TABLE {table}")
-    return {kind: f"m_{kind}" for kind in MATCH_KINDS}
 
 
 def stored_sql(db_source: str) -> str:
