@@ -534,3 +534,34 @@ def test_a_rate_that_is_not_a_number_gets_an_end_of_the_grid(rate, index):
     u = Config().update
     got = duckdb.connect().execute(f"SELECT {grid_index_sql(u, rate)}").fetchone()[0]
     assert got == (1 if index == "first" else len(rate_grid(u)))
+
+
+def test_seconds_between_is_epoch_of_the_difference_bit_for_bit():
+    """seconds_between_sql replaces epoch(end - start) in the rate histogram and the host
+    priors (docs/incremental.md, "Update's scans at 100 M"): the same double in a stage's
+    connection (UTC), for spans of microseconds to decades, negative ones, across leap days
+    and DST dates of other zones, and null when either side is."""
+    from cycles.tables.crawldb import connect
+    from cycles.update.schedule import seconds_between_sql
+
+    con = connect(None, Config())
+    try:
+        con.execute("""CREATE TEMP TABLE t AS SELECT a, b FROM (
+            SELECT TIMESTAMPTZ '2000-01-01 00:00:00+00' + to_microseconds(i * 7919 * 1000003 + i * i) AS a,
+                   TIMESTAMPTZ '2024-02-29 23:59:59.999999+00' - to_microseconds(i * 104729 * 999983) AS b
+            FROM range(20000) r(i))
+            UNION ALL VALUES (TIMESTAMPTZ '2026-03-29 01:00:00.5+00', TIMESTAMPTZ '2026-03-28 01:00:00.25+00'),
+                             (TIMESTAMPTZ '2026-10-25 03:00:00+00', TIMESTAMPTZ '2026-10-25 00:59:59.999999+00'),
+                             (NULL, TIMESTAMPTZ '2026-10-25 00:00:00+00'), (TIMESTAMPTZ '2026-10-25 00:00:00+00', NULL)""")
+        rows = con.execute(f"""SELECT count(*), count(*) FILTER (WHERE epoch(a - b) IS DISTINCT FROM {seconds_between_sql('a', 'b')}),
+            count(*) FILTER (WHERE {seconds_between_sql('a', 'b')} IS NULL), count(*) FILTER (WHERE a < b),
+            count(*) FILTER (WHERE epoch(a - b) IS DISTINCT FROM (epoch_us(a) - epoch_us(b)) / 1e6)
+            FROM t""").fetchone()
+    finally:
+        con.close()
+    assert rows[0] == 20004 and rows[1] == 0
+    assert rows[2] == 2  # the two pairs with a null side
+    assert 0 < rows[3] < 20004  # negative spans are among those compared
+    # The positive control: the plain microseconds over 10⁶ (one rounding, not two) is not
+    # the same double on some of these rows, so a wrong formula would be seen.
+    assert rows[4] > 0
