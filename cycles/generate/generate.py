@@ -49,7 +49,7 @@ import itertools
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -242,6 +242,14 @@ class GenerateBucketTask:
     """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
     (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
     filter from them rather than scanning the bucket's hosts a second time."""
+    limit: int = 0
+    """How many candidates the bucket writes (0: ``top_n``): round 1 writes the bucket's share
+    (:func:`bucket_candidate_limit`), and a bucket cut short is scanned again with ``top_n``
+    (:func:`exact_cutoff`)."""
+
+    @property
+    def rows(self) -> int:
+        return self.limit or self.top_n
 
 
 @dataclass(frozen=True)
@@ -256,6 +264,10 @@ class BucketDue:
     counters: dict = field(default_factory=dict)
     """What the task read: ``generate/row_groups_read`` and ``generate/row_groups_skipped``
     (the base's row groups holding nothing due, :func:`cycles.tables.crawldb.verify_due_pages`)."""
+    rows: int = 0
+    """Candidates written."""
+    last: tuple | None = None
+    """The last one's ranking key, as :func:`ranked_keys` gives it (None: none written)."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
@@ -279,22 +291,26 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
 def scan_bucket_due(store: Store, task: GenerateBucketTask, read) -> BucketDue:
     """:func:`select_bucket_due`'s scan in DuckDB."""
     con = connect(store, task.config, task.workers)
-    params = {**ranking_params(task.config), "now": task.now, "top_n": int(task.top_n), "bucket": task.bucket}
+    params = {**ranking_params(task.config), "now": task.now, "top_n": int(task.rows), "bucket": task.bucket}
     hosts = write_bucket_hosts(store, con, task) if task.hosts_out is not None else 0
     source, timed = due_source_sql(store, con, task, params)
     leased = leased_urls_sql(store, con, list(task.inputs.lease_files))
     sql = due_sql(source, leased, task.config, timed)
     reader = con.sql(sql, params=bound(sql, params)).to_arrow_reader(64 * 1024)
     histogram: Counter = Counter()
+    last: list = [None]
 
     def counted(batches):
         for batch in batches:
             histogram.update(priority_bins(batch.column("priority")))
+            if batch.num_rows:
+                last[0] = batch.slice(batch.num_rows - 1)
             yield batch
     store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
     con.close()
     return BucketDue(dict(histogram), hosts, {"generate/row_groups_read": read.read,
-                                              "generate/row_groups_skipped": read.skipped})
+                                              "generate/row_groups_skipped": read.skipped},
+                     sum(histogram.values()), batch_keys(last[0])[-1] if last[0] is not None else None)
 
 
 CANDIDATES = pa.schema([schema.CRAWLDB.field(name).remove_metadata().with_nullable(True) for name in
@@ -479,9 +495,15 @@ def ranked_keys(store: Store, path: StorePath, skip: int = 0) -> Iterator[tuple[
                 start += batch.num_rows
                 continue
             batch, start = batch.slice(max(0, skip - start)), max(start, skip)
-            next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-            yield from zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
-                           batch.column("url").to_pylist())
+            yield from batch_keys(batch)
+
+
+def batch_keys(batch) -> list[tuple[float, int, str]]:
+    """A batch of candidates' ranking keys (-priority, next_fetch µs, url): tuples that sort
+    in due_sql's order."""
+    next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return list(zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
+                    batch.column("url").to_pylist()))
 
 
 def top_n_cutoff(store: Store, candidates: list[StorePath], histograms: list[dict[int, int]],
@@ -847,8 +869,60 @@ def bucket_tasks(run: SegmentRun) -> list[GenerateBucketTask]:
     return [GenerateBucketTask(run.store.uri, run.config, bucket, file, run.manifest.schema_version, run.inputs,
                                run.now, run.top_n, run.scratch("bucket", bucket), run.executor.workers,
                                *current_link_files(run.store, bucket, buckets), buckets,
-                               run.scratch("hosts", bucket) if known_hosts_wanted(run.config) else None)
+                               run.scratch("hosts", bucket) if known_hosts_wanted(run.config) else None,
+                               bucket_candidate_limit(run.top_n, buckets))
             for bucket, file in enumerate(run.files)]
+
+
+CANDIDATE_SHARE_FACTOR = 2
+CANDIDATE_SLACK = 1024
+"""Round 1's candidates a bucket: twice its even share of ``top_n`` and this many more. Hosts
+hash uniformly over the buckets, so a bucket's part of the best ``top_n`` is ~top_n/buckets
+(at 64 buckets and 100 k: 1,563, a standard deviation of ~40 URLs, or a few hosts' caps):
+6.4 M candidates written for a 100 k list became 0.27 M. A bucket that holds more of the best
+is scanned again (:func:`exact_cutoff`), so the bound changes the cost, never the list."""
+
+
+def bucket_candidate_limit(top_n: int, buckets: int) -> int:
+    """How many candidates a bucket writes in round 1 (see CANDIDATE_SLACK)."""
+    share = -(-top_n // max(1, buckets))
+    return min(top_n, CANDIDATE_SHARE_FACTOR * share + CANDIDATE_SLACK)
+
+
+def cut_short(task: GenerateBucketTask, due: BucketDue, cutoff: Cutoff | None, total: int) -> bool:
+    """Whether the bucket may hold a URL ranked at or before ``cutoff`` that it did not write.
+
+    Its file holds its best ``rows`` in ranking order. Unless it wrote fewer than its limit,
+    or its limit was ``top_n`` (the best ``top_n`` overall are among each bucket's best
+    ``top_n``), the rows it left out rank after its last written key: the list loses none
+    of them when that key ranks at or after the cutoff and the union held ``top_n`` rows (the
+    cutoff is then the ``top_n``-th key of every bucket's whole ranking too: no left-out row
+    ranks before it)."""
+    if task.rows >= task.top_n or due.rows < task.rows:
+        return False
+    if cutoff is None or total < task.top_n:
+        return True
+    return due.last < (-cutoff.priority, cutoff.next_fetch_us, cutoff.url)
+
+
+def exact_cutoff(run: SegmentRun, tasks: list[GenerateBucketTask],
+                 due: list[BucketDue]) -> tuple[Cutoff | None, list[BucketDue]]:
+    """Round 2's cutoff over round 1's candidates, the buckets :func:`cut_short` names scanned
+    again for their best ``top_n`` first (a task each; their hosts are kept from round 1).
+    Rescanning only adds rows, so the cutoff can only move earlier and a bucket found whole
+    stays whole: one pass of rescans suffices, the loop only says so."""
+    due, tasks = list(due), list(tasks)
+    while True:
+        total = sum(d.rows for d in due)
+        cutoff = top_n_cutoff(run.store, [t.out for t in tasks], [d.histogram for d in due], run.top_n)
+        short = [i for i, (t, d) in enumerate(zip(tasks, due)) if cut_short(t, d, cutoff, total)]
+        if not short:
+            return cutoff, due
+        again = [replace(tasks[i], hosts_out=None, limit=0) for i in short]
+        for i, task, result in zip(short, again, run.executor.map(select_bucket_due, again)):
+            counters = Counter(due[i].counters)
+            counters.update({**result.counters, "generate/buckets_rescanned": 1})
+            due[i], tasks[i] = replace(result, hosts=due[i].hosts, counters=dict(counters)), task
 
 
 def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
@@ -856,12 +930,11 @@ def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
     hosts and their loads, the fetch lists. Returns the buckets' loads (none: nothing due)
     and the tasks' counters."""
     tasks = bucket_tasks(run)
-    due = run.executor.map(select_bucket_due, tasks)
+    cutoff, due = exact_cutoff(run, tasks, run.executor.map(select_bucket_due, tasks))
     counters: Counter = Counter()
     for bucket_due in due:
         counters.update(bucket_due.counters)
     outs = [task.out for task in tasks]
-    cutoff = top_n_cutoff(run.store, outs, [d.histogram for d in due], run.top_n)
     if cutoff is None:
         return [], dict(counters)
     # The known-hosts filter: each bucket task writes its hosts' part, sized from every

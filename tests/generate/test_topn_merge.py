@@ -168,3 +168,48 @@ def test_priority_bins_follow_the_priority_order():
     assert bins == sorted(bins)  # never a lower bin for a higher priority
     assert bins[0] == bins[1] == -1  # zero and -0.0 tie in the sort, so share a bin
     assert gen.priority_bins(pa.array([1.0, 1.0, 2.0])) == {bins[values.index(1.0)]: 2, bins[values.index(2.0)]: 1}
+
+
+@pytest.mark.parametrize("top_n", [1, 10, 23, 62, 1000])
+def test_buckets_cut_to_their_share_still_give_the_one_sorted_querys_urls(store, config, tmp_path, monkeypatch,
+                                                                         top_n):
+    # Round 1 writes each bucket's even share of top_n only (ceil(top_n / 4)): the buckets
+    # holding more of the best are found cut short and scanned again for their best top_n.
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    monkeypatch.setattr(gen, "MERGE_BATCH_ROWS", 4)
+    seed_with_ties(store, config, tmp_path)
+    now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    expected = reference_urls(store, config, now, top_n)
+    executor = InProcess()
+    calls = []
+    original = executor.map
+    executor.map = lambda fn, tasks: calls.append((fn.__name__, [getattr(t, 'rows', None) for t in tasks])) or original(fn, tasks)
+    result = gen.generate(store, config, now=now, top_n=top_n, executor=executor)
+    got = fetchlist_urls(store, result.segment)
+    assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == result.urls
+    first = [rows for name, rows in calls if name == "select_bucket_due"]
+    assert first[0] == [min(top_n, -(-top_n // 4))] * 4
+    stats = store.read_json(store.segment_dir(result.segment) / "stats" / "generate.json")
+    rescanned = stats.get("generate/buckets_rescanned", 0)
+    # The positive control: the cases whose best URLs are not spread evenly did rescan
+    # (each rescan asks a bucket for top_n), and the ones that fit did not.
+    assert rescanned == sum(len(rows) for rows in first[1:]) and all(r == top_n for rows in first[1:] for r in rows)
+    if top_n in (10, 23, 62):
+        assert rescanned > 0
+    if top_n == 1:
+        assert rescanned == 0
+
+
+def test_a_bucket_scanned_again_keeps_its_hosts_for_the_known_hosts_filter(store, config, tmp_path, monkeypatch):
+    from cycles.storage.bloom import BloomFilter
+
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    urls = seed_with_ties(store, config, tmp_path)
+    config.fetch.follow_outlinks_depth = 1
+    result = gen.generate(store, config, top_n=23)
+    folder = store.segment_dir(result.segment)
+    assert store.read_json(folder / "stats" / "generate.json")["generate/buckets_rescanned"] > 0
+    bloom = BloomFilter.from_bytes((folder / "seen" / "hosts.bloom").read_bytes())
+    assert all(u.split("/")[2] in bloom for u in urls)
