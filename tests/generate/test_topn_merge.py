@@ -213,3 +213,34 @@ def test_a_bucket_scanned_again_keeps_its_hosts_for_the_known_hosts_filter(store
     assert store.read_json(folder / "stats" / "generate.json")["generate/buckets_rescanned"] > 0
     bloom = BloomFilter.from_bytes((folder / "seen" / "hosts.bloom").read_bytes())
     assert all(u.split("/")[2] in bloom for u in urls)
+
+
+@pytest.mark.parametrize("top_n", [1, 3, 10, 23, 1000])
+def test_caps_ranked_over_the_best_rows_only_still_give_the_one_sorted_querys_urls(store, config, tmp_path,
+                                                                                  monkeypatch, top_n):
+    # The caps are ranked over each bucket's best rows × 1 by priority alone: where caps
+    # (7 a host) or ties leave fewer than its rows among them, the bucket ranks every row.
+    monkeypatch.setattr(gen, "PREFILTER_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    config.generate.max_urls_per_host = 2
+    seed_with_ties(store, config, tmp_path)
+    with store.lock():  # two hosts outrank every other: their buckets' best rows are theirs
+        replace_crawldb(store, config, lambda con, old, b: f"""SELECT * REPLACE (
+            CASE WHEN host IN ('h0.example', 'h5.example') THEN 10 ELSE score END::FLOAT AS score) FROM {old}""",
+                        who="test")
+    now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    expected = reference_urls(store, config, now, top_n)
+    thresholds, writes = [], []
+    prefilter, write = gen.prefilter_threshold, gen.write_candidates
+    monkeypatch.setattr(gen, "prefilter_threshold", lambda *a: thresholds.append(prefilter(*a)) or thresholds[-1])
+    monkeypatch.setattr(gen, "write_candidates", lambda *a: writes.append(write(*a)) or writes[-1])
+    result = gen.generate(store, config, now=now, top_n=top_n)
+    got = fetchlist_urls(store, result.segment)
+    assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == result.urls
+    # The positive control: some buckets ranked their best rows only, and those of h0 and h5
+    # (2 URLs a host of their 12 best) found too few there and ranked all.
+    if top_n <= 10:
+        assert any(t is not None for t in thresholds)
+    if top_n in (10, 23):
+        assert len(writes) > len(thresholds)
