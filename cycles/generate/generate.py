@@ -297,13 +297,16 @@ def scan_bucket_due(store: Store, task: GenerateBucketTask, read) -> BucketDue:
     hosts = write_bucket_hosts(store, con, task) if task.hosts_out is not None else 0
     source, timed = due_source_sql(store, con, task, params)
     leased = leased_urls_sql(store, con, list(task.inputs.lease_files))
-    threshold = prefilter_threshold(con, source, task, timed, params)
+    threshold = prefilter_threshold(con, source, task, params)
+    params["threshold"] = threshold
     best = "(SELECT * FROM due_rows WHERE ranked >= $threshold)" if threshold is not None else "due_rows"
-    histogram, rows, last = write_candidates(store, task, con, due_sql(best, leased, task.config, timed),
-                                             {**params, "threshold": threshold})
+    if timed:
+        best = with_time_budget_sql(store, con, best, task, params)
+    histogram, rows, last = write_candidates(store, task, con, due_sql(best, leased, task.config, timed), params)
     if threshold is not None and rows < task.rows:
         # Caps, leases or ties left fewer than ``rows`` among the best: rank them all.
-        histogram, rows, last = write_candidates(store, task, con, due_sql("due_rows", leased, task.config, timed),
+        every = with_time_budget_sql(store, con, "due_rows", task, params) if timed else "due_rows"
+        histogram, rows, last = write_candidates(store, task, con, due_sql(every, leased, task.config, timed),
                                                  params)
     con.close()
     return BucketDue(histogram, hosts, {"generate/row_groups_read": read.read,
@@ -316,7 +319,7 @@ PREFILTER_FACTOR = 8
 of due_sql cost 0.1 CPU-s instead of 0.7."""
 
 
-def prefilter_threshold(con, source: str, task: GenerateBucketTask, timed: bool, params: dict) -> float | None:
+def prefilter_threshold(con, source: str, task: GenerateBucketTask, params: dict) -> float | None:
     """Write the bucket's due rows, with the columns due_sql reads and their priority
     (``ranked``), to the temp table ``due_rows``; return the priority of its
     ``rows × PREFILTER_FACTOR``-th best row (None: it holds no more rows than that).
@@ -328,7 +331,6 @@ def prefilter_threshold(con, source: str, task: GenerateBucketTask, timed: bool,
     best ``rows``; else :func:`scan_bucket_due` ranks every row."""
     columns = "url, host, host_hash, score, depth, etag, last_modified, next_fetch, pattern_hash, fetch_interval_s"
     columns += ", host_importance" if task.config.generate.ranking == "links" else ""
-    columns += ", time_budget" if timed else ""
     sql = (f"CREATE OR REPLACE TEMP TABLE due_rows AS SELECT {columns}, {priority_sql()} AS ranked "
            f"FROM {source} WHERE next_fetch <= $now")
     con.execute(sql, bound(sql, params))
@@ -384,8 +386,9 @@ def write_bucket_hosts(store: Store, con, task: GenerateBucketTask) -> int:
 
 def due_source_sql(store: Store, con, task: GenerateBucketTask, params: dict) -> tuple[str, bool]:
     """SQL of the bucket's due rows as generate ranks them: with the leftovers, without the
-    hosts in flight, with each host's time budget (then ``True``) and ranked by links, as
-    the task's inputs and config say. Values go into ``params``."""
+    hosts in flight and ranked by links, as the task's inputs and config say; and whether
+    the segment has a time budget (:func:`with_time_budget_sql`, added to the rows that are
+    ranked). Values go into ``params``."""
     # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
     source = bucket_source_sql(store, con, task.file, task.schema_version, due=True)
     inputs = task.inputs
@@ -397,13 +400,10 @@ def due_source_sql(store: Store, con, task: GenerateBucketTask, params: dict) ->
         # fetches of it at once would break its spacing (cycles/commands/run.py).
         source = (f"(SELECT * FROM {source} WHERE host NOT IN "
                   f"(SELECT host FROM {leased_hosts_sql(store, con, list(inputs.host_lease_files))}))")
-    timed = inputs.segment_s > 0
-    if timed:
-        source = with_time_budget_sql(store, con, source, task, params)
     if task.config.generate.ranking == "links":
         source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
                                      link_source(store, con, task.link_hosts, schema.LINK_HOSTS))
-    return source, timed
+    return source, inputs.segment_s > 0
 
 
 def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask, known: str | None = None) -> str:
@@ -432,11 +432,14 @@ def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTas
     Only hosts with more due URLs than fit at the longest spacing a host may have
     (``fetch.max_crawl_delay_s``) are looked up: any other host fits whatever its spacing
     (a not-before wait aside, which the fetch's set-aside rule handles), so the host DB is
-    read for the few big hosts, not for the long tail."""
+    read for the few big hosts, not for the long tail. A host counts its due rows in
+    ``due_rows`` (:func:`prefilter_threshold`), and only the hosts of ``source`` (some of
+    them) are looked up."""
     fc, segment_s = task.config.fetch, task.inputs.segment_s
     floor = task.config.effective_delay_s()
     params["always_fit"] = max(1, int(segment_s / max(floor, fc.max_crawl_delay_s)))
-    sql = f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > $always_fit"
+    mine = "" if source == "due_rows" else f"WHERE host IN (SELECT host FROM {source}) "
+    sql = f"SELECT host FROM due_rows {mine}GROUP BY host HAVING count(*) > $always_fit"
     big = [host for (host,) in con.sql(sql, params=bound(sql, params)).fetchall()]
     states = load_host_state(store, set(big)) if big else {}
     # The host DB's not_before is real wall time (politeness never runs on the crawl's clock,
