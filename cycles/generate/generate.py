@@ -17,12 +17,16 @@ placed in one partition.
 
 No process holds the segment's rows (issue #11). Tasks on the stage's executor, in rounds:
 
-1. one :func:`select_bucket_due` per crawl DB bucket writes its best ``top_n`` due URLs in
-   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin
-   (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
+1. one :func:`select_bucket_due` per crawl DB bucket writes its best due URLs in ranking
+   order (``candidates/bucket-N``): twice its even share of ``top_n`` and a slack
+   (:func:`bucket_candidate_limit`), the caps ranked over its best rows by priority alone
+   (:func:`prefilter_threshold`); returns their histogram by priority bin and the last
+   one's key (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
 2. the coordinator sums the histograms to find the bin the ``top_n``-th URL falls in, and
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
-   (:func:`top_n_cutoff`: one batch per bucket in memory);
+   (:func:`top_n_cutoff`: one batch per bucket in memory); a bucket that may hold more
+   URLs before the cutoff than it wrote is scanned again for its best ``top_n`` first
+   (:func:`exact_cutoff`);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
    host, weighs its hosts by expected fetch time and reports the heaviest by name and the
    rest by hash group (cycles/tables/assign.py :func:`bucket_load`), writes its chosen
@@ -271,12 +275,14 @@ class BucketDue:
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
-    """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
-    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff; and with
-    ``task.hosts_out``, the bucket's distinct hosts there and their count.
+    """Write the bucket's best ``task.rows`` due URLs to ``task.out``, in ranking order;
+    returns their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff, and
+    the last one's key; and with ``task.hosts_out``, the bucket's distinct hosts there and
+    their count.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
-    bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
+    bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``; of fewer,
+    when :func:`cut_short` says so.
     """
     store = Store(task.store_uri)
     # Only the pages the due scan reads are checked (DuckDB checks no CRC): the base's row
