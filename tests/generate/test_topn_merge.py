@@ -184,7 +184,11 @@ def test_buckets_cut_to_their_share_still_give_the_one_sorted_querys_urls(store,
     executor = InProcess()
     calls = []
     original = executor.map
-    executor.map = lambda fn, tasks: calls.append((fn.__name__, [getattr(t, 'rows', None) for t in tasks])) or original(fn, tasks)
+
+    def recording(fn, tasks):
+        calls.append((fn.__name__, [getattr(task, "rows", None) for task in tasks]))
+        return original(fn, tasks)
+    executor.map = recording
     result = gen.generate(store, config, now=now, top_n=top_n, executor=executor)
     got = fetchlist_urls(store, result.segment)
     assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == result.urls
