@@ -383,9 +383,15 @@ def empty_bucket_due(store: Store, task: GenerateBucketTask, read) -> BucketDue:
 def write_bucket_hosts(store: Store, con, task: GenerateBucketTask) -> int:
     """The bucket's distinct hosts, written to ``task.hosts_out`` (the known-hosts filter's
     part, :func:`write_known_hosts_part`); returns their count. Reads the host column of
-    every row: a host with nothing due is known too."""
-    whole = bucket_source_sql(store, con, task.file, task.schema_version)
-    table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
+    every row: a host with nothing due is known too.
+
+    The base's and the deltas' hosts, not merged: a delta row replaces the base row of its
+    URL, which has the URL's host too, so the merge changes no host. Merging read every
+    URL of the base for its anti join (0.25 CPU-s a bucket at 100 M URLs, this 0.04)."""
+    files = as_bucket_files(task.file)
+    hosts = " UNION ALL ".join(f"SELECT host FROM {store.duckdb_source(con, [path])}"
+                               for path in [files.base, *files.deltas])
+    table = con.sql(f"SELECT DISTINCT host FROM ({hosts})").to_arrow_table()
     store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
     return table.num_rows
 
