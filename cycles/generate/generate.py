@@ -17,12 +17,16 @@ placed in one partition.
 
 No process holds the segment's rows (issue #11). Tasks on the stage's executor, in rounds:
 
-1. one :func:`select_bucket_due` per crawl DB bucket writes its best ``top_n`` due URLs in
-   ranking order (``candidates/bucket-N``) and returns their histogram by priority bin
-   (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
+1. one :func:`select_bucket_due` per crawl DB bucket writes its best due URLs in ranking
+   order (``candidates/bucket-N``): twice its even share of ``top_n`` and a slack
+   (:func:`bucket_candidate_limit`), the caps ranked over its best rows by priority alone
+   (:func:`prefilter_threshold`); returns their histogram by priority bin and the last
+   one's key (and, for the known-hosts filter, writes the bucket's distinct hosts and their count);
 2. the coordinator sums the histograms to find the bin the ``top_n``-th URL falls in, and
    a k-way merge of the buckets' keys, started at that bin, finds the exact cutoff key
-   (:func:`top_n_cutoff`: one batch per bucket in memory);
+   (:func:`top_n_cutoff`: one batch per bucket in memory); a bucket that may hold more
+   URLs before the cutoff than it wrote is scanned again for its best ``top_n`` first
+   (:func:`exact_cutoff`);
 3. one :func:`count_chosen_hosts` per bucket counts its URLs at or before the cutoff by
    host, weighs its hosts by expected fetch time and reports the heaviest by name and the
    rest by hash group (cycles/tables/assign.py :func:`bucket_load`), writes its chosen
@@ -49,7 +53,7 @@ import itertools
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -242,6 +246,14 @@ class GenerateBucketTask:
     """Where the bucket's distinct hosts go when the segment gets a known-hosts filter
     (schema.BUCKET_HOSTS; None: none wanted): the next round fills the bucket's part of the
     filter from them rather than scanning the bucket's hosts a second time."""
+    limit: int = 0
+    """How many candidates the bucket writes (0: ``top_n``): round 1 writes the bucket's share
+    (:func:`bucket_candidate_limit`), and a bucket cut short is scanned again with ``top_n``
+    (:func:`exact_cutoff`)."""
+
+    @property
+    def rows(self) -> int:
+        return self.limit or self.top_n
 
 
 @dataclass(frozen=True)
@@ -256,15 +268,21 @@ class BucketDue:
     counters: dict = field(default_factory=dict)
     """What the task read: ``generate/row_groups_read`` and ``generate/row_groups_skipped``
     (the base's row groups holding nothing due, :func:`cycles.tables.crawldb.verify_due_pages`)."""
+    rows: int = 0
+    """Candidates written."""
+    last: tuple | None = None
+    """The last one's ranking key, as :func:`ranked_keys` gives it (None: none written)."""
 
 
 def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
-    """Write the bucket's best ``top_n`` due URLs to ``task.out``, in ranking order; returns
-    their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff; and with
-    ``task.hosts_out``, the bucket's distinct hosts there and their count.
+    """Write the bucket's best ``task.rows`` due URLs to ``task.out``, in ranking order;
+    returns their histogram by :func:`priority_bins` (bin → URLs), for the top-N cutoff, and
+    the last one's key; and with ``task.hosts_out``, the bucket's distinct hosts there and
+    their count.
 
     A host lives in one bucket, so the per-host and per-pattern caps hold bucket by
-    bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``.
+    bucket, and the best ``top_n`` overall are among the buckets' best ``top_n``; of fewer,
+    when :func:`cut_short` says so.
     """
     store = Store(task.store_uri)
     # Only the pages the due scan reads are checked (DuckDB checks no CRC): the base's row
@@ -277,24 +295,72 @@ def select_bucket_due(task: GenerateBucketTask) -> BucketDue:
 
 
 def scan_bucket_due(store: Store, task: GenerateBucketTask, read) -> BucketDue:
-    """:func:`select_bucket_due`'s scan in DuckDB."""
+    """:func:`select_bucket_due`'s scan in DuckDB: the due rows ranked once into a temp table,
+    then capped and cut to the task's ``rows`` (:func:`write_candidates`) over the best of
+    them only (:func:`prefilter_threshold`), or over all when those were too few."""
     con = connect(store, task.config, task.workers)
-    params = {**ranking_params(task.config), "now": task.now, "top_n": int(task.top_n), "bucket": task.bucket}
+    params = {**ranking_params(task.config), "now": task.now, "top_n": int(task.rows), "bucket": task.bucket}
     hosts = write_bucket_hosts(store, con, task) if task.hosts_out is not None else 0
     source, timed = due_source_sql(store, con, task, params)
     leased = leased_urls_sql(store, con, list(task.inputs.lease_files))
-    sql = due_sql(source, leased, task.config, timed)
+    threshold = prefilter_threshold(con, source, task, params)
+    params["threshold"] = threshold
+    best = "(SELECT * FROM due_rows WHERE ranked >= $threshold)" if threshold is not None else "due_rows"
+    if timed:
+        best = with_time_budget_sql(store, con, best, task, params)
+    histogram, rows, last = write_candidates(store, task, con, due_sql(best, leased, task.config, timed), params)
+    if threshold is not None and rows < task.rows:
+        # Caps, leases or ties left fewer than ``rows`` among the best: rank them all.
+        every = with_time_budget_sql(store, con, "due_rows", task, params) if timed else "due_rows"
+        histogram, rows, last = write_candidates(store, task, con, due_sql(every, leased, task.config, timed),
+                                                 params)
+    con.close()
+    return BucketDue(histogram, hosts, {"generate/row_groups_read": read.read,
+                                        "generate/row_groups_skipped": read.skipped}, rows, last)
+
+
+PREFILTER_FACTOR = 8
+"""The caps are ranked over the bucket's best ``rows`` × this many due rows by priority alone
+(:func:`prefilter_threshold`): at 100 M URLs, 33 k of a bucket's 290 k, and the two windows
+of due_sql cost 0.1 CPU-s instead of 0.7."""
+
+
+def prefilter_threshold(con, source: str, task: GenerateBucketTask, params: dict) -> float | None:
+    """Write the bucket's due rows, with the columns due_sql reads and their priority
+    (``ranked``), to the temp table ``due_rows``; return the priority of its
+    ``rows × PREFILTER_FACTOR``-th best row (None: it holds no more rows than that).
+
+    Why due_sql over the rows ranked at or above it gives the same best ``rows`` as over all:
+    every row below it ranks after every row at or above it (priority comes first in the
+    order), so it moves no rank within a host or pattern of the rows above; the capped rows
+    above are the capped ranking's first ones. When they number ``rows`` or more, they are its
+    best ``rows``; else :func:`scan_bucket_due` ranks every row."""
+    columns = "url, host, host_hash, score, depth, etag, last_modified, next_fetch, pattern_hash, fetch_interval_s"
+    columns += ", host_importance" if task.config.generate.ranking == "links" else ""
+    sql = (f"CREATE OR REPLACE TEMP TABLE due_rows AS SELECT {columns}, {priority_sql()} AS ranked "
+           f"FROM {source} WHERE next_fetch <= $now")
+    con.execute(sql, bound(sql, params))
+    rows = con.sql("SELECT ranked FROM due_rows ORDER BY ranked DESC LIMIT 1 OFFSET ?",
+                   params=[task.rows * PREFILTER_FACTOR - 1]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def write_candidates(store: Store, task: GenerateBucketTask, con, sql: str,
+                     params: dict) -> tuple[dict[int, int], int, tuple | None]:
+    """Write ``sql``'s rows (due_sql's) to ``task.out``; returns their histogram by
+    :func:`priority_bins`, their count and the last one's key (:func:`batch_keys`)."""
     reader = con.sql(sql, params=bound(sql, params)).to_arrow_reader(64 * 1024)
     histogram: Counter = Counter()
+    last: list = [None]
 
     def counted(batches):
         for batch in batches:
             histogram.update(priority_bins(batch.column("priority")))
+            if batch.num_rows:
+                last[0] = batch.slice(batch.num_rows - 1)
             yield batch
     store.write_batches(task.out, counted(reader), reader.schema, CANDIDATE_ROW_GROUP_ROWS)
-    con.close()
-    return BucketDue(dict(histogram), hosts, {"generate/row_groups_read": read.read,
-                                              "generate/row_groups_skipped": read.skipped})
+    return dict(histogram), sum(histogram.values()), batch_keys(last[0])[-1] if last[0] is not None else None
 
 
 CANDIDATES = pa.schema([schema.CRAWLDB.field(name).remove_metadata().with_nullable(True) for name in
@@ -317,17 +383,24 @@ def empty_bucket_due(store: Store, task: GenerateBucketTask, read) -> BucketDue:
 def write_bucket_hosts(store: Store, con, task: GenerateBucketTask) -> int:
     """The bucket's distinct hosts, written to ``task.hosts_out`` (the known-hosts filter's
     part, :func:`write_known_hosts_part`); returns their count. Reads the host column of
-    every row: a host with nothing due is known too."""
-    whole = bucket_source_sql(store, con, task.file, task.schema_version)
-    table = con.sql(f"SELECT DISTINCT host FROM {whole}").to_arrow_table()
+    every row: a host with nothing due is known too.
+
+    The base's and the deltas' hosts, not merged: a delta row replaces the base row of its
+    URL, which has the URL's host too, so the merge changes no host. Merging read every
+    URL of the base for its anti join (0.25 CPU-s a bucket at 100 M URLs, this 0.04)."""
+    files = as_bucket_files(task.file)
+    hosts = " UNION ALL ".join(f"SELECT host FROM {store.duckdb_source(con, [path])}"
+                               for path in [files.base, *files.deltas])
+    table = con.sql(f"SELECT DISTINCT host FROM ({hosts})").to_arrow_table()
     store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
     return table.num_rows
 
 
 def due_source_sql(store: Store, con, task: GenerateBucketTask, params: dict) -> tuple[str, bool]:
     """SQL of the bucket's due rows as generate ranks them: with the leftovers, without the
-    hosts in flight, with each host's time budget (then ``True``) and ranked by links, as
-    the task's inputs and config say. Values go into ``params``."""
+    hosts in flight and ranked by links, as the task's inputs and config say; and whether
+    the segment has a time budget (:func:`with_time_budget_sql`, added to the rows that are
+    ranked). Values go into ``params``."""
     # Only what is due (docs/incremental.md): the base's row groups with nothing due are skipped.
     source = bucket_source_sql(store, con, task.file, task.schema_version, due=True)
     inputs = task.inputs
@@ -339,13 +412,10 @@ def due_source_sql(store: Store, con, task: GenerateBucketTask, params: dict) ->
         # fetches of it at once would break its spacing (cycles/commands/run.py).
         source = (f"(SELECT * FROM {source} WHERE host NOT IN "
                   f"(SELECT host FROM {leased_hosts_sql(store, con, list(inputs.host_lease_files))}))")
-    timed = inputs.segment_s > 0
-    if timed:
-        source = with_time_budget_sql(store, con, source, task, params)
     if task.config.generate.ranking == "links":
         source = ranked_by_links_sql(source, link_source(store, con, task.link_urls, schema.LINK_URLS),
                                      link_source(store, con, task.link_hosts, schema.LINK_HOSTS))
-    return source, timed
+    return source, inputs.segment_s > 0
 
 
 def with_leftovers_sql(store: Store, con, source: str, task: GenerateBucketTask, known: str | None = None) -> str:
@@ -374,11 +444,14 @@ def with_time_budget_sql(store: Store, con, source: str, task: GenerateBucketTas
     Only hosts with more due URLs than fit at the longest spacing a host may have
     (``fetch.max_crawl_delay_s``) are looked up: any other host fits whatever its spacing
     (a not-before wait aside, which the fetch's set-aside rule handles), so the host DB is
-    read for the few big hosts, not for the long tail."""
+    read for the few big hosts, not for the long tail. A host counts its due rows in
+    ``due_rows`` (:func:`prefilter_threshold`), and only the hosts of ``source`` (some of
+    them) are looked up."""
     fc, segment_s = task.config.fetch, task.inputs.segment_s
     floor = task.config.effective_delay_s()
     params["always_fit"] = max(1, int(segment_s / max(floor, fc.max_crawl_delay_s)))
-    sql = f"SELECT host FROM {source} WHERE next_fetch <= $now GROUP BY host HAVING count(*) > $always_fit"
+    mine = "" if source == "due_rows" else f"WHERE host IN (SELECT host FROM {source}) "
+    sql = f"SELECT host FROM due_rows {mine}GROUP BY host HAVING count(*) > $always_fit"
     big = [host for (host,) in con.sql(sql, params=bound(sql, params)).fetchall()]
     states = load_host_state(store, set(big)) if big else {}
     # The host DB's not_before is real wall time (politeness never runs on the crawl's clock,
@@ -479,9 +552,15 @@ def ranked_keys(store: Store, path: StorePath, skip: int = 0) -> Iterator[tuple[
                 start += batch.num_rows
                 continue
             batch, start = batch.slice(max(0, skip - start)), max(start, skip)
-            next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-            yield from zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
-                           batch.column("url").to_pylist())
+            yield from batch_keys(batch)
+
+
+def batch_keys(batch) -> list[tuple[float, int, str]]:
+    """A batch of candidates' ranking keys (-priority, next_fetch µs, url): tuples that sort
+    in due_sql's order."""
+    next_fetch = batch.column("next_fetch").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return list(zip(pc.negate(batch.column("priority")).to_pylist(), next_fetch.to_pylist(),
+                    batch.column("url").to_pylist()))
 
 
 def top_n_cutoff(store: Store, candidates: list[StorePath], histograms: list[dict[int, int]],
@@ -847,8 +926,60 @@ def bucket_tasks(run: SegmentRun) -> list[GenerateBucketTask]:
     return [GenerateBucketTask(run.store.uri, run.config, bucket, file, run.manifest.schema_version, run.inputs,
                                run.now, run.top_n, run.scratch("bucket", bucket), run.executor.workers,
                                *current_link_files(run.store, bucket, buckets), buckets,
-                               run.scratch("hosts", bucket) if known_hosts_wanted(run.config) else None)
+                               run.scratch("hosts", bucket) if known_hosts_wanted(run.config) else None,
+                               bucket_candidate_limit(run.top_n, buckets))
             for bucket, file in enumerate(run.files)]
+
+
+CANDIDATE_SHARE_FACTOR = 2
+CANDIDATE_SLACK = 1024
+"""Round 1's candidates a bucket: twice its even share of ``top_n`` and this many more. Hosts
+hash uniformly over the buckets, so a bucket's part of the best ``top_n`` is ~top_n/buckets
+(at 64 buckets and 100 k: 1,563, a standard deviation of ~40 URLs, or a few hosts' caps):
+6.4 M candidates written for a 100 k list became 0.27 M. A bucket that holds more of the best
+is scanned again (:func:`exact_cutoff`), so the bound changes the cost, never the list."""
+
+
+def bucket_candidate_limit(top_n: int, buckets: int) -> int:
+    """How many candidates a bucket writes in round 1 (see CANDIDATE_SLACK)."""
+    share = -(-top_n // max(1, buckets))
+    return min(top_n, CANDIDATE_SHARE_FACTOR * share + CANDIDATE_SLACK)
+
+
+def cut_short(task: GenerateBucketTask, due: BucketDue, cutoff: Cutoff | None, total: int) -> bool:
+    """Whether the bucket may hold a URL ranked at or before ``cutoff`` that it did not write.
+
+    Its file holds its best ``rows`` in ranking order. Unless it wrote fewer than its limit,
+    or its limit was ``top_n`` (the best ``top_n`` overall are among each bucket's best
+    ``top_n``), the rows it left out rank after its last written key: the list loses none
+    of them when that key ranks at or after the cutoff and the union held ``top_n`` rows (the
+    cutoff is then the ``top_n``-th key of every bucket's whole ranking too: no left-out row
+    ranks before it)."""
+    if task.rows >= task.top_n or due.rows < task.rows:
+        return False
+    if cutoff is None or total < task.top_n:
+        return True
+    return due.last < (-cutoff.priority, cutoff.next_fetch_us, cutoff.url)
+
+
+def exact_cutoff(run: SegmentRun, tasks: list[GenerateBucketTask],
+                 due: list[BucketDue]) -> tuple[Cutoff | None, list[BucketDue]]:
+    """Round 2's cutoff over round 1's candidates, the buckets :func:`cut_short` names scanned
+    again for their best ``top_n`` first (a task each; their hosts are kept from round 1).
+    Rescanning only adds rows, so the cutoff can only move earlier and a bucket found whole
+    stays whole: one pass of rescans suffices, the loop only says so."""
+    due, tasks = list(due), list(tasks)
+    while True:
+        total = sum(d.rows for d in due)
+        cutoff = top_n_cutoff(run.store, [t.out for t in tasks], [d.histogram for d in due], run.top_n)
+        short = [i for i, (t, d) in enumerate(zip(tasks, due)) if cut_short(t, d, cutoff, total)]
+        if not short:
+            return cutoff, due
+        again = [replace(tasks[i], hosts_out=None, limit=0) for i in short]
+        for i, task, result in zip(short, again, run.executor.map(select_bucket_due, again)):
+            counters = Counter(due[i].counters)
+            counters.update({**result.counters, "generate/buckets_rescanned": 1})
+            due[i], tasks[i] = replace(result, hosts=due[i].hosts, counters=dict(counters)), task
 
 
 def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
@@ -856,12 +987,11 @@ def choose_and_write(run: SegmentRun) -> tuple[list[BucketLoad], dict]:
     hosts and their loads, the fetch lists. Returns the buckets' loads (none: nothing due)
     and the tasks' counters."""
     tasks = bucket_tasks(run)
-    due = run.executor.map(select_bucket_due, tasks)
+    cutoff, due = exact_cutoff(run, tasks, run.executor.map(select_bucket_due, tasks))
     counters: Counter = Counter()
     for bucket_due in due:
         counters.update(bucket_due.counters)
     outs = [task.out for task in tasks]
-    cutoff = top_n_cutoff(run.store, outs, [d.histogram for d in due], run.top_n)
     if cutoff is None:
         return [], dict(counters)
     # The known-hosts filter: each bucket task writes its hosts' part, sized from every

@@ -25,7 +25,7 @@ import time
 import benchlib  # noqa: F401  (the repository on sys.path)
 
 PARTS = ("select_bucket_due", "verify_due_pages", "write_bucket_hosts", "with_time_budget_sql", "count_chosen_hosts",
-         "bucket_load", "write_known_hosts_part", "merge_known_hosts", "write_partition", "write_seen_set",
+         "prefilter_threshold", "write_candidates", "exact_cutoff", "bucket_load", "write_known_hosts_part", "merge_known_hosts", "write_partition", "write_seen_set",
          "top_n_cutoff", "plan_assignment", "write_fetchlists", "choose_and_write")
 """Functions of cycles/generate/generate.py (or imported into it) that are timed."""
 

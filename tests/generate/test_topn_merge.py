@@ -168,3 +168,83 @@ def test_priority_bins_follow_the_priority_order():
     assert bins == sorted(bins)  # never a lower bin for a higher priority
     assert bins[0] == bins[1] == -1  # zero and -0.0 tie in the sort, so share a bin
     assert gen.priority_bins(pa.array([1.0, 1.0, 2.0])) == {bins[values.index(1.0)]: 2, bins[values.index(2.0)]: 1}
+
+
+@pytest.mark.parametrize("top_n", [1, 10, 23, 62, 1000])
+def test_buckets_cut_to_their_share_still_give_the_one_sorted_querys_urls(store, config, tmp_path, monkeypatch,
+                                                                         top_n):
+    # Round 1 writes each bucket's even share of top_n only (ceil(top_n / 4)): the buckets
+    # holding more of the best are found cut short and scanned again for their best top_n.
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    monkeypatch.setattr(gen, "MERGE_BATCH_ROWS", 4)
+    seed_with_ties(store, config, tmp_path)
+    now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    expected = reference_urls(store, config, now, top_n)
+    executor = InProcess()
+    calls = []
+    original = executor.map
+
+    def recording(fn, tasks):
+        calls.append((fn.__name__, [getattr(task, "rows", None) for task in tasks]))
+        return original(fn, tasks)
+    executor.map = recording
+    result = gen.generate(store, config, now=now, top_n=top_n, executor=executor)
+    got = fetchlist_urls(store, result.segment)
+    assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == result.urls
+    first = [rows for name, rows in calls if name == "select_bucket_due"]
+    assert first[0] == [min(top_n, -(-top_n // 4))] * 4
+    stats = store.read_json(store.segment_dir(result.segment) / "stats" / "generate.json")
+    rescanned = stats.get("generate/buckets_rescanned", 0)
+    # The positive control: the cases whose best URLs are not spread evenly did rescan
+    # (each rescan asks a bucket for top_n), and the ones that fit did not.
+    assert rescanned == sum(len(rows) for rows in first[1:]) and all(r == top_n for rows in first[1:] for r in rows)
+    if top_n in (10, 23, 62):
+        assert rescanned > 0
+    if top_n == 1:
+        assert rescanned == 0
+
+
+def test_a_bucket_scanned_again_keeps_its_hosts_for_the_known_hosts_filter(store, config, tmp_path, monkeypatch):
+    from cycles.storage.bloom import BloomFilter
+
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    urls = seed_with_ties(store, config, tmp_path)
+    config.fetch.follow_outlinks_depth = 1
+    result = gen.generate(store, config, top_n=23)
+    folder = store.segment_dir(result.segment)
+    assert store.read_json(folder / "stats" / "generate.json")["generate/buckets_rescanned"] > 0
+    bloom = BloomFilter.from_bytes((folder / "seen" / "hosts.bloom").read_bytes())
+    assert all(u.split("/")[2] in bloom for u in urls)
+
+
+@pytest.mark.parametrize("top_n", [1, 3, 10, 23, 1000])
+def test_caps_ranked_over_the_best_rows_only_still_give_the_one_sorted_querys_urls(store, config, tmp_path,
+                                                                                  monkeypatch, top_n):
+    # The caps are ranked over each bucket's best rows × 1 by priority alone: where caps
+    # (7 a host) or ties leave fewer than its rows among them, the bucket ranks every row.
+    monkeypatch.setattr(gen, "PREFILTER_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SHARE_FACTOR", 1)
+    monkeypatch.setattr(gen, "CANDIDATE_SLACK", 0)
+    config.generate.max_urls_per_host = 2
+    seed_with_ties(store, config, tmp_path)
+    with store.lock():  # two hosts outrank every other: their buckets' best rows are theirs
+        replace_crawldb(store, config, lambda con, old, b: f"""SELECT * REPLACE (
+            CASE WHEN host IN ('h0.example', 'h5.example') THEN 10 ELSE score END::FLOAT AS score) FROM {old}""",
+                        who="test")
+    now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    expected = reference_urls(store, config, now, top_n)
+    thresholds, writes = [], []
+    prefilter, write = gen.prefilter_threshold, gen.write_candidates
+    monkeypatch.setattr(gen, "prefilter_threshold", lambda *a: thresholds.append(prefilter(*a)) or thresholds[-1])
+    monkeypatch.setattr(gen, "write_candidates", lambda *a: writes.append(write(*a)) or writes[-1])
+    result = gen.generate(store, config, now=now, top_n=top_n)
+    got = fetchlist_urls(store, result.segment)
+    assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == result.urls
+    # The positive control: some buckets ranked their best rows only, and those of h0 and h5
+    # (2 URLs a host of their 12 best) found too few there and ranked all.
+    if top_n <= 10:
+        assert any(t is not None for t in thresholds)
+    if top_n in (10, 23):
+        assert len(writes) > len(thresholds)
