@@ -33,7 +33,7 @@ import functools
 import hashlib
 import json
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
