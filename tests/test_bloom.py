@@ -112,6 +112,20 @@ def test_cut_or_foreign_blobs_are_refused():
         BloomFilter.from_bytes(b"CYCLESBLOOM3\n" + blob[len(BloomFilter.MAGIC):])
 
 
+@pytest.mark.parametrize("header", [b'{"fp_rate": 0.01, "bits": 9586, "hashes": 7, "count": 0}',
+                                    b'{"capacity": "1000", "fp_rate": 0.01, "bits": 9586, "hashes": 7, "count": 0}',
+                                    b'[1000, 0.01]'])
+def test_a_blob_with_a_damaged_header_is_refused_with_a_value_error(header):
+    # The fetch worker counts a ValueError as an unreadable seen-set (discover/seen_set_unreadable)
+    # and generate's new-host claims read it as no filter; a KeyError or TypeError was a traceback.
+    blob = BloomFilter(1000, 0.01).to_bytes()
+    magic_end = len(BloomFilter.MAGIC)
+    line_end = blob.index(b"\n", magic_end)
+    assert BloomFilter.from_bytes(blob).capacity == 1000  # the positive control: the intact header reads
+    with pytest.raises(ValueError, match="damaged header"):
+        BloomFilter.from_bytes(blob[:magic_end] + header + blob[line_end:])
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_the_bulk_add_from_arrow_sets_the_bits_of_add_new(version, monkeypatch):
     """add_all (generate's seen-sets and known hosts, from Arrow arrays in chunks) sets the

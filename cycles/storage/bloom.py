@@ -52,8 +52,9 @@ BULK_CHUNK = 256 * 1024
 and positions (~100 bytes and 8 x hashes bytes each) stay at tens of MB whatever the batch."""
 
 _MASK64 = (1 << 64) - 1
-MAGIC_V1 = b"CYCLESBLOOM1\n"
-"""Version 1's blobs: positions from BLAKE2b-128 (still read, the module doc)."""
+MAGICS = {1: b"CYCLESBLOOM1\n", 2: b"CYCLESBLOOM2\n"}
+"""Each hash version's first line of a blob: 1 positions from BLAKE2b-128 (still read, the
+module doc), 2 from XXH3-128 (written)."""
 _ENCODE = functools.partial(str.encode, encoding="utf-8", errors="surrogatepass")
 """A str's bytes as hashed: UTF-8, a lone surrogate (a broken link's) passed through rather
 than failing the batch. Arrow strings are valid UTF-8, so their bytes are the same."""
@@ -100,7 +101,7 @@ class BloomFilter:
     """A Bloom filter; :meth:`to_bytes` and :meth:`from_bytes` carry it between processes
     (generate writes a partition's seen-set, the fetch worker reads it)."""
 
-    MAGIC = b"CYCLESBLOOM2\n"
+    MAGIC = MAGICS[2]
 
     def __init__(self, capacity: int, fp_rate: float = 0.01, version: int = 2):
         if capacity < 1 or not 0 < fp_rate < 1:
@@ -246,20 +247,25 @@ class BloomFilter:
         sizing, then the bits."""
         header = json.dumps({"capacity": self.capacity, "fp_rate": self.fp_rate, "bits": self.bits,
                              "hashes": self.hashes, "count": self.count})
-        return (self.MAGIC if self.version == 2 else MAGIC_V1) + header.encode() + b"\n" + self._array.tobytes()
+        return MAGICS[self.version] + header.encode() + b"\n" + self._array.tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "BloomFilter":
         """The filter :meth:`to_bytes` wrote, of either hash version (the module doc);
         ValueError for anything else (a cut file too)."""
-        magic = next((m for m in (cls.MAGIC, MAGIC_V1) if data.startswith(m)), None)
-        if magic is None:
+        version = next((v for v, m in MAGICS.items() if data.startswith(m)), None)
+        if version is None:
             raise ValueError("not a Bloom filter written by BloomFilter.to_bytes")
-        end = data.index(b"\n", len(magic))
-        header = json.loads(data[len(magic):end])
-        bloom = cls(header["capacity"], header["fp_rate"], 2 if magic == cls.MAGIC else 1)
+        start = len(MAGICS[version])
+        end = data.index(b"\n", start)
+        try:  # a damaged header (a flipped bit, a cut line) is a refused blob, not a traceback
+            header = json.loads(data[start:end])
+            bloom = cls(header["capacity"], header["fp_rate"], version)
+            expected = (header["bits"], header["hashes"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"Bloom filter blob has a damaged header ({exc!r})") from None
         array = np.frombuffer(data, dtype=np.uint8, offset=end + 1).copy()
-        if (bloom.bits, bloom.hashes) != (header["bits"], header["hashes"]) or len(array) != len(bloom._array):
+        if (bloom.bits, bloom.hashes) != expected or len(array) != len(bloom._array):
             raise ValueError("Bloom filter blob does not match its header (cut or written by another version)")
         bloom._array = array
         bloom.count = header["count"]
