@@ -236,14 +236,15 @@ def test_a_flipped_bit_anywhere_in_the_footer_is_accepted_or_refused_in_one_line
     abort the process in them (an unknown codec's name, a size statistic's length), which
     the decoding check's reader refuses in one line. Each bit of each footer byte flipped:
     accepted (a statistic, the Arrow schema copy: nothing the check relies on) or the one-line
-    StoreError; never another exception."""
+    StoreError; never another exception. One bit a byte, its place turning with the offset
+    (every bit place is flipped in every field longer than a byte: three bits a byte took
+    5.4 s of the fast tier for no field the one bit misses)."""
     original = written.read_bytes()
     footer = len(original) - 8 - pq.read_metadata(written).serialized_size
     outcomes = {True: 0, False: 0}
     for offset in range(footer, len(original)):
-        for bit in (0x01, 0x10, 0x80):
-            damaged = bytearray(original)
-            damaged[offset] ^= bit
-            written.write_bytes(bytes(damaged))
-            outcomes[refused(verify_parquet_file, written)] += 1
+        damaged = bytearray(original)
+        damaged[offset] ^= 1 << (offset % 8)
+        written.write_bytes(bytes(damaged))
+        outcomes[refused(verify_parquet_file, written)] += 1
     assert outcomes[True] > 0 and outcomes[False] > 0  # (the Arrow schema a footer holds: most bytes)
