@@ -15,7 +15,6 @@ import uuid
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import surt
 
 from cycles.tables import schema
 from cycles.archive.records import Record
@@ -92,6 +91,8 @@ def index_rows(records: list[Record], warc_prefix: str, segment: str, crawl: str
     """cc-index rows of the response and revisit records. ``pages`` gives the fetched row of
     a record by (WARC file name, offset) (outcome, and ``language`` from :func:`detect_language`);
     ``warc_prefix`` is the WARC folder relative to the store root."""
+    import surt  # here: it loads tldextract's suffix list (0.22 s), wanted only when indexing
+
     metadata = {r.concurrent_to: r.fields for r in records if r.type == "metadata"}
     rows = []
     for record in records:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdxj_indexer.main import CDXJIndexer
-
 
 def write_cdxj(warc_files: list[Path], out: Path) -> int:
     """Index the WARC files into ``out`` (sorted); returns the number of lines."""
+    # Imported here: cdxj-indexer pulls in pyamf and pkg_resources (0.32 s), paid by every
+    # process importing the export stage (each test worker collecting the archive tests),
+    # where only an export with CDXJ on needs it.
+    from cdxj_indexer.main import CDXJIndexer
+
     CDXJIndexer(output=str(out), inputs=[str(p) for p in warc_files], sort=True).process_all()
     with open(out, "rb") as fh:
         return sum(1 for _ in fh)
