@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -172,6 +173,13 @@ def test_a_built_store_is_shared_by_hard_links_and_survives_the_runs_on_its_copi
     copy.delete_dir(copy.path("crawldb", version))
     assert sorted(p for p in (tmp_path / "built" / "2K").rglob("*.parquet")) == built_files
     assert pa.parquet.read_metadata(built.path("crawldb", version, "bucket-00000.parquet")).num_rows > 0
+    # a lock file is never shared: one flock would lock the built store and every copy together
+    lock = tmp_path / "built" / "2K" / "crawldb" / ".lock"
+    lock.touch()
+    bench_scale.copy_store(tmp_path / "built" / "2K", tmp_path / "d")
+    assert not (tmp_path / "d" / "crawldb" / ".lock").exists() and lock.exists()
+    subprocess.run(["cp", "-al", str(tmp_path / "built" / "2K"), str(tmp_path / "e")], check=True)
+    assert (tmp_path / "e" / "crawldb" / ".lock").stat().st_ino == lock.stat().st_ino  # what cp -al alone does
     # other settings: built anew, not taken from the store built for these
     args.linkdb_links_per_url = 0.0
     other, _, _ = bench_scale.built_store(args, size, hosts, buckets, tmp_path / "c" / "2K", con)

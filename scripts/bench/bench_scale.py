@@ -604,6 +604,16 @@ def build_segment(store: Store, segment: str, size: int, n_hosts: int, hosts: pa
 
 
 # --- a built store shared between runs (--built DIR) -----------------------------------------
+def copy_store(source: Path, target: Path) -> None:
+    """``cp -al source target``, then the copy's lock files (``.lock``, cycles/storage/locks.py)
+    unlinked: a hard-linked lock file is one flock for both stores, and two benchmarks on copies
+    of one store stopped each other with LockedError (session 14). The copy makes its own on
+    first use; the source's stay."""
+    subprocess.run(["cp", "-al", str(source), str(target)], check=True)
+    for lock in target.rglob(".lock"):
+        lock.unlink()
+
+
 def built_store(args, size: int, n_hosts: int, buckets: int, root: Path, con) -> tuple[dict, pa.Table, np.ndarray]:
     """Make ``root`` a freshly built synthetic store (crawl DB, host DB, link DB); return
     its facts, hosts and per-host URL counts.
@@ -623,7 +633,7 @@ def built_store(args, size: int, n_hosts: int, buckets: int, root: Path, con) ->
     if built and facts_file.exists() and json.loads(facts_file.read_text()).get("params") == params:
         print(f"[{human(size)}] copying the built store {built} (hard links) to {root}", flush=True)
         root.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cp", "-al", str(built), str(root)], check=True)
+        copy_store(built, root)
         facts = dict(json.loads(facts_file.read_text())["facts"], reused_build=str(built))
         return facts, build_hosts(con, n_hosts), host_sizes(size, n_hosts, np.random.default_rng(1))
     print(f"[{human(size)}] building crawl DB: {size:,} URLs, {n_hosts:,} hosts, {buckets} buckets", flush=True)
@@ -634,7 +644,7 @@ def built_store(args, size: int, n_hosts: int, buckets: int, root: Path, con) ->
     if built:
         shutil.rmtree(built, ignore_errors=True)
         built.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["cp", "-al", str(root), str(built)], check=True)
+        copy_store(root, built)
         facts_file.write_text(json.dumps({"params": params, "facts": facts}, indent=1))
         print(f"[{human(size)}]   kept as built in {built} for later runs (--built)", flush=True)
     return facts, hosts, counts
