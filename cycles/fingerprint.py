@@ -247,13 +247,26 @@ def _simhash_collapsed(text: str, blocks: bool = False, combine=None) -> int:
     return _simhash_latin1(lowered, bounds=bounds, combine=combine)
 
 
+COMPILED_AFTER_PAGES = 1000
+"""A process's first pages take the numpy MinHash, the later ones the compiled pass: loading
+it (numba's import and the kernels from their disk cache) costs ~0.5 CPU-s a process, which
+~100 µs saved a page repays after ~5,000 pages. A fetch worker of a benchmark or a real crawl
+fingerprints tens of thousands; a test's or a small segment's few hundred never pay it."""
+_pages_seen = 0
+
+
 def _minhash_blocks_collapsed(blocks: list[str]) -> int:
     """minhash64_blocks of two or more blocks whose whitespace is collapsed (see fingerprints).
 
     For Latin-1 text, the path fetch takes for most pages, the blocks joined by NUL go to
-    one compiled pass (cycles/fingerprint_jit.py: ~90 against ~200 µs a 29 KB page for
-    :func:`_minhash_blocks_numpy`, which gives the same value: tests/test_fingerprint.py).
-    Other text, and text without letters (numbers then count), take the general path."""
+    one compiled pass (cycles/fingerprint_jit.py: ~95 against ~200 µs a 29 KB page for
+    :func:`_minhash_blocks_numpy`, which gives the same value: tests/test_fingerprint.py),
+    once the process has seen COMPILED_AFTER_PAGES pages. Other text, and text without
+    letters (numbers then count), take the general path."""
+    global _pages_seen
+    _pages_seen += 1
+    if _pages_seen <= COMPILED_AFTER_PAGES:
+        return _minhash_blocks_numpy(blocks)
     joined = BLOCK_SEPARATOR.join(blocks)
     try:
         latin1 = joined.encode("latin-1")[:SIMHASH_MAX_CHARS]
@@ -261,7 +274,7 @@ def _minhash_blocks_collapsed(blocks: list[str]) -> int:
         latin1 = b""
     value = None
     if latin1:
-        from cycles.fingerprint_jit import minhash_latin1_blocks  # numba: only where pages are fingerprinted
+        from cycles.fingerprint_jit import minhash_latin1_blocks
 
         value = minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
     if value is None:
