@@ -117,6 +117,7 @@ several ms for a per-token Python loop.
 from __future__ import annotations
 
 import hashlib
+import threading
 import unicodedata
 
 import numpy as np
@@ -249,10 +250,37 @@ def _simhash_collapsed(text: str, blocks: bool = False, combine=None) -> int:
 
 COMPILED_AFTER_PAGES = 1000
 """A process's first pages take the numpy MinHash, the later ones the compiled pass: loading
-it (numba's import and the kernels from their disk cache) costs ~0.5 CPU-s a process, which
-~100 µs saved a page repays after ~5,000 pages. A fetch worker of a benchmark or a real crawl
+it (numba's import and the kernels from their disk cache) costs ~0.6 CPU-s a process, which
+~100 µs saved a page repays after ~6,000 pages. A fetch worker of a benchmark or a real crawl
 fingerprints tens of thousands; a test's or a small segment's few hundred never pay it."""
 _pages_seen = 0
+_compiled = None
+"""cycles.fingerprint_jit.minhash_latin1_blocks, once loaded."""
+_loading: threading.Thread | None = None
+"""The thread loading it: numba's import and cache load took 1-3 s of wall time in a busy
+fetch worker, which its fetch loop (waiting in libcurl, the GIL released) need not wait for."""
+
+
+def _compiled_minhash():
+    """The compiled pass when it is loaded; its loading started once COMPILED_AFTER_PAGES
+    pages were seen; None until then (the numpy version serves meanwhile)."""
+    global _pages_seen, _loading
+    if _compiled is not None:
+        return _compiled
+    _pages_seen += 1
+    if _pages_seen > COMPILED_AFTER_PAGES and _loading is None:
+        _loading = threading.Thread(target=_load_compiled, name="minhash-compiled", daemon=True)
+        _loading.start()
+    return None
+
+
+def _load_compiled() -> None:
+    global _compiled
+    from cycles.fingerprint_jit import minhash_latin1_blocks
+
+    latin1 = b"load the kernels\0now"
+    minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
+    _compiled = minhash_latin1_blocks
 
 
 def _minhash_blocks_collapsed(blocks: list[str]) -> int:
@@ -261,22 +289,17 @@ def _minhash_blocks_collapsed(blocks: list[str]) -> int:
     For Latin-1 text, the path fetch takes for most pages, the blocks joined by NUL go to
     one compiled pass (cycles/fingerprint_jit.py: ~95 against ~200 µs a 29 KB page for
     :func:`_minhash_blocks_numpy`, which gives the same value: tests/test_fingerprint.py),
-    once the process has seen COMPILED_AFTER_PAGES pages. Other text, and text without
-    letters (numbers then count), take the general path."""
-    global _pages_seen
-    _pages_seen += 1
-    if _pages_seen <= COMPILED_AFTER_PAGES:
+    once loaded (:func:`_compiled_minhash`). Other text, and text without letters (numbers
+    then count), take the general path."""
+    compiled = _compiled_minhash()
+    if compiled is None:
         return _minhash_blocks_numpy(blocks)
     joined = BLOCK_SEPARATOR.join(blocks)
     try:
         latin1 = joined.encode("latin-1")[:SIMHASH_MAX_CHARS]
     except UnicodeEncodeError:
         latin1 = b""
-    value = None
-    if latin1:
-        from cycles.fingerprint_jit import minhash_latin1_blocks
-
-        value = minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
+    value = compiled(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1))) if latin1 else None
     if value is None:
         return _simhash_collapsed(joined, blocks=True, combine=_minhash_of_features)
     return value

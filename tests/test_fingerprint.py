@@ -210,7 +210,7 @@ def _random_blocks(rng: random.Random) -> list[str]:
     return blocks
 
 
-def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit(monkeypatch):
+def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit():
     # cycles/fingerprint_jit.py computes the Latin-1 blocks' MinHash in one compiled pass; the
     # numpy version (_minhash_blocks_numpy) is the reference, pinned by the tests above. Random
     # block lists (short ones, where the densification fills empty bins; blocks shorter than a
@@ -229,7 +229,8 @@ def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit(monkeypatch):
             body = profile.handle("GET", f"/p/{k}.html", {}).body
             root = _tree(body, body.decode("utf-8"), "utf-8")
             cases.append(_main_blocks(root, _visible_text(root), SIMHASH_BLOCK_MIN_BYTES))
-    monkeypatch.setattr(fingerprint, "COMPILED_AFTER_PAGES", 0)
+    fingerprint._load_compiled()  # what the loading thread does (the next test shows when)
+    assert fingerprint._compiled is not None
     compared = 0
     for blocks in cases:
         if len(blocks) < 2:
@@ -237,18 +238,20 @@ def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit(monkeypatch):
         assert fingerprint._minhash_blocks_collapsed(blocks) == fingerprint._minhash_blocks_numpy(blocks), blocks
         compared += 1
     assert compared > 2900
-    assert "cycles.fingerprint_jit" in sys.modules  # the compiled pass did run
 
 
 def test_a_process_loads_the_compiled_pass_only_after_its_first_pages():
-    # numba's import and the kernels' cache load cost ~0.5 CPU-s a process: a test's or a
-    # small segment's fetch worker fingerprints a few pages and never pays it.
+    # numba's import and the kernels' cache load cost ~0.6 CPU-s a process: a test's or a
+    # small segment's fetch worker fingerprints a few pages and never pays it. Past
+    # COMPILED_AFTER_PAGES a thread loads it (the numpy version serves meanwhile), then the
+    # compiled pass serves, with the same value.
     code = ("import sys; from cycles import fingerprint as f; blocks = ['one two three four', 'five six seven'];"
-            "v = [f.fingerprints(' '.join(blocks), collapsed=True, blocks=blocks)[1] for _ in range(f.COMPILED_AFTER_PAGES)];"
-            "before = 'numba' in sys.modules; w = f.fingerprints(' '.join(blocks), collapsed=True, blocks=blocks)[1];"
-            "print(before, 'numba' in sys.modules, len(set(v + [w])))")
+            "one = lambda: f.fingerprints(' '.join(blocks), collapsed=True, blocks=blocks)[1];"
+            "v = [one() for _ in range(f.COMPILED_AFTER_PAGES)]; before = 'numba' in sys.modules;"
+            "v.append(one()); f._loading.join(); v.append(one());"
+            "print(before, 'numba' in sys.modules, f._compiled is not None, len(set(v)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "True", "1"]
+    assert out == ["False", "True", "True", "1"]
 
 
 # --- minhash64 ------------------------------------------------------------------------------
