@@ -220,8 +220,8 @@ def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit():
     cases = [_random_blocks(rng) for _ in range(3000)]
     cases += [["a b", "c d"], ["a", "b"], ["ab", "", "cd e f"], ["x"] * 5, [english(12, 300), english(13, 300)],
               [english(14, 130_000)[:fingerprint.SIMHASH_MAX_CHARS - 5], english(15, 40), english(16, 40)]]
-    from testweb.web import Web
     from cycles.fetch.parse import SIMHASH_BLOCK_MIN_BYTES, _main_blocks, _tree, _visible_text
+    from testweb.web import Web
 
     web = Web(hosts=2, pages=20, page_bytes=30_000, special=False)
     for profile in web.profiles.values():
