@@ -117,6 +117,7 @@ several ms for a per-token Python loop.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import unicodedata
 
@@ -269,17 +270,26 @@ def _compiled_minhash():
         return _compiled
     _pages_seen += 1
     if _pages_seen > COMPILED_AFTER_PAGES and _loading is None:
-        _loading = threading.Thread(target=_load_compiled, name="minhash-compiled", daemon=True)
+        # Not a daemon: a process ending meanwhile waits for the import rather than killing
+        # the thread inside it.
+        _loading = threading.Thread(target=_load_compiled, name="minhash-compiled")
         _loading.start()
     return None
 
 
 def _load_compiled() -> None:
+    """Load the compiled pass; if it cannot be (numba missing or broken), say so in one line
+    and let the numpy version, which gives the same values, go on serving."""
     global _compiled
-    from cycles.fingerprint_jit import minhash_latin1_blocks
+    try:
+        from cycles.fingerprint_jit import minhash_latin1_blocks
 
-    latin1 = b"load the kernels\0now"
-    minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
+        latin1 = b"load the kernels\0now"
+        minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
+    except Exception as exc:  # noqa: BLE001  (any failure leaves the numpy version, same values)
+        logging.getLogger(__name__).warning("compiled MinHash unavailable, numpy serves: %s: %s",
+                                            type(exc).__name__, exc)
+        return
     _compiled = minhash_latin1_blocks
 
 
