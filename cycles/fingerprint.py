@@ -111,12 +111,16 @@ Speed: the tokens are found and hashed with numpy over the whole text at once (a
 hash of the code points, taken as differences of a prefix sum), shingles are combined and
 mixed with the MurmurHash3 64-bit finaliser, made distinct by a sort, and the 64 bit counts are summed by adding the
 unpacked bit rows pairwise in uint8. About 0.1 ms for a 15,000-character text, against
-several ms for a per-token Python loop.
+several ms for a per-token Python loop. The MinHash of a page's Latin-1 main content, what
+fetch computes for most pages, is one compiled pass in a long-running process
+(cycles/fingerprint_jit.py, numba; :data:`COMPILED_AFTER_PAGES`), with the same values.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 import unicodedata
 
 import numpy as np
@@ -247,36 +251,90 @@ def _simhash_collapsed(text: str, blocks: bool = False, combine=None) -> int:
     return _simhash_latin1(lowered, bounds=bounds, combine=combine)
 
 
+COMPILED_AFTER_PAGES = 1000
+"""A process's first pages take the numpy MinHash, the later ones the compiled pass: loading
+it (numba's import and the kernels from their disk cache) costs ~0.6 CPU-s a process, which
+~100 µs saved a page repays after ~6,000 pages. A fetch worker of a benchmark or a real crawl
+fingerprints tens of thousands; a test's or a small segment's few hundred never pay it."""
+_pages_seen = 0
+_compiled = None
+"""cycles.fingerprint_jit.minhash_latin1_blocks, once loaded."""
+_loading: threading.Thread | None = None
+"""The thread loading it: numba's import and cache load took 1-3 s of wall time in a busy
+fetch worker, which its fetch loop (waiting in libcurl, the GIL released) need not wait for."""
+
+
+def _compiled_minhash():
+    """The compiled pass when it is loaded; its loading started once COMPILED_AFTER_PAGES
+    pages were seen; None until then (the numpy version serves meanwhile)."""
+    global _pages_seen, _loading
+    if _compiled is not None:
+        return _compiled
+    _pages_seen += 1
+    if _pages_seen > COMPILED_AFTER_PAGES and _loading is None:
+        # Not a daemon: a process ending meanwhile waits for the import rather than killing
+        # the thread inside it.
+        _loading = threading.Thread(target=_load_compiled, name="minhash-compiled")
+        _loading.start()
+    return None
+
+
+def _load_compiled() -> None:
+    """Load the compiled pass; if it cannot be (numba missing or broken), say so in one line
+    and let the numpy version, which gives the same values, go on serving."""
+    global _compiled
+    try:
+        from cycles.fingerprint_jit import minhash_latin1_blocks
+
+        latin1 = b"load the kernels\0now"
+        minhash_latin1_blocks(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1)))
+    except Exception as exc:  # noqa: BLE001  (any failure leaves the numpy version, same values)
+        logging.getLogger(__name__).warning("compiled MinHash unavailable, numpy serves: %s: %s",
+                                            type(exc).__name__, exc)
+        return
+    _compiled = minhash_latin1_blocks
+
+
 def _minhash_blocks_collapsed(blocks: list[str]) -> int:
     """minhash64_blocks of two or more blocks whose whitespace is collapsed (see fingerprints).
 
-    For Latin-1 text, the path fetch takes for most pages, one ``bytes.translate`` gives
-    both the lowered code points and where the tokens are (:data:`_LATIN1_WORD_CODES`), and
-    the blocks' ends come from their lengths (no block holds BLOCK_SEPARATOR: see
-    fingerprints): _simhash_collapsed translated the text twice (lower case, then classes)
-    and searched it for the separators, ~25 µs more on a 29 KB page. The same tokens,
-    hashes and breaks (tests/test_fingerprint.py compares them)."""
+    For Latin-1 text, the path fetch takes for most pages, the blocks joined by NUL go to
+    one compiled pass (cycles/fingerprint_jit.py: ~95 against ~200 µs a 29 KB page for
+    :func:`_minhash_blocks_numpy`, which gives the same value: tests/test_fingerprint.py),
+    once loaded (:func:`_compiled_minhash`). Other text, and text without letters (numbers
+    then count), take the general path."""
+    compiled = _compiled_minhash()
+    if compiled is None:
+        return _minhash_blocks_numpy(blocks)
     joined = BLOCK_SEPARATOR.join(blocks)
     try:
-        latin1 = joined.encode("latin-1")
+        latin1 = joined.encode("latin-1")[:SIMHASH_MAX_CHARS]
     except UnicodeEncodeError:
         latin1 = b""
-    if not latin1:
+    value = compiled(latin1, _LATIN1_WORD_CODES_ARRAY, *_powers(len(latin1))) if latin1 else None
+    if value is None:
         return _simhash_collapsed(joined, blocks=True, combine=_minhash_of_features)
-    latin1 = latin1[:SIMHASH_MAX_CHARS]
-    codes = np.frombuffer(latin1.translate(_LATIN1_WORD_CODES), dtype=np.uint8)
-    words = np.zeros(len(codes) + 2, dtype=bool)  # a separator on either side: see _latin1_token_hashes
-    np.not_equal(codes, 0, out=words[1:-1])
-    edges = np.flatnonzero(words[1:] != words[:-1])
-    if len(edges) == 0:  # no letters: numbers count (_simhash_latin1)
+    return value
+
+
+def _minhash_blocks_numpy(blocks: list[str]) -> int:
+    """_minhash_blocks_collapsed in numpy: one ``bytes.translate`` gives both the lowered
+    code points and where the tokens are (:data:`_LATIN1_WORD_CODES`), and the blocks' ends
+    come from their lengths (no block holds BLOCK_SEPARATOR: see fingerprints). The
+    reference the compiled pass is checked against (tests/test_fingerprint.py)."""
+    joined = BLOCK_SEPARATOR.join(blocks)
+    try:
+        latin1 = joined.encode("latin-1")[:SIMHASH_MAX_CHARS]
+    except UnicodeEncodeError:
+        latin1 = b""
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
+        tokens, starts = _latin1_token_hashes(latin1)
+    if len(tokens) == 0:  # no letters (or not Latin-1): numbers count (_simhash_latin1)
         return _simhash_collapsed(joined, blocks=True, combine=_minhash_of_features)
     # Block k ends at the separator after the first k + 1 blocks and k separators.
     bounds = np.cumsum(np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))[:-1] + 1) - 1
-    if len(latin1) == SIMHASH_MAX_CHARS:
-        bounds = bounds[bounds < SIMHASH_MAX_CHARS]
-    starts = edges[0::2]
-    with np.errstate(over="ignore"):  # uint64 arithmetic wraps mod 2**64, on purpose
-        tokens = _run_hashes(codes, starts, edges[1::2])
+    bounds = bounds[bounds < len(latin1)]
+    with np.errstate(over="ignore"):
         return _minhash_of_features(_features(tokens, SIMHASH_SHINGLE_TOKENS, _block_breaks(starts, bounds)))
 
 
@@ -457,30 +515,37 @@ def _token_hashes(norm: str, classes: np.ndarray = _CLASSES) -> np.ndarray:
 
 if _CLASSES_WITH_NUMBERS[:256].max() >= _SINGLE:  # _latin1_token_hashes relies on it
     raise RuntimeError("a Latin-1 character stands alone in cycles.fingerprint's classes")
-_LATIN1_CLASSES = {id(_CLASSES): _CLASSES[:256].tobytes(),
-                   id(_CLASSES_WITH_NUMBERS): _CLASSES_WITH_NUMBERS[:256].tobytes()}
-"""The class tables' first 256 entries as bytes.translate tables: the classes of a Latin-1
-text in one C pass, without numpy widening every byte to an index (~16 vs ~23 µs a 28 KB text)."""
-_LATIN1_WORD_CODES = bytes(low if _CLASSES[low] == _WORD else 0 for low in _LATIN1_LOWER)
-"""A Latin-1 byte to its lower case if that is a word character (in _CLASSES: no Latin-1
-character stands alone), else to 0: the code points a token's hash is taken of, and 0
-wherever no token is (:func:`_minhash_blocks_collapsed`)."""
+
+
+def _latin1_word_codes(classes: np.ndarray) -> bytes:
+    """A bytes.translate table: a Latin-1 byte to its lower case if that is a word character
+    in ``classes`` (no Latin-1 character stands alone), else to 0."""
+    return bytes(low if classes[low] == _WORD else 0 for low in _LATIN1_LOWER)
+
+
+_LATIN1_WORD_CODES = _latin1_word_codes(_CLASSES)
+"""The code points a token's hash is taken of, and 0 wherever no token is: one translate of a
+Latin-1 text (lowered or not) gives both (~16 µs a 28 KB text, where numpy widening every
+byte to an index into the class table took ~23)."""
+_LATIN1_WORD_CODES_ARRAY = np.frombuffer(_LATIN1_WORD_CODES, dtype=np.uint8)
+_LATIN1_CODES = {id(_CLASSES): _LATIN1_WORD_CODES, id(_CLASSES_WITH_NUMBERS): _latin1_word_codes(_CLASSES_WITH_NUMBERS)}
 
 
 def _latin1_token_hashes(latin1: bytes, classes: np.ndarray = _CLASSES) -> tuple[np.ndarray, np.ndarray]:
-    """_token_hashes of a normalised text given as its Latin-1 bytes, and where each token starts.
+    """_token_hashes of a text given as its Latin-1 bytes, and where each token starts. The
+    bytes need not be lowered: the table lowers them (the hashes are those of the lowered text).
 
     No Latin-1 character stands alone (_SINGLE_RANGES are all above U+00FF), so tokens are
-    the runs of word characters; the classes are translated with a separator on either
-    side, which makes the run edges one comparison.
+    the runs of non-zero codes; with a 0 on either side the run edges are one comparison.
     """
     if not latin1:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-    padded = np.frombuffer(b"".join((b"\0", latin1, b"\0")).translate(_LATIN1_CLASSES[id(classes)]),
-                           dtype=np.uint8)
-    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    codes = np.frombuffer(latin1.translate(_LATIN1_CODES[id(classes)]), dtype=np.uint8)
+    words = np.zeros(len(codes) + 2, dtype=bool)
+    np.not_equal(codes, 0, out=words[1:-1])
+    edges = np.flatnonzero(words[1:] != words[:-1])
     starts = edges[0::2]
-    return _run_hashes(np.frombuffer(latin1, dtype=np.uint8), starts, edges[1::2]), starts
+    return _run_hashes(codes, starts, edges[1::2]), starts
 
 
 def _code_point_token_hashes(cps: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

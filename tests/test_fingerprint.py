@@ -199,6 +199,61 @@ def test_collapsed_blocks_take_the_latin1_path_with_the_same_value(monkeypatch):
         assert bool(calls) == by_general_path
 
 
+def _random_blocks(rng: random.Random) -> list[str]:
+    """Two to 60 collapsed blocks of words with Latin-1 capitals, numbers, punctuation;
+    some empty, some shorter than a shingle, some one word."""
+    vocabulary = _WORDS[:30] + ["Café", "NAÏVE", "straße", "ÿes", "µ", "12", "3x4", "x", "--", "é."]
+    blocks = []
+    for _ in range(rng.choice([2, 2, 3, 5, 20, 60])):
+        words = rng.choice([0, 1, 2, 3, 4, 7, 40, 300])
+        blocks.append(" ".join(rng.choice(vocabulary) + rng.choice(["", "", ",", ".", " -"]) for _ in range(words)).strip())
+    return blocks
+
+
+def test_the_compiled_minhash_equals_the_numpy_one_bit_for_bit():
+    # cycles/fingerprint_jit.py computes the Latin-1 blocks' MinHash in one compiled pass; the
+    # numpy version (_minhash_blocks_numpy) is the reference, pinned by the tests above. Random
+    # block lists (short ones, where the densification fills empty bins; blocks shorter than a
+    # shingle; no shingle within a block), the replay's test-web pages, and text past
+    # SIMHASH_MAX_CHARS with a block starting after it.
+    rng = random.Random(28)
+    cases = [_random_blocks(rng) for _ in range(3000)]
+    cases += [["a b", "c d"], ["a", "b"], ["ab", "", "cd e f"], ["x"] * 5, [english(12, 300), english(13, 300)],
+              [english(14, 130_000)[:fingerprint.SIMHASH_MAX_CHARS - 5], english(15, 40), english(16, 40)]]
+    from cycles.fetch.parse import SIMHASH_BLOCK_MIN_BYTES, _main_blocks, _tree, _visible_text
+    from testweb.web import Web
+
+    web = Web(hosts=2, pages=20, page_bytes=30_000, special=False)
+    for profile in web.profiles.values():
+        for k in range(20):
+            body = profile.handle("GET", f"/p/{k}.html", {}).body
+            root = _tree(body, body.decode("utf-8"), "utf-8")
+            cases.append(_main_blocks(root, _visible_text(root), SIMHASH_BLOCK_MIN_BYTES))
+    fingerprint._load_compiled()  # what the loading thread does (the next test shows when)
+    assert fingerprint._compiled is not None
+    compared = 0
+    for blocks in cases:
+        if len(blocks) < 2:
+            continue
+        assert fingerprint._minhash_blocks_collapsed(blocks) == fingerprint._minhash_blocks_numpy(blocks), blocks
+        compared += 1
+    assert compared > 2900
+
+
+def test_a_process_loads_the_compiled_pass_only_after_its_first_pages():
+    # numba's import and the kernels' cache load cost ~0.6 CPU-s a process: a test's or a
+    # small segment's fetch worker fingerprints a few pages and never pays it. Past
+    # COMPILED_AFTER_PAGES a thread loads it (the numpy version serves meanwhile), then the
+    # compiled pass serves, with the same value.
+    code = ("import sys; from cycles import fingerprint as f; blocks = ['one two three four', 'five six seven'];"
+            "one = lambda: f.fingerprints(' '.join(blocks), collapsed=True, blocks=blocks)[1];"
+            "v = [one() for _ in range(f.COMPILED_AFTER_PAGES)]; before = 'numba' in sys.modules;"
+            "v.append(one()); f._loading.join(); v.append(one());"
+            "print(before, 'numba' in sys.modules, f._compiled is not None, len(set(v)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "True", "1"]
+
+
 # --- minhash64 ------------------------------------------------------------------------------
 
 def jaccard(a: str, b: str) -> float:

@@ -146,7 +146,8 @@ class HttpProtocol(asyncio.Protocol):
         self.buf = bytearray()
         self.pending: deque[_Request] = deque()
         self.skip = 0               # request body bytes still to discard
-        self.stream_task: asyncio.Task | None = None
+        self.stream_task: asyncio.Task | asyncio.TimerHandle | None = None
+        """The body being streamed, or the round-trip wait before an answer: later requests queue."""
         self.paused = False
         self.drain: asyncio.Future | None = None
         self.closed = False
@@ -262,15 +263,13 @@ class HttpProtocol(asyncio.Protocol):
         """Answer now, or after the host's round trip (``rtt_s``: no netem here, so the
         server holds the response's first byte; later requests queue behind it)."""
         if self.profile is not None and self.profile.rtt_s:
-            self.stream_task = asyncio.ensure_future(self._after_rtt(request))
+            # A timer, not a task sleeping: ~3 against ~14 µs of the server's CPU a request
+            # (the same wait; connection_lost cancels either).
+            self.stream_task = asyncio.get_running_loop().call_later(self.profile.rtt_s, self._after_rtt, request)
         else:
             self._answer(request)
 
-    async def _after_rtt(self, request: _Request) -> None:
-        try:
-            await asyncio.sleep(self.profile.rtt_s)
-        except asyncio.CancelledError:
-            return
+    def _after_rtt(self, request: _Request) -> None:
         self.stream_task = None
         if self.closed:
             return
