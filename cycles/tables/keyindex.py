@@ -16,7 +16,9 @@ zstd, schema :data:`KEY_INDEX`: three columns of the base's row count, **each so
 own** (row i of one column has nothing to do with row i of another):
 
 - ``url_fp``: :func:`url_fingerprints` of every URL of the base;
-- ``pattern_hash``: the base's ``pattern_hash`` column (the pattern includes the host);
+- ``host_pattern``: :func:`host_pattern_keys` of each row's ``host_hash`` and ``pattern_hash``
+  (a pattern masks the digits of the host name too: ``h1.example`` and ``h2.example`` share
+  their patterns, and the trap caps count per host and pattern);
 - ``host_hash``: the base's ``host_hash`` column.
 
 Its footer metadata names the base file and its row count; an index whose base name or row
@@ -27,7 +29,7 @@ holds are looked up by their strings in the bucket task's one scan of the base (
 probe set), so a collision (two URLs of one bucket with the same 64-bit XXH3: with n URLs in a
 bucket, each new URL collides with probability n / 2^64, 8.7e-14 at 1.6 M rows) costs one
 more row read, not a lost URL. The counts by pattern and by host are exact but for a
-collision of 64-bit pattern or host hashes inside one bucket, which would add the other's rows
+collision of 64-bit (host, pattern) keys or host hashes inside one bucket, which would add the other's rows
 to the count (the crawl DB's own ``pattern_hash`` is already 64 bits of MD5).
 
 Bases without an index (written by inject, rebucket, a whole update, or by code before it,
@@ -52,12 +54,12 @@ SUFFIX = ".keys"
 
 KEY_INDEX = pa.schema([
     pa.field("url_fp", pa.uint64(), nullable=False, metadata={"doc": "url_fingerprints(url), sorted"}),
-    pa.field("pattern_hash", pa.uint64(), nullable=False, metadata={"doc": "the rows' pattern_hash, sorted"}),
+    pa.field("host_pattern", pa.uint64(), nullable=False, metadata={"doc": "host_pattern_keys(host_hash, pattern_hash), sorted"}),
     pa.field("host_hash", pa.uint64(), nullable=False, metadata={"doc": "the rows' host_hash, sorted"}),
 ], metadata={"crawl.schema": "key-index", "crawl.key_index_version": "1"})
 """The key index's columns, each sorted on its own (module docstring)."""
 
-BASE_KEY, ROWS_KEY = b"crawl.base", b"crawl.base_rows"
+BASE_KEY, ROWS_KEY, VERSION_KEY = b"crawl.base", b"crawl.base_rows", b"crawl.key_index_version"
 """Footer metadata: the base's file name and row count the index was made of."""
 
 
@@ -76,16 +78,23 @@ def url_fingerprints(urls: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.frombuffer(digests, dtype=">u8").astype(np.uint64)
 
 
+def host_pattern_keys(host_hash: np.ndarray, pattern_hash: np.ndarray) -> np.ndarray:
+    """One 64-bit key per (host, pattern): the pattern hash XOR the host hash times the
+    golden-ratio constant (wrapping), so that one host's patterns and another's differ."""
+    return np.bitwise_xor(pattern_hash.astype(np.uint64), host_hash.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+
+
 def write_key_index(store: Store, base: StorePath) -> int:
     """Write ``base``'s key index beside it (atomically, as every store file); returns its
     rows. Reads the base's three key columns a row group at a time."""
     source = pq.ParquetFile(base if store.local else store.fs.open_input_file(str(base)))
-    parts: dict[str, list[np.ndarray]] = {"url_fp": [], "pattern_hash": [], "host_hash": []}
+    parts: dict[str, list[np.ndarray]] = {"url_fp": [], "host_pattern": [], "host_hash": []}
     for group in range(source.metadata.num_row_groups):
         rows = source.read_row_group(group, columns=["url", "pattern_hash", "host_hash"])
+        hosts = rows.column("host_hash").to_numpy().astype(np.uint64)
         parts["url_fp"].append(url_fingerprints(rows.column("url")))
-        for name in ("pattern_hash", "host_hash"):
-            parts[name].append(rows.column(name).to_numpy().astype(np.uint64))
+        parts["host_pattern"].append(host_pattern_keys(hosts, rows.column("pattern_hash").to_numpy()))
+        parts["host_hash"].append(hosts)
     columns = {n: np.sort(np.concatenate(p)) if p else np.zeros(0, np.uint64) for n, p in parts.items()}
     rows = len(columns["url_fp"])
     schema = KEY_INDEX.with_metadata({**KEY_INDEX.metadata, BASE_KEY: base.name.encode(), ROWS_KEY: str(rows).encode()})
@@ -94,23 +103,31 @@ def write_key_index(store: Store, base: StorePath) -> int:
 
 
 def has_key_index(store: Store, base: StorePath) -> bool:
-    """Whether ``base`` has its key index (by name; :func:`read_key_index` checks it)."""
-    return store.exists(index_path(base))
+    """Whether ``base`` has a key index of this version (by its footer; :func:`read_key_index`
+    checks the rest): ``crawl compact --all`` gives the others a new one."""
+    path = index_path(base)
+    if not store.exists(path):
+        return False
+    try:
+        meta = store.read_metadata_checked(path).metadata or {}
+    except StoreError:
+        return False
+    return meta.get(VERSION_KEY) == KEY_INDEX.metadata[VERSION_KEY]
 
 
 class KeyIndex:
     """A base's key index in memory: three sorted uint64 arrays."""
 
-    def __init__(self, url_fp: np.ndarray, pattern_hash: np.ndarray, host_hash: np.ndarray):
-        self.url_fp, self.pattern_hash, self.host_hash = url_fp, pattern_hash, host_hash
+    def __init__(self, url_fp: np.ndarray, host_pattern: np.ndarray, host_hash: np.ndarray):
+        self.url_fp, self.host_pattern, self.host_hash = url_fp, host_pattern, host_hash
 
     def holds_urls(self, fingerprints: np.ndarray) -> np.ndarray:
         """Whether each fingerprint is one of the base's URLs' (a hit may be a collision)."""
         return sorted_member(self.url_fp, fingerprints)
 
-    def pattern_counts(self, patterns: np.ndarray) -> np.ndarray:
-        """The base's rows of each pattern hash."""
-        return sorted_count(self.pattern_hash, patterns)
+    def pattern_counts(self, host_hash: np.ndarray, pattern_hash: np.ndarray) -> np.ndarray:
+        """The base's rows of each (host, pattern)."""
+        return sorted_count(self.host_pattern, host_pattern_keys(host_hash, pattern_hash))
 
     def host_counts(self, hosts: np.ndarray) -> np.ndarray:
         """The base's rows of each host hash."""
@@ -129,7 +146,7 @@ def read_key_index(store: Store, base: StorePath) -> KeyIndex | None:
     except StoreError:
         return None
     meta = table.schema.metadata or {}
-    if (meta.get(BASE_KEY) != base.name.encode() or meta.get(ROWS_KEY) != str(rows).encode()
+    if (meta.get(VERSION_KEY) != KEY_INDEX.metadata[VERSION_KEY] or meta.get(BASE_KEY) != base.name.encode() or meta.get(ROWS_KEY) != str(rows).encode()
             or table.num_rows != rows or table.schema.names != KEY_INDEX.names):
         return None
     return KeyIndex(*(table.column(n).to_numpy().astype(np.uint64) for n in KEY_INDEX.names))

@@ -77,9 +77,9 @@ def load_known_counts(con, index: KeyIndex, fresh: str) -> tuple[str, str]:
     ``fetched_new``: the two tables ``update.trap_limited_sql`` would have counted over
     every old row. Returns the SQL of (patterns, hosts)."""
     wanted = con.sql(f"SELECT DISTINCT host, host_hash, {pattern_hash_sql('url')} AS pattern FROM {fresh}").to_arrow_table()
-    patterns = wanted.column("pattern").to_numpy().astype(np.uint64)
+    have = index.pattern_counts(wanted.column("host_hash").to_numpy(), wanted.column("pattern").to_numpy())
     con.register("index_patterns", pa.table({"host": wanted.column("host"), "pattern": wanted.column("pattern"),
-                                             "have": index.pattern_counts(patterns)}))
+                                             "have": have}))
     hosts = wanted.group_by(["host", "host_hash"]).aggregate([])
     con.register("index_hosts", pa.table({"host": hosts.column("host"),
                                           "have": index.host_counts(hosts.column("host_hash").to_numpy().astype(np.uint64))}))
