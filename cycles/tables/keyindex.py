@@ -44,10 +44,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from cycles.errors import StoreError
 from cycles.storage.bloom import encoded
 from cycles.storage.files import StorePath
 from cycles.storage.store import Store
-from cycles.errors import StoreError
 
 SUFFIX = ".keys"
 """The index's name: its base's name with ``.parquet`` replaced by this."""
@@ -65,8 +65,7 @@ BASE_KEY, ROWS_KEY, VERSION_KEY = b"crawl.base", b"crawl.base_rows", b"crawl.key
 
 def index_path(base: StorePath) -> StorePath:
     """Where ``base``'s key index lives: beside it, named from it."""
-    name = base.name[:-len(".parquet")] if base.name.endswith(".parquet") else base.name
-    return base.parent / (name + SUFFIX)
+    return base.parent / (base.name.removesuffix(".parquet") + SUFFIX)
 
 
 def url_fingerprints(urls: pa.Array | pa.ChunkedArray) -> np.ndarray:
