@@ -2,8 +2,8 @@
 gives what update without them gives: two copies of one compacted store, one with its
 bases' key indexes and one without (the fallback, as bases written before them), crawled
 alike at the same instants, hold the same rows column for column and count the same —
-with the trap caps biting, exact copies marked, a learned variant parameter, links to URLs
-only a delta holds, and a delta on top of each base. The positive control: the indexed copy's bucket tasks did use
+with the trap caps biting, exact copies marked, a learned variant parameter, sitemap hints,
+links to URLs only a delta holds, and a delta on top of each base. The positive control: the indexed copy's bucket tasks did use
 the indexes (``update/key_index_buckets``), the other's did not."""
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ def fetch_output(store: Store, segment: str, at: dt.datetime, round_: int) -> No
                       pa.Table.from_pylist(fetched, schema=schema.FETCHED), schema.FETCHED)
     store.write_table(folder / "outlinks" / "part-00000-c000001.parquet",
                       pa.Table.from_pylist(links, schema=schema.OUTLINKS), schema.OUTLINKS)
+    hints = [{"sitemap_url": f"http://{HOSTS[3]}/sitemap.xml", "url": url, "lastmod": at - dt.timedelta(hours=1),
+              "changefreq": "daily", "priority": 0.9}
+             for url in [SEEDS[(round_ * 5 + k) % len(SEEDS)] for k in range(6)] + [f"http://{HOSTS[3]}/map{round_}"]]
+    store.write_table(folder / "sitemaps" / "part-00000-c000001.parquet",  # named as the chunk it came with
+                      pa.Table.from_pylist(hints, schema=schema.SITEMAP_URLS), schema.SITEMAP_URLS)
     write_stage_marker(store, segment, "fetched", {"segment": segment})
 
 
@@ -127,6 +132,7 @@ def test_update_with_the_key_indexes_gives_the_rows_and_counts_of_update_without
     # variants set aside.
     assert min(total("trap/pattern_cap"), total("trap/host_cap"), total("outlinks/new"), total("outlinks/known"),
                total("dedup/exact"), total("dedup/variant_skipped")) > 0
+    assert {f"http://{HOSTS[3]}/map{r}" for r in (1, 2, 3)} <= {r["url"] for r in rows(plain)}  # the hints merged
     assert rows(indexed) == rows(plain)
 
 
