@@ -293,6 +293,8 @@ def test_compact_killed_at_every_commit_point(world):
     links = linkdb_state(world["tmp"] / "ref-before_compact")
     assert after == world["final"] and links
     assert any("/crawldb/" in p for p in points)
+    from cycles.tables.crawldb import current_buckets
+    from cycles.tables.keyindex import has_key_index
     from cycles.update.linkgraph import pending_files
 
     if pending_files(Store(world["snaps"]["before_compact"])):  # links pending: merged by the same run
@@ -304,4 +306,6 @@ def test_compact_killed_at_every_commit_point(world):
         assert all_rows(world["tmp"] / "run") == all_rows(world["tmp"] / "ref-before_compact"), f"kill at {n}"
         manifest = Store(world["tmp"] / "run").manifest("crawldb")
         assert not any(manifest.bucket_deltas), f"kill at {n} ({points[n - 1]}): deltas left"
+        assert all(has_key_index(Store(world["tmp"] / "run"), b.base)  # update's lookups (cycles/tables/keyindex.py)
+                   for b in current_buckets(Store(world["tmp"] / "run"))[1]), f"kill at {n}: a base without its index"
         assert linkdb_state(world["tmp"] / "run") == links, f"kill at {n} ({points[n - 1]})"

@@ -454,3 +454,30 @@ def test_a_hosts_file_replaced_while_it_is_read_is_read_whole_on_s3(s3_store):
         stop.set()
         writer.join(timeout=30)
     assert reads > 10
+
+
+def test_key_index_written_by_compact_and_read_by_update_on_s3(s3_store, config, tmp_path):
+    """The bases' key indexes (cycles/tables/keyindex.py) on S3: `crawl compact --all` writes one
+    beside each base, and the next update's bucket tasks read them (positive control: the
+    counter of bucket tasks that did), merging as without them."""
+    from cycles.commands.compact import compact
+    from cycles.tables.crawldb import current_buckets
+    from cycles.tables.keyindex import has_key_index, read_key_index
+
+    seed(s3_store, config, tmp_path)
+    _, buckets = current_buckets(s3_store)
+    assert not any(has_key_index(s3_store, b.base) for b in buckets)  # inject's bases: none yet
+    compact(s3_store, config, everything=True)
+    _, buckets = current_buckets(s3_store)
+    assert all(read_key_index(s3_store, b.base) is not None for b in buckets)
+    generated = generate(s3_store, config)
+    links = [{"from_url": "http://a.example/", "url": "http://a.example/new", "anchor": "n", "nofollow": False,
+              "depth": 1},
+             {"from_url": "http://a.example/", "url": URLS[3], "anchor": "", "nofollow": False, "depth": 1}]
+    write_fetched(s3_store, generated.segment, URLS[:3], links)
+    stats = update_segment(s3_store, config, generated.segment)
+    updated = json.loads(s3_store.read_bytes(s3_store.segment_dir(generated.segment) / "stats" / "update.json"))
+    assert updated["update/key_index_buckets"] > 0
+    assert stats.counters["outlinks/new"] == 1  # the known URL found through the index's fingerprint
+    rows = crawldb_rows(s3_store)
+    assert rows["http://a.example/new"]["status"] == "unfetched" and len(rows) == 5

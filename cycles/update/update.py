@@ -44,6 +44,8 @@ from cycles.storage.store import Store, StorePath, new_id
 from cycles.update.dedup import (find_segment_duplicates, learn_variants, learned_params, read_state,
                                  variant_evidence, variant_rows, write_state)
 from cycles.update.feed import feed_candidates, write_feed_batch
+from cycles.update.probe import load_known_counts, load_probed_rows
+from cycles.tables.keyindex import KeyIndex, read_key_index
 from cycles.tables.hostdb import discard_hostdb, install_hostdb, merge_host_bucket, route_host_file, start_hostdb
 from cycles.progress import StepProgress
 from cycles.update.linkgraph import discard_linkdb, install_linkdb, merge_link_bucket, stash_pending_links, start_linkdb
@@ -186,19 +188,23 @@ def next_fetch_sql(config: Config, interval: str) -> str:
                 ELSE db.next_fetch END"""
 
 
-def trap_limited_sql(new: str, old: str) -> str:
+def trap_limited_sql(new: str, old: str, counted: tuple[str, str] | None = None) -> str:
     """New URLs that fit under the per-host total cap and the per-pattern cap: the caps
     are its two ``?`` parameters, ``update.max_urls_per_pattern`` then
     ``update.max_urls_per_host_total`` (:func:`trap_caps`).
 
     Existing URLs of the host (and of the pattern) count first; among the new ones the
-    shallowest are kept.
+    shallowest are kept. ``counted``: tables (host, pattern, have) and (host, have) holding
+    those counts already (probe.load_known_counts, from the base's key index), else they are
+    counted over ``old``.
     """
+    patterns = (f"SELECT * FROM {counted[0]}" if counted else
+                f"SELECT o.host, o.pattern_hash AS pattern, count(*) AS have FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY ALL")
+    hosts = f"SELECT * FROM {counted[1]}" if counted else "SELECT host, sum(have) AS have FROM patterns GROUP BY host"
     return f"""
         WITH n AS (SELECT *, {pattern_hash_sql('url')} AS pattern FROM {new}),
-        patterns AS (SELECT o.host, o.pattern_hash AS pattern, count(*) AS have
-                     FROM {old} o SEMI JOIN n ON o.host = n.host GROUP BY ALL),
-        hosts AS (SELECT host, sum(have) AS have FROM patterns GROUP BY host),
+        patterns AS ({patterns}),
+        hosts AS ({hosts}),
         ranked AS (
             SELECT n.*, coalesce(h.have, 0) + row_number() OVER (PARTITION BY n.host ORDER BY n.depth, n.url) AS host_rank,
                    coalesce(p.have, 0) + row_number() OVER (PARTITION BY n.host, n.pattern ORDER BY n.depth, n.url) AS pattern_rank
@@ -320,10 +326,17 @@ def merge_bucket(store: Store, task: UpdateBucketTask, inputs: StorePath) -> dic
     con = connect(store, config, task.workers)
     old = bucket_source_sql(store, con, BucketFiles(task.old_file, tuple(task.old_deltas)), task.schema_version)
     counts = load_bucket_inputs(con, store, inputs, task)
-    keys = load_old_keys(con, old)
-    counts |= new_url_candidates(con, keys, config)
-    sql, more = bucket_rows_sql(con, store, inputs, task, old, keys)
-    counts |= more
+    index = read_key_index(store, task.old_file) if task.delta else None
+    if index is not None:  # one scan of the rows it can need (cycles/update/probe.py)
+        keys = load_probed_rows(con, store, old, index, list(task.old_deltas),
+                                routed_files(store, inputs, "sitemaps", task.bucket), read_learned(store, inputs))
+        counts |= new_url_candidates(con, keys, config, index)
+        sql, more = bucket_rows_sql(con, store, inputs, task, keys, keys, priors=old)
+    else:
+        keys = load_old_keys(con, old)
+        counts |= new_url_candidates(con, keys, config)
+        sql, more = bucket_rows_sql(con, store, inputs, task, old, keys)
+    counts |= more | {"update/key_index_buckets": int(index is not None)}
     # A name of this attempt's own: a task run twice (its worker lost, the task retried
     # elsewhere while the first still ran) never writes over the other attempt's file; the
     # coordinator's manifest names the one it committed (crawldb.install_version).
@@ -337,7 +350,8 @@ def merge_bucket(store: Store, task: UpdateBucketTask, inputs: StorePath) -> dic
 
 
 EMPTY_BUCKET_COUNTS = {"update/results": 0, "links": 0, "filter/max_depth": 0, "new": 0, "trap/pattern_cap": 0,
-                       "trap/host_cap": 0, "update/stale_result": 0, "sitemap/lastmod_due": 0, "dedup/variant_skipped": 0}
+                       "trap/host_cap": 0, "update/stale_result": 0, "sitemap/lastmod_due": 0, "dedup/variant_skipped": 0,
+                       "update/key_index_buckets": 0}
 """What :func:`merge_bucket` counts, for a bucket with nothing to merge (tests/update/test_update_steps.py
 checks the two agree)."""
 
@@ -386,7 +400,7 @@ def load_bucket_inputs(con, store: Store, inputs: StorePath, task: UpdateBucketT
     return {"update/results": results, "links": links_rows, "filter/max_depth": too_deep}
 
 
-def new_url_candidates(con, old: str, config: Config) -> dict:
+def new_url_candidates(con, old: str, config: Config, index: KeyIndex | None = None) -> dict:
     """Temp tables ``fetched_new`` and ``candidates``: the URLs this segment adds to the bucket.
 
     Results for URLs the crawl DB does not hold (redirect targets and links discovered inside
@@ -403,7 +417,8 @@ def new_url_candidates(con, old: str, config: Config) -> dict:
     known = (f"(SELECT host, pattern_hash FROM {old} UNION ALL "
              f"SELECT host, {pattern_hash_sql('url')} AS pattern_hash FROM fetched_new)")
     fresh = f"(SELECT l.* FROM links_all l ANTI JOIN {old} o USING (url) ANTI JOIN fetched_all f USING (url))"
-    con.execute(f"CREATE TEMP TABLE candidates AS {trap_limited_sql(fresh, known)}", trap_caps(config))
+    counted = load_known_counts(con, index, fresh) if index is not None else None
+    con.execute(f"CREATE TEMP TABLE candidates AS {trap_limited_sql(fresh, known, counted)}", trap_caps(config))
     stale = con.execute(f"SELECT count(*) FROM fetched_all f JOIN {old} o USING (url) "
                         "WHERE f.fetched_at < o.last_fetched").fetchall()[0][0]
     over_pattern, over_host, kept = con.execute("""SELECT count(*) FILTER (WHERE over_pattern),
@@ -417,11 +432,12 @@ F_OUTCOME = ", CASE WHEN f.fetched_at < db.last_fetched THEN NULL ELSE f.outcome
 
 
 def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask, old: str,
-                    keys: str) -> tuple[str, dict]:
+                    keys: str, priors: str | None = None) -> tuple[str, dict]:
     """The SQL of the bucket's new rows (a delta: only the touched old rows, :func:`touched_rows_sql`)
     with the transitions, the dedup marks, the demoted hosts' scores, the learned variant
     parameters set aside and the sitemaps' hints; and its counts. ``keys``: the old rows'
-    lookup columns (:func:`load_old_keys`), read instead of ``old`` wherever they suffice."""
+    lookup columns (:func:`load_old_keys`), read instead of ``old`` wherever they suffice;
+    ``priors``: the rows the host priors are computed over, if not ``keys``."""
     config = task.config
     hint_files = routed_files(store, inputs, "sitemaps", task.bucket)
     variants = load_variant_urls(con, store, inputs, keys)
@@ -431,7 +447,7 @@ def bucket_rows_sql(con, store: Store, inputs: StorePath, task: UpdateBucketTask
     if task.delta:
         recheck_before = task.now + dt.timedelta(seconds=config.update.variant_recheck_s / 2)
         changed = touched_rows_sql(con, old, bool(hint_files), variants, recheck_before, keys)
-    prepare_schedule(con, config, keys, PRIOR_HOSTS)
+    prepare_schedule(con, config, priors or keys, PRIOR_HOSTS)
     source = (f"(SELECT * FROM {changed} UNION ALL BY NAME {new_url_rows_sql('fetched_new', config)}) db "
               "LEFT JOIN fetched_all f ON db.url = f.url")
     sql = f"""
@@ -464,16 +480,19 @@ VARIANT_PARAMS = "variant_params.parquet"
 (cycles/update/dedup.py ``learn_variants``), written by the coordinator for the bucket tasks."""
 
 
+def read_learned(store: Store, inputs: StorePath) -> pa.Table | None:
+    """The variant parameters learned so far (:data:`VARIANT_PARAMS`), None if not written."""
+    path = inputs / VARIANT_PARAMS
+    return store.read_table(path) if store.exists(path) else None
+
+
 def load_variant_urls(con, store: Store, inputs: StorePath, old: str) -> bool:
     """Temp table ``variant_urls`` (url, base): the bucket's URLs (old rows, this segment's
     new pages and outlinks) that carry a variant parameter learned on their host
     (cycles/update/dedup.py ``learn_variants``), with the URL without it. False when no
     parameter is learned (no table)."""
-    path = inputs / VARIANT_PARAMS
-    if not store.exists(path):
-        return False
-    learned = store.read_table(path)
-    if learned.num_rows == 0:
+    learned = read_learned(store, inputs)
+    if learned is None or learned.num_rows == 0:
         return False
     con.register("learned_params", learned)
     # Only the URLs of hosts with a learned parameter go through Python (to strip them).
