@@ -77,6 +77,7 @@ from cycles.tables.hostdb import host_buckets, load_host_state, planned_urls
 from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
+from cycles.tables.seenindex import IndexUnreadable, has_index, write_seen_set_indexed
 from cycles.storage.store import Manifest, Store, StorePath, new_id
 from cycles.generate.mode import RunMode
 from cycles.tables.linkdb import current_link_files
@@ -799,10 +800,24 @@ def fill_partition(store: Store, config: Config, task: PartitionTask, con, mine:
         buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
         # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
-        crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
-        pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
-        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
+        counters.update(write_partition_seen_set(store, config, task, con, files))
     con.close()
+    return counters
+
+
+def write_partition_seen_set(store: Store, config: Config, task: PartitionTask, con, files: list) -> dict[str, int]:
+    """The partition's seen-set from the seen indexes compaction keeps beside the bases of
+    ``files`` (cycles/tables/seenindex.py) when every one has its index, else from the rows."""
+    pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
+    files = [as_bucket_files(f) for f in files]
+    if task.schema_version == schema.SCHEMA_VERSION and all(has_index(store, f.base) for f in files):
+        try:
+            return write_seen_set_indexed(store, config, task.folder, con, files, task.partition, pending)
+        except IndexUnreadable:
+            pass  # a damaged index: the rows hold the same answers
+    crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
+    counters = write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
+    counters["generate/seen_index_fallback"] = 1
     return counters
 
 

@@ -1,0 +1,279 @@
+"""A crawl DB base's known URLs by host, pre-hashed: generate's seen-sets without the URLs.
+
+Each partition of a segment gets a seen-set (cycles/tables/assign.py ``write_seen_set``):
+a Bloom filter of every URL the crawl DB holds for its hosts, and their counts per (host,
+URL pattern). Built from the rows, it read ``host``, ``url`` and ``pattern_hash`` of every
+row of every bucket holding one of its hosts, joined them to its hosts by name and hashed
+every URL (XXH3-128, cycles/storage/bloom.py): at 100 M URLs, 33 M URLs for a 100 k-URL
+segment, 48 s of generate's 88 (docs/incremental.md). The URLs' strings were only read to
+be hashed and counted.
+
+**The seen index** is written by ``crawl compact`` beside each base it writes
+(:func:`write_seen_index`): one row per row of the base, sorted by host, then pattern,
+
+========== ======= ====================================================================
+column     type    what
+========== ======= ====================================================================
+host       string  the URL's host (dictionary-encoded: a bucket's ~16 k hosts, in runs)
+pattern    uint64  the row's ``pattern_hash`` (the trap caps' URL pattern)
+url_h1     uint64  XXH3-128 of the URL, low half: the Bloom filter's first position
+url_h2     uint64  the high half: its step (:func:`cycles.storage.bloom.hash_pairs`)
+========== ======= ====================================================================
+
+and in the file's key-value metadata (``cycles.seen_index``) its format and the base's row
+count. 16 bytes of hashes a URL instead of a ~70-byte string, no hashing at read time, and
+the host matched once per dictionary entry instead of once per row. A partition
+(:func:`write_seen_set_indexed`) selects its hosts' rows of each bucket's index with numpy,
+counts the (host, pattern) runs, and sets the Bloom filter's bits from the stored halves:
+the same filter bit for bit (same capacity, same hashes) and the same counts, in the same
+order, as the scan of the rows (tests/generate/test_seen_index.py).
+
+**Why per row and not per host blocks or per-bucket filters.** A Bloom filter per host (or
+per bucket) assembled by copying blocks would cost less again, but its bits would differ
+from today's seen-set, whose format the fetch worker reads (cycles/fetch/discovery.py): the
+worker would need a per-host lookup, and the counts per pattern need the rows' patterns
+anyway. Per-row halves keep the seen-set's format and the fetch side unchanged.
+
+**The deltas, and segments fetched but not updated.** The index describes the base only.
+A partition reads its hosts' rows of the bucket's deltas (newest per URL) and of the pending
+fetched rows, as small tables, hashes their URLs, and counts a URL only if the base (by its
+two halves) and the newer layers do not hold it: a delta row replacing a base row is one
+URL, as in the merged rows. Two URLs with equal 128-bit hashes would count once (at 10^8
+URLs a bucket the chance is ~10^-23).
+
+**When it is used.** A sidecar's name is its base's with ``.seen-index`` for ``.parquet``
+(:func:`index_path`): in the base's own version folder, so a compaction killed before its
+install discards it with the version, and pruning keeps it as long as its base. It is not a
+``.parquet`` name: the seal (``_COMPLETE``) and the removal of uncommitted attempts list
+only those, and the index is not part of the version, only derived from it. A partition
+uses the indexes when every bucket holding its hosts has a readable one made for its base
+(the format, the base's row count, Parquet page checksums); otherwise it scans the rows as
+before (bases written by inject, rebucket or recover, a crawl DB of an older schema: ``crawl
+compact --all`` gives every base its index). Counters: ``generate/seen_index_buckets``,
+``generate/seen_index_fallback``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cycles.config import Config
+from cycles.storage.bloom import BloomFilter, hash_pairs
+from cycles.storage.store import Store, StorePath
+from cycles.tables import schema
+from cycles.tables.assign import write_seen_files
+from cycles.tables.crawldb import pattern_hash_sql
+
+SUFFIX = ".seen-index"
+"""A seen index's name: its base's with this for ``.parquet``."""
+
+FORMAT = 1
+META_KEY = b"cycles.seen_index"
+
+SEEN_INDEX_FIELDS = [pa.field("host", pa.string(), False), pa.field("pattern", pa.uint64(), False),
+                     pa.field("url_h1", pa.uint64(), False), pa.field("url_h2", pa.uint64(), False)]
+
+ROW_GROUP_ROWS = 1 << 20
+"""Rows per row group of an index (~24 MB of hashes and patterns)."""
+
+
+def index_schema(base_rows: int) -> pa.Schema:
+    """The index's schema, its metadata naming the base's row count."""
+    return pa.schema(SEEN_INDEX_FIELDS, metadata={META_KEY: json.dumps({"format": FORMAT, "base_rows": base_rows})})
+
+
+def index_path(base: StorePath) -> StorePath:
+    """The seen index of the base at ``base`` (beside it, named from it)."""
+    name = base.name[:-len(".parquet")] if base.name.endswith(".parquet") else base.name
+    return base.parent / (name + SUFFIX)
+
+
+def hashed_batches(reader):
+    """(host, pattern_hash, url) batches as index rows: the URL replaced by its two halves."""
+    for batch in reader:
+        h1, h2 = hash_pairs(batch.column("url"))
+        yield pa.record_batch([batch.column("host"), batch.column("pattern_hash"), pa.array(h1), pa.array(h2)],
+                              schema=pa.schema(SEEN_INDEX_FIELDS))
+
+
+def write_seen_index(store: Store, con, base: StorePath) -> int:
+    """Write ``base``'s seen index (the module doc) from the base as written: ``crawl
+    compact``, after each base. ``con``: a DuckDB connection (its memory limit bounds the
+    sort). Returns the rows written."""
+    rows = store.read_metadata(base).num_rows
+    reader = con.sql(f"SELECT host, pattern_hash, url FROM {store.duckdb_source(con, [base])} "
+                     "ORDER BY host, pattern_hash").to_arrow_reader(64 * 1024)
+    return store.write_batches(index_path(base), hashed_batches(reader), index_schema(rows), ROW_GROUP_ROWS)
+
+
+class IndexUnreadable(Exception):
+    """A seen index that cannot stand for its base: the partition scans the rows instead."""
+
+
+def has_index(store: Store, base: StorePath) -> bool:
+    """Whether ``base`` has a seen index made for it, by its footer: this format, and the
+    base's row count (a page damaged later is :func:`read_index`'s to find)."""
+    path = index_path(base)
+    try:
+        if not store.exists(path):
+            return False
+        footer = store.read_metadata(path)
+        meta = json.loads((footer.schema.to_arrow_schema().metadata or {}).get(META_KEY, b"{}"))
+        rows = store.read_metadata(base).num_rows
+    except (OSError, ValueError, pa.ArrowException):
+        return False
+    return meta.get("format") == FORMAT and meta.get("base_rows") == rows == footer.num_rows
+
+
+def read_index(store: Store, base: StorePath) -> pa.Table:
+    """``base``'s seen index, its hosts dictionary-encoded, every page's checksum checked;
+    IndexUnreadable if a page is damaged or the file unreadable."""
+    try:
+        with store.fs.open_input_file(str(index_path(base))) as fh:
+            return pq.ParquetFile(fh, read_dictionary=["host"], page_checksum_verification=True).read()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise IndexUnreadable(f"{store.uri_of(index_path(base))}: {exc}") from None
+
+
+class SeenParts:
+    """A partition's seen-set as it is gathered bucket by bucket: the (host, pattern) runs
+    with their URL counts, and the URLs' hash halves."""
+
+    def __init__(self):
+        self.runs: list[pa.Table] = []
+        self.h1: list[np.ndarray] = []
+        self.h2: list[np.ndarray] = []
+
+    def add_index(self, index: pa.Table, hosts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``hosts`` in one bucket's index; returns their halves (for the newer layers)."""
+        h1s, h2s = [], []
+        for batch in index.to_batches():
+            column = batch.column("host")
+            keep = pc.is_in(column.dictionary, value_set=hosts).to_numpy(zero_copy_only=False)
+            codes = column.indices.to_numpy(zero_copy_only=False)
+            rows = np.flatnonzero(keep[codes])
+            if len(rows):
+                patterns = batch.column("pattern").to_numpy()[rows]
+                self.runs.append(runs_table(column.dictionary.take(pa.array(codes[rows])), patterns))
+                h1s.append(batch.column("url_h1").to_numpy()[rows])
+                h2s.append(batch.column("url_h2").to_numpy()[rows])
+        h1 = np.concatenate(h1s) if h1s else np.zeros(0, np.uint64)
+        h2 = np.concatenate(h2s) if h2s else np.zeros(0, np.uint64)
+        self.h1.append(h1)
+        self.h2.append(h2)
+        return h1, h2
+
+    def add_rows(self, rows: pa.Table, h1: np.ndarray, h2: np.ndarray) -> None:
+        """URLs no earlier layer holds (host, url, pattern_hash sorted by host, pattern_hash), hashed."""
+        if rows.num_rows:
+            self.runs.append(runs_table(rows.column("host").combine_chunks(),
+                                        rows.column("pattern_hash").to_numpy()))
+            self.h1.append(h1)
+            self.h2.append(h2)
+
+    def counts(self) -> pa.Table:
+        """The seen counts (host, pattern_hash, urls), one row per pair, sorted by both."""
+        if not self.runs:
+            return pa.table({"host": pa.array([], pa.string()), "pattern_hash": pa.array([], pa.uint64()),
+                             "urls": pa.array([], pa.int64())})
+        runs = pa.concat_tables(self.runs).combine_chunks()
+        return runs.group_by(["host", "pattern_hash"], use_threads=False).aggregate([("urls", "sum")]) \
+            .rename_columns(["host", "pattern_hash", "urls"]).sort_by([("host", "ascending"),
+                                                                       ("pattern_hash", "ascending")])
+
+    def add_to(self, bloom: BloomFilter) -> None:
+        """Set the bits of every URL gathered in ``bloom``."""
+        for h1, h2 in zip(self.h1, self.h2):
+            bloom.add_hashes(h1, h2)
+
+
+def runs_table(hosts: pa.Array, patterns: np.ndarray) -> pa.Table:
+    """(host, pattern_hash, urls) of rows sorted by host, then pattern: one row a run."""
+    if len(patterns) == 0:
+        return pa.table({"host": pa.array([], pa.string()), "pattern_hash": pa.array([], pa.uint64()),
+                         "urls": pa.array([], pa.int64())})
+    host_change = pc.not_equal(hosts[1:], hosts[:-1]).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(np.concatenate(([True], host_change | (patterns[1:] != patterns[:-1]))))
+    lengths = np.diff(np.append(starts, len(patterns))).astype(np.int64)
+    return pa.table({"host": hosts.take(pa.array(starts)).cast(pa.string()),
+                     "pattern_hash": pa.array(patterns[starts], pa.uint64()), "urls": pa.array(lengths)})
+
+
+def held(h1: np.ndarray, h2: np.ndarray, by_h1: np.ndarray, by_h2: np.ndarray) -> np.ndarray:
+    """Which of the URLs hashed to (``h1``, ``h2``) are among those hashed to (``by_h1``,
+    ``by_h2``): both halves equal. Sorts ``h1`` (the small side: a delta's or a pending
+    segment's URLs) and looks each of ``by`` up in it, so the large side is not sorted."""
+    found = np.zeros(len(h1), dtype=bool)
+    if not len(h1) or not len(by_h1):
+        return found
+    order = np.argsort(h1, kind="stable")
+    sorted_h1 = h1[order]
+    pos = np.searchsorted(sorted_h1, by_h1)
+    pos_ok = pos < len(sorted_h1)
+    hit = np.flatnonzero(pos_ok)
+    hit = hit[sorted_h1[pos[hit]] == by_h1[hit]]
+    if len(np.unique(sorted_h1)) == len(sorted_h1):  # distinct low halves: one candidate each
+        rows = order[pos[hit]]
+        found[rows[h2[rows] == by_h2[hit]]] = True
+        return found
+    for i in hit:  # equal low halves (never seen in practice): each of those rows compared
+        same = order[pos[i]:np.searchsorted(sorted_h1, by_h1[i], side="right")]
+        found[same[h2[same] == by_h2[i]]] = True
+    return found
+
+
+def newer_rows_sql(store: Store, con, deltas: tuple) -> str:
+    """SQL of the partition's hosts' rows in a bucket's deltas (newest per URL; ``assignment``
+    names the hosts), as (host, url, pattern_hash) sorted by host, then pattern."""
+    numbered = " UNION ALL ".join(f"SELECT host, url, pattern_hash, {i}::INTEGER AS layer "
+                                  f"FROM {store.duckdb_source(con, [d])}" for i, d in enumerate(deltas))
+    return f"""SELECT host, url, pattern_hash FROM ({numbered}) WHERE host IN (SELECT host FROM assignment)
+        QUALIFY row_number() OVER (PARTITION BY url ORDER BY layer DESC) = 1 ORDER BY host, pattern_hash"""
+
+
+def pending_rows_sql(pending_sql: str) -> str:
+    """SQL of the partition's hosts' URLs fetched by segments not updated yet, distinct, with
+    their pattern (as cycles/tables/assign.py ``write_seen_set`` reads them)."""
+    return f"""WITH pending AS (SELECT DISTINCT p.host, p.url FROM {pending_sql} p
+                                WHERE p.host IN (SELECT host FROM assignment))
+        SELECT host, url, {pattern_hash_sql('url')} AS pattern_hash FROM pending ORDER BY host, pattern_hash"""
+
+
+def add_unheld(parts: SeenParts, rows: pa.Table, by_h1: np.ndarray, by_h2: np.ndarray) -> None:
+    """Add the URLs of ``rows`` that the URLs hashed to (``by_h1``, ``by_h2``) do not hold."""
+    h1, h2 = hash_pairs(rows.column("url"))
+    new = ~held(h1, h2, by_h1, by_h2)
+    parts.add_rows(rows.filter(pa.array(new)), h1[new], h2[new])
+
+
+def gather_seen(store: Store, con, buckets: list, hosts: pa.Array, pending_sql: str | None) -> SeenParts:
+    """The partition's seen-set from each bucket's index (``buckets``: crawldb.BucketFiles),
+    its deltas and the pending fetched rows (the module doc). IndexUnreadable: a damaged index."""
+    parts = SeenParts()
+    for bucket in buckets:
+        h1, h2 = parts.add_index(read_index(store, bucket.base), hosts)
+        if bucket.deltas:
+            add_unheld(parts, con.sql(newer_rows_sql(store, con, bucket.deltas)).to_arrow_table(), h1, h2)
+    if pending_sql is not None:
+        rows = con.sql(pending_rows_sql(pending_sql)).to_arrow_table()
+        if rows.num_rows:
+            add_unheld(parts, rows, np.concatenate(parts.h1 or [np.zeros(0, np.uint64)]),
+                       np.concatenate(parts.h2 or [np.zeros(0, np.uint64)]))
+    return parts
+
+
+def write_seen_set_indexed(store: Store, config: Config, folder: StorePath, con, buckets: list,
+                           part: int, pending_sql: str | None = None) -> dict[str, int]:
+    """:func:`cycles.tables.assign.write_seen_set` from the buckets' seen indexes: the same
+    files. ``con`` has the partition's hosts registered as ``assignment``."""
+    hosts = con.sql("SELECT host FROM assignment").to_arrow_table().column("host").combine_chunks()
+    parts = gather_seen(store, con, buckets, hosts, pending_sql)
+    counters = write_seen_files(store, config, folder, part, parts.counts().cast(schema.SEEN_COUNTS), (),
+                                add=parts.add_to)
+    counters["generate/seen_index_buckets"] = len(buckets)
+    return counters
