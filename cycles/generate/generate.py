@@ -798,18 +798,19 @@ def fill_partition(store: Store, config: Config, task: PartitionTask, con, mine:
     if config.fetch.follow_outlinks_depth > 0:
         # Only the buckets that hold the partition's hosts (a host lives in one bucket).
         buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
-        # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
-        files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
-        counters.update(write_partition_seen_set(store, config, task, con, files))
+        counters.update(write_partition_seen_set(store, config, task, con, buckets))
     con.close()
     return counters
 
 
-def write_partition_seen_set(store: Store, config: Config, task: PartitionTask, con, files: list) -> dict[str, int]:
+def write_partition_seen_set(store: Store, config: Config, task: PartitionTask, con, buckets: list) -> dict[str, int]:
     """The partition's seen-set from the seen indexes compaction keeps beside the bases of
-    ``files`` (cycles/tables/seenindex.py) when every one has its index, else from the rows."""
+    its ``buckets`` (cycles/tables/seenindex.py) when every one has its index, else from the rows."""
     pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
-    files = [as_bucket_files(f) for f in files]
+    if not buckets:  # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
+        crawldb_sql = buckets_source_sql(store, con, list(task.crawldb_files[:1]), task.schema_version)
+        return write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
+    files = [as_bucket_files(task.crawldb_files[b]) for b in buckets]
     if task.schema_version == schema.SCHEMA_VERSION and all(has_index(store, f.base) for f in files):
         try:
             return write_seen_set_indexed(store, config, task.folder, con, files, task.partition, pending)
