@@ -78,6 +78,10 @@ META_KEY = b"cycles.seen_index"
 SEEN_INDEX_FIELDS = [pa.field("host", pa.string(), False), pa.field("pattern", pa.uint64(), False),
                      pa.field("url_h1", pa.uint64(), False), pa.field("url_h2", pa.uint64(), False)]
 
+COMPRESSION = {"host": "zstd", "pattern": "none", "url_h1": "none", "url_h2": "none"}
+"""Hashes do not compress: zstd left them 3 % smaller and made them 60 % dearer to read
+(0.11 against 0.07 CPU-s for a 10 M store's bucket of 1.25 M rows)."""
+
 ROW_GROUP_ROWS = 1 << 20
 """Rows per row group of an index (~24 MB of hashes and patterns)."""
 
@@ -108,7 +112,8 @@ def write_seen_index(store: Store, con, base: StorePath) -> int:
     rows = store.read_metadata(base).num_rows
     reader = con.sql(f"SELECT host, pattern_hash, url FROM {store.duckdb_source(con, [base])} "
                      "ORDER BY host, pattern_hash").to_arrow_reader(64 * 1024)
-    return store.write_batches(index_path(base), hashed_batches(reader), index_schema(rows), ROW_GROUP_ROWS)
+    return store.write_batches(index_path(base), hashed_batches(reader), index_schema(rows), ROW_GROUP_ROWS,
+                               compression=COMPRESSION)
 
 
 class IndexUnreadable(Exception):
@@ -144,10 +149,14 @@ class SeenParts:
     """A partition's seen-set as it is gathered bucket by bucket: the (host, pattern) runs
     with their URL counts, and the URLs' hash halves."""
 
-    def __init__(self):
+    def __init__(self, hosts: pa.Array):
+        self.hosts = hosts.take(pc.sort_indices(hosts))
+        """The partition's hosts, sorted: a run's host is its place here."""
         self.runs: list[pa.Table] = []
         self.h1: list[np.ndarray] = []
         self.h2: list[np.ndarray] = []
+        self.layered = False
+        """Whether runs of deltas or pending rows were added (then a bucket's runs are not in order)."""
 
     def add_index(self, index: pa.Table, hosts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``hosts`` in one bucket's index; returns their halves (for the newer layers)."""
@@ -171,20 +180,28 @@ class SeenParts:
     def add_rows(self, rows: pa.Table, h1: np.ndarray, h2: np.ndarray) -> None:
         """URLs no earlier layer holds (host, url, pattern_hash sorted by host, pattern_hash), hashed."""
         if rows.num_rows:
+            self.layered = True
             self.runs.append(runs_table(rows.column("host").combine_chunks(),
                                         rows.column("pattern_hash").to_numpy()))
             self.h1.append(h1)
             self.h2.append(h2)
 
     def counts(self) -> pa.Table:
-        """The seen counts (host, pattern_hash, urls), one row per pair, sorted by both."""
+        """The seen counts (host, pattern_hash, urls), one row per pair, sorted by both (as
+        the row scan's ORDER BY host, pattern_hash). A bucket's index runs are in that order
+        and hosts live in one bucket, so without other layers a stable sort by host suffices;
+        a run cut by a batch boundary, or a pair the newer layers add to, is merged here."""
         if not self.runs:
-            return pa.table({"host": pa.array([], pa.string()), "pattern_hash": pa.array([], pa.uint64()),
-                             "urls": pa.array([], pa.int64())})
+            return runs_table(pa.array([], pa.string()), np.zeros(0, np.uint64))
         runs = pa.concat_tables(self.runs).combine_chunks()
-        return runs.group_by(["host", "pattern_hash"], use_threads=False).aggregate([("urls", "sum")]) \
-            .rename_columns(["host", "pattern_hash", "urls"]).sort_by([("host", "ascending"),
-                                                                       ("pattern_hash", "ascending")])
+        rank = pc.index_in(runs.column("host"), value_set=self.hosts).to_numpy()
+        patterns = runs.column("pattern_hash").to_numpy()
+        order = np.lexsort((patterns, rank)) if self.layered else np.argsort(rank, kind="stable")
+        rank, patterns = rank[order], patterns[order]
+        starts = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
+        urls = np.add.reduceat(runs.column("urls").to_numpy()[order], starts)
+        return pa.table({"host": self.hosts.take(pa.array(rank[starts])),
+                         "pattern_hash": pa.array(patterns[starts], pa.uint64()), "urls": pa.array(urls, pa.int64())})
 
     def add_to(self, bloom: BloomFilter) -> None:
         """Set the bits of every URL gathered in ``bloom``."""
@@ -254,7 +271,7 @@ def add_unheld(parts: SeenParts, rows: pa.Table, by_h1: np.ndarray, by_h2: np.nd
 def gather_seen(store: Store, con, buckets: list, hosts: pa.Array, pending_sql: str | None) -> SeenParts:
     """The partition's seen-set from each bucket's index (``buckets``: crawldb.BucketFiles),
     its deltas and the pending fetched rows (the module doc). IndexUnreadable: a damaged index."""
-    parts = SeenParts()
+    parts = SeenParts(hosts)
     for bucket in buckets:
         h1, h2 = parts.add_index(read_index(store, bucket.base), hosts)
         if bucket.deltas:
