@@ -207,15 +207,24 @@ class BloomFilter:
             self._set(self._positions(chunk))
             self.count += len(chunk)
 
-    def add_hashes(self, h1: np.ndarray, h2: np.ndarray) -> None:
-        """:meth:`add_all` of items already hashed (:func:`hash_pairs`: their two uint64
-        halves): the same bits, without the strings (a crawl DB base's seen index,
-        cycles/tables/seenindex.py). Only for version 2, the hash :func:`hash_pairs` computes."""
+    def add_hashes(self, pairs) -> None:
+        """:meth:`add_all` of items already hashed: ``pairs`` of (h1, h2) uint64 arrays
+        (:func:`hash_pairs`' halves), the same bits without the strings (a crawl DB base's
+        seen index, cycles/tables/seenindex.py). Only for version 2, the hash they are of.
+
+        The positions are marked in a bool array of one byte a bit, then packed and ORed in:
+        a plain scatter, where ``np.bitwise_or.at`` read-modify-writes each byte (0.16
+        against 0.41 CPU-s a million items into a 16 M-item filter). The array is 8 x the
+        filter while it is built (160 MB for a filter of 16.5 M URLs)."""
         if self.version != 2:
             raise ValueError("add_hashes takes version 2 (XXH3-128) halves")
-        for start in range(0, len(h1), BULK_CHUNK):
-            self._set(self._positions_of(h1[start:start + BULK_CHUNK], h2[start:start + BULK_CHUNK]))
-        self.count += len(h1)
+        marked = np.zeros(len(self._array) * 8, dtype=bool)
+        for h1, h2 in pairs:
+            for start in range(0, len(h1), BULK_CHUNK):
+                positions = self._positions_of(h1[start:start + BULK_CHUNK], h2[start:start + BULK_CHUNK])
+                marked[positions.ravel()] = True
+            self.count += len(h1)
+        np.bitwise_or(self._array, np.packbits(marked, bitorder="little"), out=self._array)
 
     def add_new(self, items: Sequence[str]) -> np.ndarray:
         """Add a batch; returns a boolean mask of the items that were (probably) not in it yet.

@@ -205,8 +205,7 @@ class SeenParts:
 
     def add_to(self, bloom: BloomFilter) -> None:
         """Set the bits of every URL gathered in ``bloom``."""
-        for h1, h2 in zip(self.h1, self.h2):
-            bloom.add_hashes(h1, h2)
+        bloom.add_hashes(zip(self.h1, self.h2))
 
 
 def runs_table(hosts: pa.Array, patterns: np.ndarray) -> pa.Table:
