@@ -147,28 +147,33 @@ def read_index(store: Store, base: StorePath) -> pa.Table:
 
 class SeenParts:
     """A partition's seen-set as it is gathered bucket by bucket: the (host, pattern) runs
-    with their URL counts, and the URLs' hash halves."""
+    with their URL counts — the host as its place among the partition's sorted hosts, no
+    string a run until the counts are written — and the URLs' hash halves."""
 
     def __init__(self, hosts: pa.Array):
         self.hosts = hosts.take(pc.sort_indices(hosts))
-        """The partition's hosts, sorted: a run's host is its place here."""
-        self.runs: list[pa.Table] = []
+        """The partition's hosts, sorted: a run's host is its place (rank) here."""
+        self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        """(rank, pattern, urls) arrays, one triple per batch of runs."""
         self.h1: list[np.ndarray] = []
         self.h2: list[np.ndarray] = []
         self.layered = False
         """Whether runs of deltas or pending rows were added (then a bucket's runs are not in order)."""
 
-    def add_index(self, index: pa.Table, hosts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of ``hosts`` in one bucket's index; returns their halves (for the newer layers)."""
+    def ranks(self, hosts: pa.Array) -> np.ndarray:
+        """Each of ``hosts``' place among the partition's hosts (-1: not one of them)."""
+        return pc.fill_null(pc.index_in(hosts, value_set=self.hosts), -1).to_numpy(zero_copy_only=False)
+
+    def add_index(self, index: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The partition's hosts' rows in one bucket's index (matched once per dictionary
+        entry, not per row); returns their halves (for the newer layers)."""
         h1s, h2s = [], []
         for batch in index.to_batches():
             column = batch.column("host")
-            keep = pc.is_in(column.dictionary, value_set=hosts).to_numpy(zero_copy_only=False)
-            codes = column.indices.to_numpy(zero_copy_only=False)
-            rows = np.flatnonzero(keep[codes])
+            rank = self.ranks(column.dictionary)[column.indices.to_numpy(zero_copy_only=False)]
+            rows = np.flatnonzero(rank >= 0)
             if len(rows):
-                patterns = batch.column("pattern").to_numpy()[rows]
-                self.runs.append(runs_table(column.dictionary.take(pa.array(codes[rows])), patterns))
+                self.runs.append(runs_of(rank[rows], batch.column("pattern").to_numpy()[rows]))
                 h1s.append(batch.column("url_h1").to_numpy()[rows])
                 h2s.append(batch.column("url_h2").to_numpy()[rows])
         h1 = np.concatenate(h1s) if h1s else np.zeros(0, np.uint64)
@@ -181,8 +186,8 @@ class SeenParts:
         """URLs no earlier layer holds (host, url, pattern_hash sorted by host, pattern_hash), hashed."""
         if rows.num_rows:
             self.layered = True
-            self.runs.append(runs_table(rows.column("host").combine_chunks(),
-                                        rows.column("pattern_hash").to_numpy()))
+            self.runs.append(runs_of(self.ranks(rows.column("host").combine_chunks()),
+                                     rows.column("pattern_hash").to_numpy()))
             self.h1.append(h1)
             self.h2.append(h2)
 
@@ -191,16 +196,13 @@ class SeenParts:
         the row scan's ORDER BY host, pattern_hash). A bucket's index runs are in that order
         and hosts live in one bucket, so without other layers a stable sort by host suffices;
         a run cut by a batch boundary, or a pair the newer layers add to, is merged here."""
-        if not self.runs:
-            return runs_table(pa.array([], pa.string()), np.zeros(0, np.uint64))
-        runs = pa.concat_tables(self.runs).combine_chunks()
-        rank = pc.index_in(runs.column("host"), value_set=self.hosts).to_numpy()
-        patterns = runs.column("pattern_hash").to_numpy()
+        rank, patterns, urls = (np.concatenate([run[i] for run in self.runs]) if self.runs
+                                else np.zeros(0, dtype) for i, dtype in enumerate((np.int64, np.uint64, np.int64)))
         order = np.lexsort((patterns, rank)) if self.layered else np.argsort(rank, kind="stable")
-        rank, patterns = rank[order], patterns[order]
+        rank, patterns, urls = rank[order], patterns[order], urls[order]
         starts = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
-        urls = np.add.reduceat(runs.column("urls").to_numpy()[order], starts)
-        return pa.table({"host": self.hosts.take(pa.array(rank[starts])),
+        urls = np.add.reduceat(urls, starts) if len(urls) else urls
+        return pa.table({"host": self.hosts.take(pa.array(rank[starts])).cast(pa.string()),
                          "pattern_hash": pa.array(patterns[starts], pa.uint64()), "urls": pa.array(urls, pa.int64())})
 
     def add_to(self, bloom: BloomFilter) -> None:
@@ -208,16 +210,13 @@ class SeenParts:
         bloom.add_hashes(zip(self.h1, self.h2))
 
 
-def runs_table(hosts: pa.Array, patterns: np.ndarray) -> pa.Table:
-    """(host, pattern_hash, urls) of rows sorted by host, then pattern: one row a run."""
-    if len(patterns) == 0:
-        return pa.table({"host": pa.array([], pa.string()), "pattern_hash": pa.array([], pa.uint64()),
-                         "urls": pa.array([], pa.int64())})
-    host_change = pc.not_equal(hosts[1:], hosts[:-1]).to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(np.concatenate(([True], host_change | (patterns[1:] != patterns[:-1]))))
-    lengths = np.diff(np.append(starts, len(patterns))).astype(np.int64)
-    return pa.table({"host": hosts.take(pa.array(starts)).cast(pa.string()),
-                     "pattern_hash": pa.array(patterns[starts], pa.uint64()), "urls": pa.array(lengths)})
+def runs_of(rank: np.ndarray, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, pattern, urls) of rows sorted by host, then pattern: one entry a run."""
+    if not len(rank):
+        return rank.astype(np.int64), patterns.astype(np.uint64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
+    lengths = np.diff(np.append(starts, len(rank))).astype(np.int64)
+    return rank[starts].astype(np.int64), patterns[starts].astype(np.uint64), lengths
 
 
 def held(h1: np.ndarray, h2: np.ndarray, by_h1: np.ndarray, by_h2: np.ndarray) -> np.ndarray:
@@ -272,7 +271,7 @@ def gather_seen(store: Store, con, buckets: list, hosts: pa.Array, pending_sql: 
     its deltas and the pending fetched rows (the module doc). IndexUnreadable: a damaged index."""
     parts = SeenParts(hosts)
     for bucket in buckets:
-        h1, h2 = parts.add_index(read_index(store, bucket.base), hosts)
+        h1, h2 = parts.add_index(read_index(store, bucket.base))
         if bucket.deltas:
             add_unheld(parts, con.sql(newer_rows_sql(store, con, bucket.deltas)).to_arrow_table(), h1, h2)
     if pending_sql is not None:
