@@ -77,7 +77,7 @@ from cycles.tables.hostdb import host_buckets, load_host_state, planned_urls
 from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
-from cycles.tables.seenindex import IndexUnreadable, has_index, write_seen_set_indexed
+from cycles.tables.seenindex import has_index, write_seen_set_indexed
 from cycles.storage.store import Manifest, Store, StorePath, new_id
 from cycles.generate.mode import RunMode
 from cycles.tables.linkdb import current_link_files
@@ -805,20 +805,18 @@ def fill_partition(store: Store, config: Config, task: PartitionTask, con, mine:
 
 def write_partition_seen_set(store: Store, config: Config, task: PartitionTask, con, buckets: list) -> dict[str, int]:
     """The partition's seen-set from the seen indexes compaction keeps beside the bases of
-    its ``buckets`` (cycles/tables/seenindex.py) when every one has its index, else from the rows."""
+    its ``buckets`` (cycles/tables/seenindex.py; a bucket without one from its rows), or
+    from the rows alone when no bucket has one or the crawl DB is of an older schema."""
     pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
     if not buckets:  # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
         crawldb_sql = buckets_source_sql(store, con, list(task.crawldb_files[:1]), task.schema_version)
         return write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
     files = [as_bucket_files(task.crawldb_files[b]) for b in buckets]
-    if task.schema_version == schema.SCHEMA_VERSION and all(has_index(store, f.base) for f in files):
-        try:
-            return write_seen_set_indexed(store, config, task.folder, con, files, task.partition, pending)
-        except IndexUnreadable:
-            pass  # a damaged index: the rows hold the same answers
+    if task.schema_version == schema.SCHEMA_VERSION and any(has_index(store, f.base) for f in files):
+        return write_seen_set_indexed(store, config, task.folder, con, files, task.partition, pending)
     crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
     counters = write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
-    counters["generate/seen_index_fallback"] = 1
+    counters["generate/seen_index_fallback"] = len(files)  # buckets read from their rows
     return counters
 
 

@@ -67,7 +67,7 @@ from cycles.storage.bloom import BloomFilter, hash_pairs
 from cycles.storage.store import Store, StorePath
 from cycles.tables import schema
 from cycles.tables.assign import write_seen_files
-from cycles.tables.crawldb import pattern_hash_sql
+from cycles.tables.crawldb import bucket_source_sql, pattern_hash_sql
 
 SUFFIX = ".seen-index"
 """A seen index's name: its base's with this for ``.parquet``."""
@@ -266,29 +266,56 @@ def add_unheld(parts: SeenParts, rows: pa.Table, by_h1: np.ndarray, by_h2: np.nd
     parts.add_rows(rows.filter(pa.array(new)), h1[new], h2[new])
 
 
-def gather_seen(store: Store, con, buckets: list, hosts: pa.Array, pending_sql: str | None) -> SeenParts:
-    """The partition's seen-set from each bucket's index (``buckets``: crawldb.BucketFiles),
-    its deltas and the pending fetched rows (the module doc). IndexUnreadable: a damaged index."""
+def from_index(store: Store, bucket) -> pa.Table | None:
+    """The bucket's base's seen index, or None when it has none it can use (has_index,
+    read_index: a damaged one is passed over)."""
+    if not has_index(store, bucket.base):
+        return None
+    try:
+        return read_index(store, bucket.base)
+    except IndexUnreadable:
+        return None
+
+
+def add_bucket(store: Store, con, parts: SeenParts, bucket) -> bool:
+    """Add the partition's hosts' URLs of one bucket (crawldb.BucketFiles): from its base's
+    index and its deltas, or, without a usable index, from its merged rows as the row scan
+    reads them. Returns whether the index was used."""
+    index = from_index(store, bucket)
+    if index is None:
+        rows = con.sql(f"""SELECT host, url, pattern_hash FROM {bucket_source_sql(store, con, bucket)}
+            WHERE host IN (SELECT host FROM assignment) ORDER BY host, pattern_hash""").to_arrow_table()
+        parts.add_rows(rows, *hash_pairs(rows.column("url")))  # merged: one row a URL
+        return False
+    h1, h2 = parts.add_index(index)
+    if bucket.deltas:
+        add_unheld(parts, con.sql(newer_rows_sql(store, con, bucket.deltas)).to_arrow_table(), h1, h2)
+    return True
+
+
+def gather_seen(store: Store, con, buckets: list, hosts: pa.Array, pending_sql: str | None) -> tuple[SeenParts, int]:
+    """The partition's seen-set from each bucket (``buckets``: crawldb.BucketFiles) and the
+    pending fetched rows (the module doc); and how many buckets were read from their index."""
     parts = SeenParts(hosts)
-    for bucket in buckets:
-        h1, h2 = parts.add_index(read_index(store, bucket.base))
-        if bucket.deltas:
-            add_unheld(parts, con.sql(newer_rows_sql(store, con, bucket.deltas)).to_arrow_table(), h1, h2)
+    indexed = sum(add_bucket(store, con, parts, bucket) for bucket in buckets)
     if pending_sql is not None:
         rows = con.sql(pending_rows_sql(pending_sql)).to_arrow_table()
         if rows.num_rows:
             add_unheld(parts, rows, np.concatenate(parts.h1 or [np.zeros(0, np.uint64)]),
                        np.concatenate(parts.h2 or [np.zeros(0, np.uint64)]))
-    return parts
+    return parts, indexed
 
 
 def write_seen_set_indexed(store: Store, config: Config, folder: StorePath, con, buckets: list,
                            part: int, pending_sql: str | None = None) -> dict[str, int]:
-    """:func:`cycles.tables.assign.write_seen_set` from the buckets' seen indexes: the same
-    files. ``con`` has the partition's hosts registered as ``assignment``."""
+    """:func:`cycles.tables.assign.write_seen_set` from the buckets' seen indexes (a bucket
+    without a usable one from its rows): the same files. ``con`` has the partition's hosts
+    registered as ``assignment``; the crawl DB has the current schema."""
     hosts = con.sql("SELECT host FROM assignment").to_arrow_table().column("host").combine_chunks()
-    parts = gather_seen(store, con, buckets, hosts, pending_sql)
+    parts, indexed = gather_seen(store, con, buckets, hosts, pending_sql)
     counters = write_seen_files(store, config, folder, part, parts.counts().cast(schema.SEEN_COUNTS), (),
                                 add=parts.add_to)
-    counters["generate/seen_index_buckets"] = len(buckets)
+    counters["generate/seen_index_buckets"] = indexed
+    if indexed < len(buckets):
+        counters["generate/seen_index_fallback"] = len(buckets) - indexed
     return counters
