@@ -46,11 +46,11 @@ URLs a bucket the chance is ~10^-23).
 install discards it with the version, and pruning keeps it as long as its base. It is not a
 ``.parquet`` name: the seal (``_COMPLETE``) and the removal of uncommitted attempts list
 only those, and the index is not part of the version, only derived from it. A partition
-uses the indexes when every bucket holding its hosts has a readable one made for its base
-(the format, the base's row count, Parquet page checksums); otherwise it scans the rows as
-before (bases written by inject, rebucket or recover, a crawl DB of an older schema: ``crawl
-compact --all`` gives every base its index). Counters: ``generate/seen_index_buckets``,
-``generate/seen_index_fallback``.
+reads a bucket from its base's index when the base has a readable one made for it (the
+format, the base's row count, Parquet page checksums), else from its merged rows
+(:func:`add_bucket`: bases written by inject, rebucket or recover; ``crawl compact --all``
+gives every base its index); a crawl DB of an older schema is read from its rows whole.
+Counters, in buckets: ``generate/seen_index_buckets``, ``generate/seen_index_fallback``.
 """
 
 from __future__ import annotations
