@@ -266,6 +266,20 @@ def add_unheld(parts: SeenParts, rows: pa.Table, by_h1: np.ndarray, by_h2: np.nd
     parts.add_rows(rows.filter(pa.array(new)), h1[new], h2[new])
 
 
+def index_hosts(store: Store, base: StorePath) -> pa.Array | None:
+    """The distinct hosts of ``base`` from its seen index's host column (dictionary runs,
+    no URL read), or None when it has no usable index: generate's known-hosts part."""
+    if not has_index(store, base):
+        return None
+    try:
+        with store.fs.open_input_file(str(index_path(base))) as fh:
+            column = pq.ParquetFile(fh, read_dictionary=["host"], page_checksum_verification=True).read(["host"])
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    chunks = [chunk.dictionary.take(pc.unique(chunk.indices)) for chunk in column.column("host").chunks]
+    return pc.unique(pa.chunked_array(chunks, pa.string())) if chunks else pa.array([], pa.string())
+
+
 def from_index(store: Store, bucket) -> pa.Table | None:
     """The bucket's base's seen index, or None when it has none it can use (has_index,
     read_index: a damaged one is passed over)."""

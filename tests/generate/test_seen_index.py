@@ -73,6 +73,7 @@ def without_indexes(src, dst) -> Store:
 def seen_outputs(store: Store, segment: str) -> tuple[list, list, list, dict]:
     folder = store.segment_dir(segment)
     blooms = [store.read_bytes(seg.seen_bloom_file(folder, p)) for p in range(PARTITIONS)]
+    blooms.append(store.read_bytes(folder / "seen" / "hosts.bloom"))  # the known hosts: bases' from their indexes
     counts = [store.read_table(seg.seen_counts_file(folder, p)).to_pylist() for p in range(PARTITIONS)]
     lists = [store.read_table(seg.fetchlist_file(folder, p)).to_pylist() for p in range(PARTITIONS)]
     stats = json.loads(seg.stats_file(folder, "generate").read_text())
@@ -115,7 +116,7 @@ def test_indexed_seen_sets_are_the_row_scans_bit_for_bit(indexed):
     assert counts == r_counts and sum(map(len, counts)) > 0
     assert blooms == r_blooms
     # The pending segment's URL fetched by discovery is known in both: only its rows hold it.
-    assert sum(INLINE in BloomFilter.from_bytes(b) for b in blooms) == 1
+    assert sum(INLINE in BloomFilter.from_bytes(b) for b in blooms[:PARTITIONS]) == 1
     assert not any(row["url"] == INLINE for row in read_crawldb(store, ["url"]).to_pylist())
 
 
@@ -141,6 +142,29 @@ def test_a_damaged_or_missing_index_falls_back_to_its_buckets_rows(indexed):
         assert stats["generate/seen_index_fallback"] >= 1 and stats["generate/seen_index_buckets"] >= 1
         assert (stats["generate/seen_index_fallback"] + stats["generate/seen_index_buckets"]
                 == i_stats["generate/seen_index_buckets"])
+
+
+def test_a_buckets_hosts_from_its_index_are_those_of_its_rows(indexed, monkeypatch):
+    import cycles.generate.generate as gen
+    from cycles.tables.crawldb import connect, read_bucket_rows
+
+    tmp, store = indexed
+    manifest, buckets = current_buckets(store)
+    used = []
+    real = gen.index_hosts
+    monkeypatch.setattr(gen, "index_hosts", lambda *a: used.append(a[1]) or real(*a))
+    for number, bucket in enumerate(buckets):
+        task = gen.GenerateBucketTask(store.uri, config(), number, bucket, manifest.schema_version,
+                                      gen.segment_inputs(store, LATER, RunMode(), config()), LATER, 10,
+                                      tmp / "c.parquet", hosts_out=tmp / f"hosts-{number}.parquet")
+        con = connect(store, config())
+        count = gen.write_bucket_hosts(store, con, task)
+        con.close()
+        written = pq.read_table(task.hosts_out).column("host").to_pylist()
+        merged = set(read_bucket_rows(store, bucket, manifest.schema_version, ["host"]).column("host").to_pylist())
+        assert sorted(written) == sorted(merged) and count == len(written)
+        assert real(store, bucket.base) is not None  # positive control: the index was there to read
+    assert used == [b.base for b in buckets]
 
 
 def test_held_compares_both_halves():
