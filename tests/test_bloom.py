@@ -146,3 +146,19 @@ def test_the_bulk_add_from_arrow_sets_the_bits_of_add_new(version, monkeypatch):
         assert bloom.contains_many(pa.array(probes)).tolist() == reference.contains_many(probes).tolist()
     with pytest.raises(ValueError, match="nulls"):
         BloomFilter(10, 0.01).add_all(pa.array(["a", None]))
+
+
+def test_add_hashes_sets_the_bits_add_all_sets():
+    """The seen index's halves (cycles/tables/seenindex.py) stand for the strings: the same
+    filter, byte for byte, from the halves in several arrays as from the strings."""
+    from cycles.storage.bloom import hash_pairs
+
+    urls = [f"http://h{i % 97}.example/p{i}" for i in range(20_000)]
+    strings, halves = BloomFilter(len(urls), 0.01), BloomFilter(len(urls), 0.01)
+    strings.add_all(urls)
+    h1, h2 = hash_pairs(urls)
+    halves.add_hashes([(h1[:7_000], h2[:7_000]), (h1[7_000:], h2[7_000:])])
+    assert halves.to_bytes() == strings.to_bytes()
+    assert halves.count == len(urls) and halves._array.any()
+    with pytest.raises(ValueError):
+        BloomFilter(10, 0.01, version=1).add_hashes([(h1, h2)])

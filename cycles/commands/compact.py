@@ -41,6 +41,7 @@ from cycles.tables.crawldb import (BucketFiles, connect, current_buckets, bucket
                             verify_bucket_file, write_base)
 from cycles.storage.store import Manifest, Store, new_id
 from cycles.tables.keyindex import has_key_index, write_key_index
+from cycles.tables.seenindex import has_index, write_seen_index
 
 
 @dataclass
@@ -78,15 +79,16 @@ def due_buckets(store: Store, config: Config, manifest: Manifest, buckets: list[
                 everything: bool = False) -> list[int]:
     """The buckets to compact now: those due; with ``everything``, every bucket with a delta
     or whose base is not a compacted one (written by inject, rebucket or a whole update,
-    sorted by host: ``crawl compact --all`` once sorts them by due time) or has no key index
-    (cycles/tables/keyindex.py: written from this version on), and all of them
+    sorted by host: ``crawl compact --all`` once sorts them by due time) or lacks one of the
+    indexes compaction writes beside a base (a base compacted before they existed): the seen
+    index (cycles/tables/seenindex.py) and the key index (cycles/tables/keyindex.py); and all of them
     when the crawl DB is of an older schema (a manifest has one schema)."""
     if manifest.schema_version < schema.SCHEMA_VERSION:
         return list(range(len(buckets))) if everything else []
     if everything:
         return [b for b, files in enumerate(buckets)
                 if files.deltas or not PurePosixPath(str(files.base)).name.startswith(BASE_PREFIX)
-                or not has_key_index(store, files.base)]
+                or not has_key_index(store, files.base) or not has_index(store, files.base)]
     return [b for b, files in enumerate(buckets) if bucket_due(store, config, files)]
 
 
@@ -151,6 +153,7 @@ def compact_buckets(store: Store, config: Config, manifest: Manifest, buckets: l
             rows += write_base(store, con, sql, folder / name, bucket=bucket, buckets=manifest.buckets,
                                row_group_rows=config.db.compact_row_group_rows)
             write_key_index(store, folder / name)  # update's lookups (cycles/tables/keyindex.py)
+            write_seen_index(store, con, folder / name)  # generate's seen-sets (cycles/tables/seenindex.py)
             bases[bucket], deltas[bucket] = f"{version}/{name}", ()
     except BaseException:
         store.discard_version("crawldb", version)

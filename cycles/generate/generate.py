@@ -77,6 +77,7 @@ from cycles.tables.hostdb import host_buckets, load_host_state, planned_urls
 from cycles.tables.leases import (continuing_lease, fetched_files, in_flight_files, leased_hosts_sql, leased_urls_sql,
                            leftover_files, live_lease_files)
 from cycles.tables.pages import feed_lag
+from cycles.tables.seenindex import has_index, index_hosts, write_seen_set_indexed
 from cycles.storage.store import Manifest, Store, StorePath, new_id
 from cycles.generate.mode import RunMode
 from cycles.tables.linkdb import current_link_files
@@ -387,10 +388,17 @@ def write_bucket_hosts(store: Store, con, task: GenerateBucketTask) -> int:
 
     The base's and the deltas' hosts, not merged: a delta row replaces the base row of its
     URL, which has the URL's host too, so the merge changes no host. Merging read every
-    URL of the base for its anti join (0.25 CPU-s a bucket at 100 M URLs, this 0.04)."""
+    URL of the base for its anti join (0.25 CPU-s a bucket at 100 M URLs, this 0.04). The
+    base's hosts come from its seen index when it has one (cycles/tables/seenindex.py)."""
     files = as_bucket_files(task.file)
-    hosts = " UNION ALL ".join(f"SELECT host FROM {store.duckdb_source(con, [path])}"
-                               for path in [files.base, *files.deltas])
+    sources = [store.duckdb_source(con, [path]) for path in files.deltas]
+    indexed = index_hosts(store, files.base) if task.schema_version == schema.SCHEMA_VERSION else None
+    if indexed is None:
+        sources.insert(0, store.duckdb_source(con, [files.base]))
+    else:  # the base's seen index: its distinct hosts without a scan of the base's host column
+        con.register("base_hosts", pa.table({"host": indexed}))
+        sources.insert(0, "base_hosts")
+    hosts = " UNION ALL ".join(f"SELECT host FROM {source}" for source in sources)
     table = con.sql(f"SELECT DISTINCT host FROM ({hosts})").to_arrow_table()
     store.write_table(task.hosts_out, table, schema.BUCKET_HOSTS)
     return table.num_rows
@@ -797,12 +805,25 @@ def fill_partition(store: Store, config: Config, task: PartitionTask, con, mine:
     if config.fetch.follow_outlinks_depth > 0:
         # Only the buckets that hold the partition's hosts (a host lives in one bucket).
         buckets = np.unique(host_buckets(mine["host"], len(task.crawldb_files))).tolist()
-        # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
-        files = [task.crawldb_files[b] for b in buckets] or list(task.crawldb_files[:1])
-        crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
-        pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
-        counters.update(write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending))
+        counters.update(write_partition_seen_set(store, config, task, con, buckets))
     con.close()
+    return counters
+
+
+def write_partition_seen_set(store: Store, config: Config, task: PartitionTask, con, buckets: list) -> dict[str, int]:
+    """The partition's seen-set from the seen indexes compaction keeps beside the bases of
+    its ``buckets`` (cycles/tables/seenindex.py; a bucket without one from its rows), or
+    from the rows alone when no bucket has one or the crawl DB is of an older schema."""
+    pending = store.duckdb_source(con, list(task.pending_fetched)) if task.pending_fetched else None
+    if not buckets:  # A partition without hosts joins nothing, but still gets its (empty) seen-set files.
+        crawldb_sql = buckets_source_sql(store, con, list(task.crawldb_files[:1]), task.schema_version)
+        return write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
+    files = [as_bucket_files(task.crawldb_files[b]) for b in buckets]
+    if task.schema_version == schema.SCHEMA_VERSION and any(has_index(store, f.base) for f in files):
+        return write_seen_set_indexed(store, config, task.folder, con, files, task.partition, pending)
+    crawldb_sql = buckets_source_sql(store, con, files, task.schema_version)
+    counters = write_seen_set(store, config, task.folder, con, crawldb_sql, task.partition, pending)
+    counters["generate/seen_index_fallback"] = len(files)  # buckets read from their rows
     return counters
 
 

@@ -24,12 +24,13 @@ ROW_GROUP_BYTES = 128 << 20
 """...or fewer, when their Arrow size reaches this (the pages feed, with page texts)."""
 
 
-def _write_row_groups(sink, batches: Iterator[pa.RecordBatch], schema: pa.Schema, group_rows: int) -> int:
+def _write_row_groups(sink, batches: Iterator[pa.RecordBatch], schema: pa.Schema, group_rows: int,
+                      compression: str | dict = "zstd") -> int:
     """Write ``batches`` to ``sink`` as one Parquet file in row groups of ~``group_rows``."""
     rows = pending_rows = pending_bytes = 0
     pending: list[pa.RecordBatch] = []
     # Page checksums (CRC32 per page) let readers tell a flipped bit from data.
-    with pq.ParquetWriter(sink, schema, compression="zstd", write_page_checksum=True) as writer:
+    with pq.ParquetWriter(sink, schema, compression=compression, write_page_checksum=True) as writer:
         def flush() -> None:
             writer.write_table(pa.Table.from_batches(pending).select(schema.names).cast(schema),
                                row_group_size=group_rows)
@@ -95,27 +96,28 @@ class Writes:
         _observed("PUT", path)
 
     def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema,
-                      row_group_rows: int | None = None) -> int:
+                      row_group_rows: int | None = None, compression: str | dict = "zstd") -> int:
         """Stream record batches into one Parquet file atomically; returns rows written.
 
         The file always exists afterwards, with no rows if no batch had any. On S3 it is a
         multipart upload that only becomes an object when complete; if the batches fail
         midway the object is deleted again. ``row_group_rows``: rows per row group, if not
         ROW_GROUP_ROWS (a reader streaming several files at once wants smaller groups).
+        ``compression``: pyarrow's, one codec or one per column.
         """
         group_rows = row_group_rows or ROW_GROUP_ROWS
         if not self.local:
             commit_point(path)
             try:
                 with self.fs.open_output_stream(str(path), compression=None) as out:
-                    rows = _write_row_groups(out, batches, schema, group_rows)
+                    rows = _write_row_groups(out, batches, schema, group_rows, compression)
             except BaseException:
                 # Closing the stream completed the upload: remove the partial file.
                 with contextlib.suppress(OSError):
                     self.fs.delete_file(str(path))
                 raise
         else:
-            rows = write_atomically(path, lambda tmp: _write_row_groups(str(tmp), batches, schema, group_rows),
-                                    commit_point)
+            rows = write_atomically(
+                path, lambda tmp: _write_row_groups(str(tmp), batches, schema, group_rows, compression), commit_point)
         _observed("PUT", path)
         return rows

@@ -293,13 +293,16 @@ def write_seen_set(store: Store, config: Config, folder: StorePath, con, crawldb
 
 
 def write_seen_files(store: Store, config: Config, folder: StorePath, part: int, counts: pa.Table,
-                     urls) -> dict[str, int]:
+                     urls, add=None) -> dict[str, int]:
     """The seen-set's files of partition ``part``: its pattern ``counts`` (SEEN_COUNTS) and a
-    Bloom filter of ``urls`` (batches with a ``url`` column). Returns counters."""
+    Bloom filter of ``urls`` (batches with a ``url`` column; ``add(bloom)``: of URLs already
+    hashed, cycles/tables/seenindex.py). Returns counters."""
     total = int(pc.sum(counts["urls"]).as_py() or 0)
     store.write_table(seg.seen_counts_file(folder, part), counts, schema.SEEN_COUNTS)
     bloom = BloomFilter(max(MIN_BLOOM_CAPACITY, total), config.fetch.follow_seen_fp)
     for batch in urls:
         bloom.add_all(batch.column("url"))  # hashed from the Arrow values: no Python string per URL
+    if add is not None:
+        add(bloom)
     store.write_bytes(seg.seen_bloom_file(folder, part), bloom.to_bytes())
     return {"generate/seen_urls": total, "generate/seen_bytes": len(bloom._array)}

@@ -26,6 +26,7 @@ import benchlib  # noqa: F401  (the repository on sys.path)
 
 PARTS = ("select_bucket_due", "verify_due_pages", "write_bucket_hosts", "with_time_budget_sql", "count_chosen_hosts",
          "prefilter_threshold", "write_candidates", "exact_cutoff", "bucket_load", "write_known_hosts_part", "merge_known_hosts", "write_partition", "write_seen_set",
+         "write_seen_set_indexed",
          "top_n_cutoff", "plan_assignment", "write_fetchlists", "choose_and_write")
 """Functions of cycles/generate/generate.py (or imported into it) that are timed."""
 
@@ -66,7 +67,7 @@ def main() -> None:
     for name in PARTS:
         if hasattr(gen, name):
             timed(table, gen, name)
-    for name in ("add_new", "add_all"):  # add_all: the bulk add from Arrow (older trees lack it)
+    for name in ("add_new", "add_all", "add_hashes"):  # add_all, add_hashes: the bulk adds (older trees lack them)
         if hasattr(BloomFilter, name):
             timed(table, BloomFilter, name)
     config = Config()
