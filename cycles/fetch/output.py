@@ -175,15 +175,19 @@ def encoded_column(values: list[bytes | None], type_: pa.DataType) -> pa.Array:
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]  # 10 bits -> 2 characters
-_BASE32_SHIFTS = range(150, -1, -10)
 
 
-def sha1_label(digest: bytes) -> str:
+def sha1_label(digest: bytes, p: list[str] = _BASE32_PAIRS) -> str:
     """``sha1:`` and the base32 of a 20-byte SHA-1 digest, as WARC digests are written:
     ``"sha1:" + base64.b32encode(digest)``, which is pure Python in 3.11 and took ~10 µs a
-    digest (three digests a page); 160 bits are 16 table lookups of 10 bits, no padding."""
-    bits = int.from_bytes(digest, "big")
-    return "sha1:" + "".join([_BASE32_PAIRS[(bits >> shift) & 1023] for shift in _BASE32_SHIFTS])
+    digest (four digests a page); 160 bits are 16 table lookups of 10 bits, no padding,
+    written out in one f-string: 1.4 µs, where a list comprehension over the shifts and a
+    join took 2.9 (the loop's frame and the list; ``p`` is bound at definition, a local)."""
+    b = int.from_bytes(digest, "big")
+    return (f"sha1:{p[b >> 150]}{p[b >> 140 & 1023]}{p[b >> 130 & 1023]}{p[b >> 120 & 1023]}"
+            f"{p[b >> 110 & 1023]}{p[b >> 100 & 1023]}{p[b >> 90 & 1023]}{p[b >> 80 & 1023]}"
+            f"{p[b >> 70 & 1023]}{p[b >> 60 & 1023]}{p[b >> 50 & 1023]}{p[b >> 40 & 1023]}"
+            f"{p[b >> 30 & 1023]}{p[b >> 20 & 1023]}{p[b >> 10 & 1023]}{p[b & 1023]}")
 
 
 def _make_warc_id() -> str:
@@ -307,6 +311,8 @@ class PartitionOutput:
         self._warc_end = 0
         """Bytes written to the current WARC file: the next record's offset. (The file's
         tell() is an lseek(2) each time, three a page.)"""
+        self._warc_path: tuple[int, str] = (-1, "")
+        """(chunk, :meth:`warc_path` of that chunk)."""
         self.last_flush = time.monotonic()
         if store.local:
             for sub in (seg.FETCHED, seg.OUTLINKS, seg.WARC):
@@ -325,8 +331,11 @@ class PartitionOutput:
         return warc_file_name(self.warc_prefix, self.segment, chunk_name(self.partition, self.chunk), self.host)
 
     def warc_path(self) -> str:
-        """The current WARC file relative to the segment, as fetched rows record it."""
-        return f"{seg.WARC}/{self.warc_name()}"
+        """The current WARC file relative to the segment, as fetched rows record it (asked
+        for every archived exchange: made once a chunk, not formatted anew each time)."""
+        if self._warc_path[0] != self.chunk:
+            self._warc_path = (self.chunk, f"{seg.WARC}/{self.warc_name()}")
+        return self._warc_path[1]
 
     def _open_warc(self) -> None:
         if self._warc_fh is None:
