@@ -25,6 +25,7 @@ import io
 import os
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -137,14 +138,15 @@ def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[
     return done, next_chunk
 
 
-def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[str, ...] = ()) -> pa.Table:
+def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[str, ...] = (),
+                     texts: TextBuffer | None = None) -> pa.Table:
     """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
     fetched row (more than parsing the page's links), this ~7 µs. The ``encoded`` string
     columns hold UTF-8 bytes (or None): they become the column as they are, without a check
-    (:func:`encoded_column`)."""
+    (:func:`encoded_column`), in ``texts``' memory if given."""
     data = {name: [row[name] for row in rows] for name in table_schema.names}
     for name in encoded:
-        data[name] = encoded_column(data[name], table_schema.field(name).type)
+        data[name] = encoded_column(data[name], table_schema.field(name).type, texts)
     return pa.Table.from_pydict(data, schema=table_schema)
 
 
@@ -152,31 +154,60 @@ _MAX_STRING_COLUMN_BYTES = (1 << 31) - 1
 """A ``string`` array's offsets are 32-bit."""
 
 
-def encoded_column(values: list[bytes | None], type_: pa.DataType) -> pa.Array:
+class TextBuffer:
+    """Memory for a chunk's texts kept from commit to commit, refilled only while nothing
+    else refers to it.
+
+    A chunk's texts (~30 MB) joined into fresh memory each commit were more than glibc's
+    heap serves (``memory.HEAP_MMAP_THRESHOLD_BYTES``), so each join was a new mmap(2) and
+    ~7,500 page faults: ~18 µs a row of the replay's 1,500-row chunk, ~5 in memory already
+    mapped. Session 14 kept such memory without a guard and was reverted: a table still held
+    when the next chunk came would have had its texts overwritten. Here the Arrow buffer
+    made from the array holds a reference to it (``pa.py_buffer``), so while any table of
+    an earlier chunk lives the array's reference count says so, and a fresh one is taken."""
+
+    def __init__(self):
+        self._array: np.ndarray | None = None
+
+    def take(self, size: int) -> np.ndarray:
+        """An array of at least ``size`` bytes that no Arrow buffer refers to."""
+        # getrefcount: the attribute and its own argument; any more is a live Arrow buffer.
+        if self._array is None or len(self._array) < size or sys.getrefcount(self._array) > 2:
+            self._array = np.empty(size + (size >> 3), dtype=np.uint8)  # room for the next chunk's to vary
+        return self._array
+
+
+def encoded_column(values: list[bytes | None], type_: pa.DataType, texts: TextBuffer | None = None) -> pa.Array:
     """A string array of UTF-8 bytes (or None), made from its buffers: the values joined
-    (one allocation of the known size, one copy) and their offsets.
+    (one allocation of the known size, one copy; into ``texts``' memory if given) and their
+    offsets.
 
     ``pa.array(values, pa.binary())`` appended them to a builder that grew by reallocation,
     in fresh memory at each doubling: in the commit of scripts/bench/bench_fetch.py
     ``--replay``, :func:`columns_to_table` took ~45 µs a row of a 29 KB page text, this ~25
-    (all columns). The same array (tests/fetch/test_output.py compares the Parquet bytes).
-    Its memory is its own: a buffer kept and refilled from commit to commit saved ~10 µs a
-    row more (session 14), but any table still held when the next chunk came would have
-    had its texts silently overwritten, so it was not kept."""
+    (all columns). The same array (tests/fetch/test_output.py compares the Parquet bytes)."""
     count = len(values)
     nulls = values.count(None)
     filled = values if not nulls else [b"" if value is None else value for value in values]
-    data = b"".join(filled)
-    if len(data) > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, filled), dtype=np.int64, count=count), out=offsets[1:])
+    if offsets[-1] > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
         return pa.array(values, pa.binary()).view(type_)
-    offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(np.fromiter(map(len, filled), dtype=np.int32, count=count), out=offsets[1:])
+    data = b"".join(filled) if texts is None else _filled(texts.take(int(offsets[-1])), filled, offsets)
     validity = None
     if nulls:
         present = np.fromiter((value is not None for value in values), dtype=bool, count=count)
         validity = pa.py_buffer(np.packbits(present, bitorder="little"))
-    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
+    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                pa.py_buffer(data)], null_count=nulls)
+
+
+def _filled(array: np.ndarray, values: list[bytes], offsets: np.ndarray) -> np.ndarray:
+    """``array`` holding the values one after another (its first ``offsets[-1]`` bytes)."""
+    view = memoryview(array)
+    for value, start, end in zip(values, offsets.tolist(), offsets[1:].tolist()):
+        view[start:end] = value
+    return array[: offsets[-1]]
 
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -302,6 +333,8 @@ class PartitionOutput:
         """The manifest entries of the chunks this run committed (see :meth:`manifest`)."""
         self.user_agent = user_agent
         self.rows: list[dict] = []
+        self.texts = TextBuffer()
+        """Memory of the committed texts, reused while no earlier chunk's table holds it."""
         self.links: list[dict] = []
         self.sitemap_rows: list[dict] = []
         """URLs the hosts' sitemaps listed (schema.SITEMAP_URLS), committed with the chunk."""
@@ -453,7 +486,8 @@ class PartitionOutput:
                                    columns_to_table(self.sitemap_rows, schema.SITEMAP_URLS), schema.SITEMAP_URLS)
             self.sitemap_rows = []
         self.store.write_table(self.dir / seg.FETCHED / f"{name}.parquet",
-                               columns_to_table(self.rows, schema.FETCHED, encoded=("text",)), schema.FETCHED,
+                               columns_to_table(self.rows, schema.FETCHED, encoded=("text",), texts=self.texts),
+                               schema.FETCHED,
                                plain=PLAIN_COLUMNS)
         committed = len(self.rows)
         self.chunks.append({"partition": self.partition, "chunk": name, "fetched_rows": committed,

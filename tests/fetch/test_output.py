@@ -163,3 +163,37 @@ def test_the_text_column_is_written_without_a_dictionary(tmp_path):
     store.write_table(store.path("dict.parquet"), pq.read_table(str(path)), schema.FETCHED)
     meta = pq.ParquetFile(str(store.path("dict.parquet"))).metadata.row_group(0)
     assert any("DICTIONARY" in e for e in meta.column(schema.FETCHED.names.index("text")).encodings)
+
+
+def test_committed_texts_reuse_memory_only_when_no_table_holds_it():
+    """output.TextBuffer: the texts of a commit are written into memory kept from the last
+    one only when no table of that commit is alive (session 14's reuse overwrote them)."""
+    import pyarrow as pa
+
+    from cycles.fetch.output import TextBuffer, columns_to_table
+    from cycles.tables import schema
+
+    def rows(word: str) -> list[dict]:
+        texts = [f"{word} {k} ".encode() * 300 for k in range(30)] + [None, b""]
+        return [dict.fromkeys(schema.FETCHED.names) | {"url": f"{URL}&k={k}", "host": "h1.web.test",
+                                                         "outcome": "ok", "text": text}
+                for k, text in enumerate(texts)]
+
+    def data_address(table: pa.Table) -> int:
+        return table.column("text").chunk(0).buffers()[2].address
+
+    texts = TextBuffer()
+    first = columns_to_table(rows("first"), schema.FETCHED, ("text",), texts)
+    second = columns_to_table(rows("second"), schema.FETCHED, ("text",), texts)
+    assert first.column("text").to_pylist() == [None if r["text"] is None else r["text"].decode() for r in rows("first")]
+    assert data_address(second) != data_address(first)  # the first table lives: fresh memory
+    kept = data_address(second)
+    expected = second.column("text").to_pylist()
+    del first, second
+    third = columns_to_table(rows("third"), schema.FETCHED, ("text",), texts)
+    assert data_address(third) == kept  # positive control: nothing held it, so it was refilled
+    assert third.column("text").to_pylist() == [None if r["text"] is None else r["text"].decode() for r in rows("third")]
+    assert expected != third.column("text").to_pylist()
+    # The same bytes as without the kept memory (and as the rows' own str: the test above).
+    plain = columns_to_table(rows("third"), schema.FETCHED, ("text",))
+    assert third.equals(plain)
