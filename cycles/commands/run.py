@@ -95,6 +95,7 @@ from cycles.config import Config
 from cycles.errors import FetchInterrupted, Interrupted, StageError
 from cycles.executor import ProcessPool
 from cycles.fetch.fetch import fetch_segment, request_early_end
+from cycles.fetch.memory import worker_allocator_env
 from cycles.fetch.partition import install_stop_handlers, stop_signal
 from cycles.generate.generate import generate
 from cycles.generate.mode import RunMode
@@ -324,11 +325,12 @@ class FetchPool:
         self.workers = processes
         self.died = StageError("run: a fetch worker process died (killed, or out of memory); what it "
                                "committed is kept; run `crawl run` again to resume")
-        self.pool = ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
-                                death_error=self.died)
-        # Start the workers now (one no-op each): their start-up overlaps the first generate.
-        for _ in range(processes):
-            self.pool.submit(os.getpid)
+        with worker_allocator_env():  # the fetch workers' allocator settings, as fetch's own pool
+            self.pool = ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
+                                    death_error=self.died)
+            # Start the workers now (one no-op each): their start-up overlaps the first generate.
+            for _ in range(processes):
+                self.pool.submit(os.getpid)
 
     def map(self, fn, tasks):
         futures = [self.pool.submit(fn, task) for task in tasks]

@@ -36,6 +36,7 @@ from cycles.config import Config
 from cycles.errors import FetchInterrupted, SegmentNotFound, StageError
 from cycles.executor import Executor, ProcessPool
 from cycles.fetch.identity import warn_if_placeholder_agent
+from cycles.fetch.memory import worker_allocator_env
 from cycles.fetch.tail import EARLY_END_FILE
 from cycles.fetch.partition import (FetchTask, StopSignals, fetch_partition, fetch_partition_task,
                                     install_stop_handlers, progress_dir)
@@ -94,8 +95,8 @@ def run_pool(tasks: list[FetchTask], processes: int, stop: StopSignals, counters
     """
     died = StageError(f"fetch: a worker process of segment {segment} died (killed, or out of memory); "
                       f"what it committed is kept; run `crawl fetch {segment}` to resume")
-    with ProcessPool(processes, "fetch", initializer=install_stop_handlers, die_with_parent=True,
-                     death_error=died) as pool:
+    with worker_allocator_env(), ProcessPool(processes, "fetch", initializer=install_stop_handlers,
+                                             die_with_parent=True, death_error=died) as pool:
         try:
             stop.pool = pool  # signals are forwarded to its workers
             futures = [pool.submit(fetch_partition_task, task) for task in tasks]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+from typing import Iterator
 
 HEAP_TRIM_THRESHOLD_BYTES = 256 << 20
 """In a pool worker, glibc's malloc gives free memory at the top of its heap back to the
@@ -12,8 +15,32 @@ HEAP_MMAP_THRESHOLD_BYTES = 16 << 20
 """In a pool worker, glibc's malloc serves blocks up to this from its heap, larger ones by
 mmap(2) (see :func:`keep_memory_mapped`)."""
 
+WORKER_ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
+"""Environment a spawned fetch worker starts with (:func:`worker_allocator_env`): Arrow's
+allocator (mimalloc, read once when it starts) keeps the memory a chunk's commit freed
+instead of giving it back 10 ms later, so the next commit's Parquet buffers are not page
+faults again. ``pq.write_table`` of the replay's 1,500-row chunk, 8 commits with 0.3 s idle
+between (load 3-4): 109-125 against 140-150 µs a row, 63,000 against 831,000 minor faults
+(``perf stat``); a worker's whole commit (``PartitionOutput.flush``, 6 commits): 126-148
+against 159-164 µs a row, 181,000 against 418,000 faults. Peak memory is the same (a
+commit's); it is kept between commits, as glibc's heap here is."""
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt(3) parameters (glibc's malloc.h)
 _PR_SET_THP_DISABLE = 41  # prctl(2) (linux/prctl.h)
+
+
+@contextlib.contextmanager
+def worker_allocator_env() -> Iterator[None]:
+    """:data:`WORKER_ALLOCATOR_ENV` in this process's environment while a pool spawns its
+    workers (they inherit it; this process's allocator has long started and keeps its own
+    settings); a value the user set stays."""
+    added = {name: value for name, value in WORKER_ALLOCATOR_ENV.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def keep_memory_mapped() -> None:

@@ -25,6 +25,7 @@ import io
 import os
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +61,12 @@ SMALL_RECORD_LEVEL = 0
 """ISA-L level of those small records, whatever ``fetch.warc_gzip_level``: on a 390-byte
 metadata record level 0 took ~1/3.5 of level 1's time for 440 bytes instead of 300 — about
 280 bytes a page (~3 % of its WARC bytes) for most of the CPU the metadata record costs."""
+
+PLAIN_COLUMNS = ("text",)
+"""Columns of the fetched rows written without a Parquet dictionary: a page's text is
+(nearly) never another's, so Arrow's dictionary attempt hashed ~1 MiB of texts a chunk and
+then fell back to plain. A 1,500-page replay chunk (43 MB of text): 104 against 107 µs a row
+at best, 106 against 115 median (alternating, 10 each, load 6), the same size (15.59 MB)."""
 
 ROW_BYTES = 300
 """What a result row costs besides its text (URL, title, hashes, the dict), for FLUSH_BYTES."""
@@ -131,14 +138,15 @@ def resume_state(store: Store, segment_dir: StorePath, partition: int) -> tuple[
     return done, next_chunk
 
 
-def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[str, ...] = ()) -> pa.Table:
+def columns_to_table(rows: list[dict], table_schema: pa.Schema, encoded: tuple[str, ...] = (),
+                     texts: TextBuffer | None = None) -> pa.Table:
     """Row dicts to an Arrow table, column by column: ``Table.from_pylist`` took ~95 µs a
     fetched row (more than parsing the page's links), this ~7 µs. The ``encoded`` string
     columns hold UTF-8 bytes (or None): they become the column as they are, without a check
-    (:func:`encoded_column`)."""
+    (:func:`encoded_column`), in ``texts``' memory if given."""
     data = {name: [row[name] for row in rows] for name in table_schema.names}
     for name in encoded:
-        data[name] = encoded_column(data[name], table_schema.field(name).type)
+        data[name] = encoded_column(data[name], table_schema.field(name).type, texts)
     return pa.Table.from_pydict(data, schema=table_schema)
 
 
@@ -146,44 +154,77 @@ _MAX_STRING_COLUMN_BYTES = (1 << 31) - 1
 """A ``string`` array's offsets are 32-bit."""
 
 
-def encoded_column(values: list[bytes | None], type_: pa.DataType) -> pa.Array:
+class TextBuffer:
+    """Memory for a chunk's texts kept from commit to commit, refilled only while nothing
+    else refers to it.
+
+    A chunk's texts (~30 MB) joined into fresh memory each commit were more than glibc's
+    heap serves (``memory.HEAP_MMAP_THRESHOLD_BYTES``), so each join was a new mmap(2) and
+    ~7,500 page faults: ~18 µs a row of the replay's 1,500-row chunk, ~5 in memory already
+    mapped. Session 14 kept such memory without a guard and was reverted: a table still held
+    when the next chunk came would have had its texts overwritten. Here the Arrow buffer
+    made from the array holds a reference to it (``pa.py_buffer``), so while any table of
+    an earlier chunk lives the array's reference count says so, and a fresh one is taken."""
+
+    def __init__(self):
+        self._array: np.ndarray | None = None
+
+    def take(self, size: int) -> np.ndarray:
+        """An array of at least ``size`` bytes that no Arrow buffer refers to."""
+        # getrefcount: the attribute and its own argument; any more is a live Arrow buffer.
+        if self._array is None or len(self._array) < size or sys.getrefcount(self._array) > 2:
+            self._array = np.empty(size + (size >> 3), dtype=np.uint8)  # room for the next chunk's to vary
+        return self._array
+
+
+def encoded_column(values: list[bytes | None], type_: pa.DataType, texts: TextBuffer | None = None) -> pa.Array:
     """A string array of UTF-8 bytes (or None), made from its buffers: the values joined
-    (one allocation of the known size, one copy) and their offsets.
+    (one allocation of the known size, one copy; into ``texts``' memory if given) and their
+    offsets.
 
     ``pa.array(values, pa.binary())`` appended them to a builder that grew by reallocation,
     in fresh memory at each doubling: in the commit of scripts/bench/bench_fetch.py
     ``--replay``, :func:`columns_to_table` took ~45 µs a row of a 29 KB page text, this ~25
-    (all columns). The same array (tests/fetch/test_output.py compares the Parquet bytes).
-    Its memory is its own: a buffer kept and refilled from commit to commit saved ~10 µs a
-    row more (session 14), but any table still held when the next chunk came would have
-    had its texts silently overwritten, so it was not kept."""
+    (all columns). The same array (tests/fetch/test_output.py compares the Parquet bytes)."""
     count = len(values)
     nulls = values.count(None)
     filled = values if not nulls else [b"" if value is None else value for value in values]
-    data = b"".join(filled)
-    if len(data) > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, filled), dtype=np.int64, count=count), out=offsets[1:])
+    if offsets[-1] > _MAX_STRING_COLUMN_BYTES:  # too long for one array: Arrow's own way (chunks)
         return pa.array(values, pa.binary()).view(type_)
-    offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(np.fromiter(map(len, filled), dtype=np.int32, count=count), out=offsets[1:])
+    data = b"".join(filled) if texts is None else _filled(texts.take(int(offsets[-1])), filled, offsets)
     validity = None
     if nulls:
         present = np.fromiter((value is not None for value in values), dtype=bool, count=count)
         validity = pa.py_buffer(np.packbits(present, bitorder="little"))
-    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
+    return pa.Array.from_buffers(type_, count, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                pa.py_buffer(data)], null_count=nulls)
+
+
+def _filled(array: np.ndarray, values: list[bytes], offsets: np.ndarray) -> np.ndarray:
+    """``array`` holding the values one after another (its first ``offsets[-1]`` bytes)."""
+    view = memoryview(array)
+    for value, start, end in zip(values, offsets.tolist(), offsets[1:].tolist()):
+        view[start:end] = value
+    return array[: offsets[-1]]
 
 
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]  # 10 bits -> 2 characters
-_BASE32_SHIFTS = range(150, -1, -10)
 
 
-def sha1_label(digest: bytes) -> str:
+def sha1_label(digest: bytes, p: list[str] = _BASE32_PAIRS) -> str:
     """``sha1:`` and the base32 of a 20-byte SHA-1 digest, as WARC digests are written:
     ``"sha1:" + base64.b32encode(digest)``, which is pure Python in 3.11 and took ~10 µs a
-    digest (three digests a page); 160 bits are 16 table lookups of 10 bits, no padding."""
-    bits = int.from_bytes(digest, "big")
-    return "sha1:" + "".join([_BASE32_PAIRS[(bits >> shift) & 1023] for shift in _BASE32_SHIFTS])
+    digest (four digests a page); 160 bits are 16 table lookups of 10 bits, no padding,
+    written out in one f-string: 1.4 µs, where a list comprehension over the shifts and a
+    join took 2.9 (the loop's frame and the list; ``p`` is bound at definition, a local)."""
+    b = int.from_bytes(digest, "big")
+    return (f"sha1:{p[b >> 150]}{p[b >> 140 & 1023]}{p[b >> 130 & 1023]}{p[b >> 120 & 1023]}"
+            f"{p[b >> 110 & 1023]}{p[b >> 100 & 1023]}{p[b >> 90 & 1023]}{p[b >> 80 & 1023]}"
+            f"{p[b >> 70 & 1023]}{p[b >> 60 & 1023]}{p[b >> 50 & 1023]}{p[b >> 40 & 1023]}"
+            f"{p[b >> 30 & 1023]}{p[b >> 20 & 1023]}{p[b >> 10 & 1023]}{p[b & 1023]}")
 
 
 def _make_warc_id() -> str:
@@ -292,6 +333,8 @@ class PartitionOutput:
         """The manifest entries of the chunks this run committed (see :meth:`manifest`)."""
         self.user_agent = user_agent
         self.rows: list[dict] = []
+        self.texts = TextBuffer()
+        """Memory of the committed texts, reused while no earlier chunk's table holds it."""
         self.links: list[dict] = []
         self.sitemap_rows: list[dict] = []
         """URLs the hosts' sitemaps listed (schema.SITEMAP_URLS), committed with the chunk."""
@@ -307,6 +350,8 @@ class PartitionOutput:
         self._warc_end = 0
         """Bytes written to the current WARC file: the next record's offset. (The file's
         tell() is an lseek(2) each time, three a page.)"""
+        self._warc_path: tuple[int, str] = (-1, "")
+        """(chunk, :meth:`warc_path` of that chunk)."""
         self.last_flush = time.monotonic()
         if store.local:
             for sub in (seg.FETCHED, seg.OUTLINKS, seg.WARC):
@@ -325,8 +370,11 @@ class PartitionOutput:
         return warc_file_name(self.warc_prefix, self.segment, chunk_name(self.partition, self.chunk), self.host)
 
     def warc_path(self) -> str:
-        """The current WARC file relative to the segment, as fetched rows record it."""
-        return f"{seg.WARC}/{self.warc_name()}"
+        """The current WARC file relative to the segment, as fetched rows record it (asked
+        for every archived exchange: made once a chunk, not formatted anew each time)."""
+        if self._warc_path[0] != self.chunk:
+            self._warc_path = (self.chunk, f"{seg.WARC}/{self.warc_name()}")
+        return self._warc_path[1]
 
     def _open_warc(self) -> None:
         if self._warc_fh is None:
@@ -438,7 +486,9 @@ class PartitionOutput:
                                    columns_to_table(self.sitemap_rows, schema.SITEMAP_URLS), schema.SITEMAP_URLS)
             self.sitemap_rows = []
         self.store.write_table(self.dir / seg.FETCHED / f"{name}.parquet",
-                               columns_to_table(self.rows, schema.FETCHED, encoded=("text",)), schema.FETCHED)
+                               columns_to_table(self.rows, schema.FETCHED, encoded=("text",), texts=self.texts),
+                               schema.FETCHED,
+                               plain=PLAIN_COLUMNS)
         committed = len(self.rows)
         self.chunks.append({"partition": self.partition, "chunk": name, "fetched_rows": committed,
                             "outlinks_rows": len(links), "warc_bytes": warc_bytes, "warc_file": warc_file})

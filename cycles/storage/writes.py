@@ -83,16 +83,19 @@ class Writes:
             shutil.copyfileobj(src, out, 8 * 1024 * 1024)
         Path(local_file).unlink(missing_ok=True)
 
-    def write_table(self, path: StorePath, table: pa.Table, schema: pa.Schema) -> None:
-        """Write one Parquet file atomically, cast to its documented schema."""
+    def write_table(self, path: StorePath, table: pa.Table, schema: pa.Schema, plain: tuple[str, ...] = ()) -> None:
+        """Write one Parquet file atomically, cast to its documented schema. ``plain``: columns
+        written without a dictionary (values that never repeat, such as page texts: Arrow
+        would hash them into a dictionary until it passes 1 MiB, then fall back)."""
         table = table.select(schema.names).cast(schema)
+        dictionary = [name for name in schema.names if name not in plain] if plain else True
         if not self.local:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
+            pq.write_table(table, sink, compression="zstd", write_page_checksum=True, use_dictionary=dictionary)
             self.write_bytes(path, sink.getvalue().to_pybytes())
             return
-        write_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd",
-                                                          write_page_checksum=True), commit_point)
+        write_atomically(path, lambda tmp: pq.write_table(table, tmp, compression="zstd", write_page_checksum=True,
+                                                          use_dictionary=dictionary), commit_point)
         _observed("PUT", path)
 
     def write_batches(self, path: StorePath, batches: Iterator[pa.RecordBatch], schema: pa.Schema,

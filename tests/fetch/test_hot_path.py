@@ -115,3 +115,35 @@ def test_a_pool_worker_freezes_what_it_loaded():
     before, after = map(int, out.split())
     assert before == 0 and after > 10_000  # the imported libraries and the loaded objects
     assert gc.get_freeze_count() == 0
+
+
+def test_pool_workers_start_with_arrows_allocator_keeping_freed_memory(monkeypatch):
+    """worker_allocator_env: a process started inside it (as run_pool's workers are) has
+    Arrow's mimalloc with purge_delay -1, one started after it the default; a value the user
+    set is left alone, and the environment is as before afterwards."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cycles.fetch.memory import worker_allocator_env
+
+    def child_purge_delay() -> str:
+        env = dict(os.environ, MIMALLOC_VERBOSE="1")
+        err = subprocess.run([sys.executable, "-c", "import pyarrow as pa; pa.allocate_buffer(1 << 20)"],
+                             capture_output=True, text=True, timeout=60, env=env,
+                             cwd=Path(__file__).resolve().parents[2], check=True).stderr
+        lines = [line for line in err.splitlines() if "option 'purge_delay'" in line]
+        if not lines:
+            pytest.skip("pyarrow's allocator is not mimalloc, or prints no options")
+        return lines[0].split(":")[-1].strip()
+
+    monkeypatch.delenv("MIMALLOC_PURGE_DELAY", raising=False)
+    with worker_allocator_env():
+        assert child_purge_delay() == "-1"
+    assert "MIMALLOC_PURGE_DELAY" not in os.environ
+    assert child_purge_delay() != "-1"  # positive control: without it, mimalloc's default
+    monkeypatch.setenv("MIMALLOC_PURGE_DELAY", "50")
+    with worker_allocator_env():
+        assert child_purge_delay() == "50"
+    assert os.environ["MIMALLOC_PURGE_DELAY"] == "50"

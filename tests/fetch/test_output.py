@@ -16,7 +16,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from cycles.fetch.output import PartitionOutput, sha1_label
+from cycles.fetch.output import PLAIN_COLUMNS, PartitionOutput, sha1_label
 from cycles.storage.store import Store
 
 pytestmark = pytest.mark.web
@@ -133,5 +133,67 @@ def test_committed_texts_are_the_rows_texts(tmp_path):
     table = pq.read_table(str(path))
     assert table.column("text").to_pylist() == texts
     assert table.equals(expected.select(table.schema.names).cast(table.schema))
-    store.write_table(store.path("plain.parquet"), expected, schema.FETCHED)
+    store.write_table(store.path("plain.parquet"), expected, schema.FETCHED, plain=PLAIN_COLUMNS)
     assert store.path("plain.parquet").read_bytes() == path.read_bytes()
+
+
+def test_the_text_column_is_written_without_a_dictionary(tmp_path):
+    """The fetched rows' texts go plain (output.PLAIN_COLUMNS), the other columns keep
+    their dictionary; the file passes the page-CRC check and reads back the same."""
+    import pyarrow.parquet as pq
+
+    from cycles.storage.parquet import verify_parquet_file
+    from cycles.tables import schema
+
+    store = Store(tmp_path / "data")
+    output = PartitionOutput(store, "seg", store.path("segments") / "seg", 0, 1, "crawlbot/1.0")
+    texts = [f"page {k} " * 500 for k in range(40)] + ["same text"] * 20
+    for k, text in enumerate(texts):
+        output.add(dict.fromkeys(schema.FETCHED.names) | {"url": f"{URL}&k={k}", "host": "h1.web.test",
+                                                           "outcome": "ok", "text": text}, [])
+    output.flush()
+    path = store.path("segments") / "seg" / "fetched" / "part-00000-c000001.parquet"
+    meta = pq.ParquetFile(str(path)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert not any("DICTIONARY" in e for e in encodings["text"])
+    assert any("DICTIONARY" in e for e in encodings["host"])  # the others as before: a dictionary
+    assert verify_parquet_file(path) == len(texts)
+    assert pq.read_table(str(path)).column("text").to_pylist() == texts
+    # Positive control: written as every other table is, the same texts get a dictionary.
+    store.write_table(store.path("dict.parquet"), pq.read_table(str(path)), schema.FETCHED)
+    meta = pq.ParquetFile(str(store.path("dict.parquet"))).metadata.row_group(0)
+    assert any("DICTIONARY" in e for e in meta.column(schema.FETCHED.names.index("text")).encodings)
+
+
+def test_committed_texts_reuse_memory_only_when_no_table_holds_it():
+    """output.TextBuffer: the texts of a commit are written into memory kept from the last
+    one only when no table of that commit is alive (session 14's reuse overwrote them)."""
+    import pyarrow as pa
+
+    from cycles.fetch.output import TextBuffer, columns_to_table
+    from cycles.tables import schema
+
+    def rows(word: str) -> list[dict]:
+        texts = [f"{word} {k} ".encode() * 300 for k in range(30)] + [None, b""]
+        return [dict.fromkeys(schema.FETCHED.names) | {"url": f"{URL}&k={k}", "host": "h1.web.test",
+                                                         "outcome": "ok", "text": text}
+                for k, text in enumerate(texts)]
+
+    def data_address(table: pa.Table) -> int:
+        return table.column("text").chunk(0).buffers()[2].address
+
+    texts = TextBuffer()
+    first = columns_to_table(rows("first"), schema.FETCHED, ("text",), texts)
+    second = columns_to_table(rows("second"), schema.FETCHED, ("text",), texts)
+    assert first.column("text").to_pylist() == [None if r["text"] is None else r["text"].decode() for r in rows("first")]
+    assert data_address(second) != data_address(first)  # the first table lives: fresh memory
+    kept = data_address(second)
+    expected = second.column("text").to_pylist()
+    del first, second
+    third = columns_to_table(rows("third"), schema.FETCHED, ("text",), texts)
+    assert data_address(third) == kept  # positive control: nothing held it, so it was refilled
+    assert third.column("text").to_pylist() == [None if r["text"] is None else r["text"].decode() for r in rows("third")]
+    assert expected != third.column("text").to_pylist()
+    # The same bytes as without the kept memory (and as the rows' own str: the test above).
+    plain = columns_to_table(rows("third"), schema.FETCHED, ("text",))
+    assert third.equals(plain)
