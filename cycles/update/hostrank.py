@@ -45,6 +45,7 @@ read as it is: each build task keeps its part of the two files; the next version
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,9 +182,12 @@ def build_host_part(task: BuildHostPartTask) -> dict:
                 UNION ALL SELECT host, NULL FROM {pairs} WHERE {part_sql('host', parts)} = {p}
                 UNION ALL SELECT from_host, NULL FROM {pairs} WHERE {part_sql('from_host', parts)} = {p})
             GROUP BY host""")
-        hosts, keys, start_sum, missing = con.execute(
-            "SELECT count(*), count(DISTINCT key), coalesce(sum(rank0), 0), count(*) - count(rank0) FROM hr_nodes"
-        ).fetchall()[0]
+        hosts, keys, missing = con.execute(
+            "SELECT count(*), count(DISTINCT key), count(*) - count(rank0) FROM hr_nodes").fetchall()[0]
+        # Summed exactly rounded (math.fsum), not by DuckDB's sum: its threads add in any
+        # order, so a task run twice scaled the start ranks by sums a bit apart and wrote
+        # other ranks (tests/update/test_hostrank.py failed ~1 run in 4).
+        start_sum = math.fsum(con.sql("SELECT rank0 FROM hr_nodes WHERE rank0 IS NOT NULL").fetchnumpy()["rank0"])
         if keys != hosts:
             raise ValueError(f"host graph part {p}: two hosts share a 64-bit MD5 key; they cannot be ranked apart")
         store.write_batches(host_edges_file(task.folder, p), con.sql(
