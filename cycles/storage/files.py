@@ -31,6 +31,13 @@ StorePath = Path | PurePosixPath
 """A path inside a store: a ``Path`` on the local disk, ``PurePosixPath('bucket/key')`` on S3."""
 
 
+def sidecar_path(path: StorePath, suffix: str) -> StorePath:
+    """A file derived from the Parquet file at ``path``, beside it: its name with ``suffix``
+    for ``.parquet`` (a crawl DB base's indexes, cycles/tables/seenindex.py and keyindex.py).
+    Not a ``.parquet`` name, so nothing that lists a version's Parquet files takes it for one."""
+    return path.parent / (path.name.removesuffix(".parquet") + suffix)
+
+
 IoObserver = Callable[[str, StorePath, "int | None"], None]
 """Called after each store operation with its kind (``GET``, ``PUT``, ``LIST``, ``HEAD``,
 ``DELETE``), the path and the bytes moved (None: the whole file, for the observer to size)."""

@@ -46,7 +46,7 @@ import xxhash
 
 from cycles.errors import StoreError
 from cycles.storage.bloom import encoded
-from cycles.storage.files import StorePath
+from cycles.storage.files import StorePath, sidecar_path
 from cycles.storage.store import Store
 
 SUFFIX = ".keys"
@@ -65,7 +65,7 @@ BASE_KEY, ROWS_KEY, VERSION_KEY = b"crawl.base", b"crawl.base_rows", b"crawl.key
 
 def index_path(base: StorePath) -> StorePath:
     """Where ``base``'s key index lives: beside it, named from it."""
-    return base.parent / (base.name.removesuffix(".parquet") + SUFFIX)
+    return sidecar_path(base, SUFFIX)
 
 
 def url_fingerprints(urls: pa.Array | pa.ChunkedArray) -> np.ndarray:

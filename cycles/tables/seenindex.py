@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 
 from cycles.config import Config
 from cycles.storage.bloom import BloomFilter, hash_pairs
+from cycles.storage.files import sidecar_path
 from cycles.storage.store import Store, StorePath
 from cycles.tables import schema
 from cycles.tables.assign import write_seen_files
@@ -93,8 +94,7 @@ def index_schema(base_rows: int) -> pa.Schema:
 
 def index_path(base: StorePath) -> StorePath:
     """The seen index of the base at ``base`` (beside it, named from it)."""
-    name = base.name[:-len(".parquet")] if base.name.endswith(".parquet") else base.name
-    return base.parent / (name + SUFFIX)
+    return sidecar_path(base, SUFFIX)
 
 
 def hashed_batches(reader):
@@ -200,7 +200,7 @@ class SeenParts:
                                 else np.zeros(0, dtype) for i, dtype in enumerate((np.int64, np.uint64, np.int64)))
         order = np.lexsort((patterns, rank)) if self.layered else np.argsort(rank, kind="stable")
         rank, patterns, urls = rank[order], patterns[order], urls[order]
-        starts = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
+        starts = run_starts(rank, patterns)
         urls = np.add.reduceat(urls, starts) if len(urls) else urls
         return pa.table({"host": self.hosts.take(pa.array(rank[starts])).cast(pa.string()),
                          "pattern_hash": pa.array(patterns[starts], pa.uint64()), "urls": pa.array(urls, pa.int64())})
@@ -210,11 +210,16 @@ class SeenParts:
         bloom.add_hashes(zip(self.h1, self.h2))
 
 
+def run_starts(rank: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+    """Where each run of equal (rank, pattern) begins in rows sorted by both."""
+    return np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
+
+
 def runs_of(rank: np.ndarray, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, pattern, urls) of rows sorted by host, then pattern: one entry a run."""
     if not len(rank):
         return rank.astype(np.int64), patterns.astype(np.uint64), np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (patterns[1:] != patterns[:-1]))))
+    starts = run_starts(rank, patterns)
     lengths = np.diff(np.append(starts, len(rank))).astype(np.int64)
     return rank[starts].astype(np.int64), patterns[starts].astype(np.uint64), lengths
 
